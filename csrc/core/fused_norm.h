@@ -1,0 +1,53 @@
+// Framework-free interface of the fused RMS norm kernels.
+//
+//   y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * weight + bias
+//
+// Everything here works on raw pointers and sizes so that the torch adapter
+// (csrc/torch) and the ONNX Runtime custom-op library (csrc/ort) run the very
+// same math. Adapters validate arguments, allocate outputs, choose threads or
+// streams, and then call into this interface; nothing here allocates.
+#pragma once
+
+#include <cstdint>
+
+namespace fused_norm {
+
+enum class DType : int { kFloat32 = 0, kFloat64 = 1, kFloat16 = 2, kBFloat16 = 3 };
+
+const char* dtype_name(DType dtype);
+
+// One call's operands. All tensors are dense, row-major, of element type
+// `dtype`; x and y are [rows, hidden], weight and bias are [hidden].
+struct NormProblem {
+  const void* x = nullptr;
+  const void* weight = nullptr;
+  const void* bias = nullptr;
+  void* y = nullptr;
+  int64_t rows = 0;
+  int64_t hidden = 0;
+  double eps = 0.0;
+  DType dtype = DType::kFloat32;
+};
+
+// --- CPU --------------------------------------------------------------------
+
+// Normalises rows [row_begin, row_end) of `p`. Thread-safe for disjoint row
+// ranges, so each framework splits rows over its own thread pool
+// (at::parallel_for in torch, KernelContext::ParallelFor in ONNX Runtime).
+// Statistics accumulate in float for 16/32-bit types and in double for
+// float64. The binary carries AVX-512 / AVX2 / baseline clones of the inner
+// loops and picks one at load time, so no -march flag is needed.
+void cpu_forward_rows(const NormProblem& p, int64_t row_begin, int64_t row_end);
+
+// Rows per parallel task, so that a task touches about 32K elements: below
+// that the cost of waking a thread exceeds the work (same constant as
+// at::internal::GRAIN_SIZE).
+int64_t cpu_rows_per_task(int64_t hidden);
+
+// --- CUDA (csrc/core/fused_norm_cuda.cu; present only in CUDA builds) --------
+
+// Launches the forward kernel on `stream` (a cudaStream_t). Returns 0 on
+// success or the cudaError_t of the launch.
+int cuda_forward(const NormProblem& p, void* stream);
+
+}  // namespace fused_norm

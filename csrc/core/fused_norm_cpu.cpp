@@ -1,0 +1,136 @@
+// CPU kernel of the fused RMS norm: two passes over each row (sum of squares,
+// then the scaled write), no intermediate tensor, no framework calls.
+//
+// The op is memory-bound once a row leaves L1: each element is read twice
+// (the second read hits L1/L2 because a row is at most a few hundred KB) and
+// written once. What matters is that both passes run at vector width, so the
+// sum of squares keeps kLanes independent partial sums: that lets the
+// compiler vectorise the reduction without -ffast-math (which we never use,
+// it would change rounding) and hides the add latency.
+#include "fused_norm.h"
+
+#include <cmath>
+
+#include "numeric_types.h"
+
+// Portable delivered builds must not use -march=native, yet the inner loops
+// should use the widest vectors the running CPU has. GCC's target_clones
+// compiles each entry point three times and resolves the best clone once,
+// when the library is loaded (an ifunc), so the hot loop pays nothing.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && \
+    !defined(FUSED_NORM_NO_CLONES)
+#define FUSED_NORM_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define FUSED_NORM_CPU_CLONES
+#endif
+
+namespace fused_norm {
+namespace {
+
+template <typename T>
+inline __attribute__((always_inline)) void normalise_rows(const T* __restrict x,       // [rows, hidden]
+                                                          const T* __restrict weight,  // [hidden]
+                                                          const T* __restrict bias,    // [hidden]
+                                                          T* __restrict y,             // [rows, hidden]
+                                                          int64_t row_begin, int64_t row_end, int64_t hidden,
+                                                          double eps) {
+  using N = Numeric<T>;
+  using acc_t = typename N::acc_t;
+  // Two 64-byte vectors' worth of partial sums.
+  constexpr int kLanes = 128 / sizeof(acc_t);
+  const acc_t eps_acc = static_cast<acc_t>(eps);
+  const acc_t inv_hidden = acc_t(1) / static_cast<acc_t>(hidden);
+
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const T* xr = x + r * hidden;
+    T* yr = y + r * hidden;
+
+    acc_t partial[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= hidden; i += kLanes) {
+      for (int j = 0; j < kLanes; ++j) {
+        const acc_t v = N::load(xr[i + j]);
+        partial[j] += v * v;
+      }
+    }
+    acc_t tail = 0;
+    for (; i < hidden; ++i) {
+      const acc_t v = N::load(xr[i]);
+      tail += v * v;
+    }
+    // Pairwise fold of the lanes: fixed order, so results do not depend on
+    // the clone or thread count.
+    for (int width = kLanes / 2; width > 0; width /= 2) {
+      for (int j = 0; j < width; ++j) partial[j] += partial[j + width];
+    }
+    const acc_t sum_sq = partial[0] + tail;
+    const acc_t inv_rms = acc_t(1) / std::sqrt(sum_sq * inv_hidden + eps_acc);
+
+    for (int64_t k = 0; k < hidden; ++k) {
+      yr[k] = N::store(N::load(xr[k]) * inv_rms * N::load(weight[k]) + N::load(bias[k]));
+    }
+  }
+}
+
+// One non-template entry point per dtype: target_clones applies to concrete
+// functions, and the always_inline template above is compiled inside each
+// clone with that clone's instruction set.
+FUSED_NORM_CPU_CLONES void rows_f32(const NormProblem& p, int64_t begin, int64_t end) {
+  normalise_rows(static_cast<const float*>(p.x), static_cast<const float*>(p.weight),
+                 static_cast<const float*>(p.bias), static_cast<float*>(p.y), begin, end, p.hidden, p.eps);
+}
+
+FUSED_NORM_CPU_CLONES void rows_f64(const NormProblem& p, int64_t begin, int64_t end) {
+  normalise_rows(static_cast<const double*>(p.x), static_cast<const double*>(p.weight),
+                 static_cast<const double*>(p.bias), static_cast<double*>(p.y), begin, end, p.hidden, p.eps);
+}
+
+FUSED_NORM_CPU_CLONES void rows_f16(const NormProblem& p, int64_t begin, int64_t end) {
+  normalise_rows(static_cast<const Half*>(p.x), static_cast<const Half*>(p.weight),
+                 static_cast<const Half*>(p.bias), static_cast<Half*>(p.y), begin, end, p.hidden, p.eps);
+}
+
+FUSED_NORM_CPU_CLONES void rows_bf16(const NormProblem& p, int64_t begin, int64_t end) {
+  normalise_rows(static_cast<const BFloat16*>(p.x), static_cast<const BFloat16*>(p.weight),
+                 static_cast<const BFloat16*>(p.bias), static_cast<BFloat16*>(p.y), begin, end, p.hidden,
+                 p.eps);
+}
+
+}  // namespace
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kBFloat16:
+      return "bfloat16";
+  }
+  return "unknown";
+}
+
+void cpu_forward_rows(const NormProblem& p, int64_t row_begin, int64_t row_end) {
+  if (row_begin >= row_end || p.hidden <= 0) return;
+  switch (p.dtype) {
+    case DType::kFloat32:
+      return rows_f32(p, row_begin, row_end);
+    case DType::kFloat64:
+      return rows_f64(p, row_begin, row_end);
+    case DType::kFloat16:
+      return rows_f16(p, row_begin, row_end);
+    case DType::kBFloat16:
+      return rows_bf16(p, row_begin, row_end);
+  }
+}
+
+int64_t cpu_rows_per_task(int64_t hidden) {
+  constexpr int64_t kElementsPerTask = 32768;
+  if (hidden <= 0) return 1;
+  const int64_t rows = kElementsPerTask / hidden;
+  return rows > 0 ? rows : 1;
+}
+
+}  // namespace fused_norm

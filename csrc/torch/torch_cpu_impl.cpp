@@ -1,0 +1,42 @@
+// CPU kernels of myops::fused_norm and myops::fused_norm_out: checks, then
+// rows split over ATen's intra-op thread pool, each chunk run by the core.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include "torch_adapter.h"
+
+namespace fused_norm_torch {
+namespace {
+
+void run_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& y,
+             double eps) {
+  const fused_norm::NormProblem p = make_problem(x, weight, bias, y, eps);
+  at::parallel_for(0, p.rows, fused_norm::cpu_rows_per_task(p.hidden),
+                   [&p](int64_t begin, int64_t end) { fused_norm::cpu_forward_rows(p, begin, end); });
+}
+
+at::Tensor fused_norm_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
+  check_norm_args("fused_norm", x, weight, bias, eps);
+  // Non-contiguous inputs are copied once; the kernel needs dense rows.
+  const at::Tensor xc = x.contiguous();
+  at::Tensor y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  run_cpu(xc, weight.contiguous(), bias.contiguous(), y, eps);
+  return y;
+}
+
+void fused_norm_out_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps,
+                        const at::Tensor& out) {
+  check_norm_args("fused_norm_out", x, weight, bias, eps);
+  check_out_arg(out, x, weight, bias);
+  run_cpu(x.contiguous(), weight.contiguous(), bias.contiguous(), out, eps);
+}
+
+}  // namespace
+}  // namespace fused_norm_torch
+
+TORCH_LIBRARY_IMPL(myops, CPU, m) {
+  m.impl("fused_norm", &fused_norm_torch::fused_norm_cpu);
+  m.impl("fused_norm_out", &fused_norm_torch::fused_norm_out_cpu);
+}

@@ -1,0 +1,22 @@
+"""Where the repository and its build outputs live (never the working directory)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def build_dir() -> Path:
+    """Root of all build outputs; FUSEDBENCH_BUILD_DIR overrides ``<repo>/build``."""
+    return Path(os.environ.get("FUSEDBENCH_BUILD_DIR", REPO_ROOT / "build")).resolve()
+
+
+def toolchain_record_path() -> Path:
+    """JSON record of the last ``invoke build``: toolchain facts and artifact paths."""
+    return build_dir() / "toolchain.json"
+
+
+def csrc_dir() -> Path:
+    return REPO_ROOT / "csrc"

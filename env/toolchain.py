@@ -1,0 +1,229 @@
+"""The toolchain record: what a build was compiled with, and what differs now.
+
+``invoke build`` calls :func:`collect` before compiling and stores the result
+as ``build/toolchain.json`` (see :mod:`env.build`). ``import ops`` calls
+:func:`explain_load_failure` when the built library does not load, so that an
+"undefined symbol" after an upgrade becomes "torch 2.13.0 -> 2.14.1: rebuild".
+Fields that ``torch.utils.collect_env`` already knows come from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from env.files import write_text_atomic
+from env.paths import toolchain_record_path
+
+# Facts that decide whether a built library can load into the running process:
+# (dotted key in the record, what to say about it).
+LOAD_CRITICAL_FACTS = (
+    ("torch.version", "torch version"),
+    ("torch.git_version", "torch build (git commit)"),
+    ("torch.cxx11_abi", "torch's _GLIBCXX_USE_CXX11_ABI"),
+    ("torch.cuda", "torch's CUDA version"),
+    ("python.version", "Python version"),
+    ("compiler.version", "C++ compiler"),
+)
+
+
+def _run_first_line(cmd: list[str]) -> str | None:
+    """First output line of ``cmd``, or None if the tool is missing or fails."""
+    if shutil.which(cmd[0]) is None:
+        return None
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    text = (out.stdout or out.stderr).strip()
+    return text.splitlines()[0] if text else None
+
+
+def cxx_compiler() -> str:
+    """The C++ compiler torch.utils.cpp_extension will use ($CXX or c++)."""
+    return os.environ.get("CXX", "c++")
+
+
+def compiler_default_abi(compiler: str) -> int | None:
+    """Value of _GLIBCXX_USE_CXX11_ABI that ``compiler`` uses without flags."""
+    if shutil.which(compiler) is None:
+        return None
+    probe = subprocess.run(
+        [compiler, "-x", "c++", "-std=c++17", "-dM", "-E", "-include", "string", "-"],
+        input="", capture_output=True, text=True, check=False,
+    )
+    match = re.search(r"#define _GLIBCXX_USE_CXX11_ABI (\d)", probe.stdout)
+    return int(match.group(1)) if match else None
+
+
+def _torch_config_field(config: str, label: str) -> str | None:
+    match = re.search(rf"{re.escape(label)}:?\s*(.+)", config)
+    return match.group(1).strip() if match else None
+
+
+def _cpu_facts() -> dict[str, Any]:
+    model, flags = platform.processor() or None, []
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        text = cpuinfo.read_text(errors="replace")
+        if m := re.search(r"^model name\s*:\s*(.+)$", text, re.M):
+            model = m.group(1).strip()
+        if m := re.search(r"^flags\s*:\s*(.+)$", text, re.M):
+            flags = m.group(1).split()
+    # Only the flags that decide which kernel clone runs.
+    relevant = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_tile")
+    return {
+        "model": model,
+        "logical_cores": os.cpu_count(),
+        "flags": [f for f in relevant if f in flags],
+    }
+
+
+def runtime_facts() -> dict[str, Any]:
+    """Facts about the running interpreter that a built library depends on (cheap)."""
+    import torch
+
+    config = torch.__config__.show()
+    return {
+        "torch": {
+            "version": torch.__version__,
+            "git_version": torch.version.git_version,
+            "cuda": torch.version.cuda,
+            "cxx11_abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
+            "built_with_compiler": _torch_config_field(config, "- GCC") or _torch_config_field(config, "- clang"),
+            "built_with_cxx_standard": _torch_config_field(config, "C++ Version"),
+        },
+        "python": {"version": platform.python_version(), "executable": sys.executable},
+        "compiler": {"path": shutil.which(cxx_compiler()), "version": _run_first_line([cxx_compiler(), "--version"])},
+    }
+
+
+def collect(build_settings: dict[str, Any]) -> dict[str, Any]:
+    """Full toolchain record for a build with ``build_settings`` (flags, standards, arch list)."""
+    from torch.utils import collect_env
+
+    info = collect_env.get_env_info()
+    facts = runtime_facts()
+    compiler = cxx_compiler()
+    facts["compiler"]["default_cxx11_abi"] = compiler_default_abi(compiler)
+    facts["cuda"] = {
+        "nvcc": _nvcc_release(),
+        "torch_cuda_arch_list": os.environ.get("TORCH_CUDA_ARCH_LIST"),
+        "torch_cuda_available": info.is_cuda_available == "True",
+        "gpu_models": info.nvidia_gpu_models,
+        "driver": info.nvidia_driver_version,
+    }
+    facts["onnx"] = _package_versions(["onnxruntime", "onnx", "onnxscript"])
+    facts["os"] = {"name": info.os, "libc": info.libc_version, "platform": info.python_platform}
+    facts["cpu"] = _cpu_facts()
+    facts["build"] = build_settings
+    return facts
+
+
+def _nvcc_release() -> str | None:
+    if shutil.which("nvcc") is None:
+        return None
+    out = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=False).stdout
+    match = re.search(r"release ([\d.]+), (V[\d.]+)", out)
+    return f"{match.group(1)} ({match.group(2)})" if match else None
+
+
+def _package_versions(names: list[str]) -> dict[str, str | None]:
+    from importlib import metadata
+
+    versions: dict[str, str | None] = {}
+    for name in names:
+        # onnxruntime is installed as onnxruntime-gpu; both provide the module.
+        candidates = [name, f"{name}-gpu"] if name == "onnxruntime" else [name]
+        versions[name] = None
+        for dist in candidates:
+            try:
+                versions[name] = f"{metadata.version(dist)} ({dist})" if dist != name else metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    return versions
+
+
+def _get(record: dict[str, Any], dotted: str) -> Any:
+    node: Any = record
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Human-readable lines for each load-critical fact that changed since the build."""
+    lines = []
+    for key, label in LOAD_CRITICAL_FACTS:
+        before, now = _get(recorded, key), _get(current, key)
+        if before != now:
+            lines.append(f"{label}: built with {before!r}, running {now!r}")
+    return lines
+
+
+def explain_load_failure(library: Path, error: BaseException, record_path: Path | None = None) -> str:
+    """Message for a library that failed to load: the differing facts and how to rebuild."""
+    record_path = record_path or toolchain_record_path()
+    head = f"could not load {library}: {error}"
+    rebuild = "Rebuild it for this environment: `invoke build` (or `invoke build --aot`)."
+    if not record_path.exists():
+        return f"{head}\nNo toolchain record at {record_path}, so the cause cannot be narrowed down. {rebuild}"
+    recorded = read_record(record_path)
+    diffs = differences(recorded, runtime_facts())
+    if not diffs:
+        return (
+            f"{head}\nThe toolchain recorded in {record_path} matches the running one "
+            f"(torch, ABI flag, compiler, Python), so the library itself is broken or stale. {rebuild}"
+        )
+    listed = "\n".join(f"  - {d}" for d in diffs)
+    return f"{head}\nThe library was built with a different toolchain ({record_path}):\n{listed}\n{rebuild}"
+
+
+def read_record(path: Path | None = None) -> dict[str, Any]:
+    return json.loads((path or toolchain_record_path()).read_text())
+
+
+def write_record(record: dict[str, Any], path: Path | None = None) -> Path:
+    return write_text_atomic(path or toolchain_record_path(), json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
+def summary_rows(record: dict[str, Any]) -> list[tuple[str, str]]:
+    """The short table ``invoke build`` prints: (fact, value)."""
+    build = record.get("build", {})
+    standards = build.get("cxx_standard", {})
+    rows = [
+        ("compiler", f"{_get(record, 'compiler.version')} [{_get(record, 'compiler.path')}]"),
+        ("C++ standard", ", ".join(f"{k}: {v}" for k, v in standards.items())),
+        ("ABI flag (torch / build / compiler default)",
+         f"{_get(record, 'torch.cxx11_abi')} / {build.get('cxx11_abi')} / {_get(record, 'compiler.default_cxx11_abi')}"),
+        ("torch", f"{_get(record, 'torch.version')} (git {str(_get(record, 'torch.git_version'))[:10]}, "
+                  f"built with {_get(record, 'torch.built_with_compiler')}, C++ {_get(record, 'torch.built_with_cxx_standard')})"),
+        ("torch CUDA", str(_get(record, "torch.cuda"))),
+        ("nvcc", str(_get(record, "cuda.nvcc"))),
+        ("TORCH_CUDA_ARCH_LIST", str(build.get("torch_cuda_arch_list") or _get(record, "cuda.torch_cuda_arch_list"))),
+        ("onnxruntime / onnx / onnxscript",
+         " / ".join(str(_get(record, f"onnx.{k}")) for k in ("onnxruntime", "onnx", "onnxscript"))),
+        ("ORT headers", str(build.get("ort_headers", {}).get("summary") if isinstance(build.get("ort_headers"), dict) else None)),
+        ("Python", str(_get(record, "python.version"))),
+        ("OS / libc", f"{_get(record, 'os.name')} / {_get(record, 'os.libc')}"),
+        ("CPU", f"{_get(record, 'cpu.model')} ({_get(record, 'cpu.logical_cores')} logical cores; "
+                f"{' '.join(_get(record, 'cpu.flags') or [])})"),
+        ("optimisation flags", " ".join(build.get("cxx_flags", []))),
+    ]
+    return rows
+
+
+def format_summary(record: dict[str, Any]) -> str:
+    rows = summary_rows(record)
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
