@@ -64,8 +64,12 @@ def _quote(arg: str) -> str:
     return shlex.quote(arg)
 
 
+# --- namespace: one add_task line per task ---------------------------------
 env_namespace = Collection("env")
 env_namespace.add_task(env_check)
 
-ns = Collection(build, toolchain, test)
+ns = Collection()
+ns.add_task(build)
+ns.add_task(toolchain)
+ns.add_task(test)
 ns.add_collection(env_namespace)

@@ -71,5 +71,10 @@ def build(mode: str = "jit") -> BuildResult:
     toolchain.write_record(record)
     print(f"torch op library ({mode}, {record['timings_s'][f'torch_{mode}']} s): {library}", flush=True)
 
+    # Further artifacts built from the same csrc/ (each step records its own
+    # artifacts, timings and settings in `record`, then rewrites it):
+    #   - the ONNX Runtime custom-op library (env/ort_build.py)
+    #   - the CUDA compile check (env/cuda_build.py)
+
     print(f"toolchain record: {toolchain_record_path()}", flush=True)
     return BuildResult(record=record, record_path=toolchain_record_path())

@@ -1,0 +1,28 @@
+"""Shared test fixtures.
+
+Random inputs are fresh on every run (the seed comes from the clock) but
+reproducible: the seed is printed in the header, and FUSEDBENCH_TEST_SEED=N
+replays a run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+
+_SEED = int(os.environ.get("FUSEDBENCH_TEST_SEED", time.time_ns() % 2**31))
+
+
+def pytest_report_header(config):
+    return f"fusedbench random seed: {_SEED} (replay with FUSEDBENCH_TEST_SEED={_SEED})"
+
+
+@pytest.fixture
+def generator(request) -> torch.Generator:
+    """A torch.Generator seeded from the run seed and the test's name (independent streams per test)."""
+    g = torch.Generator()
+    g.manual_seed((_SEED + hash(request.node.nodeid)) % 2**31)
+    return g
