@@ -1,0 +1,68 @@
+"""The interchangeable implementations of the norm, and a module that uses one.
+
+All compute ``x * rsqrt(mean(x^2, -1) + eps) * weight + bias`` over the last dim:
+  * ``unfused``: the Python composition the fused op replaces (pow, mean, add,
+    rsqrt, mul, mul, add: seven kernels);
+  * ``native``: torch's ``F.rms_norm`` plus the bias add (what a user would pick
+    instead; on CPU torch 2.13 runs it as a composite, on CUDA as a fused kernel);
+  * ``fused``: the custom op ``torch.ops.myops.fused_norm``.
+The model, the ONNX export routes and the benchmarks all take their norm from
+here, so every consumer compares the same math.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+NormFn = Callable[[Tensor, Tensor, Tensor, float], Tensor]
+
+
+def unfused_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
+    """The framework-op composition: seven small kernels, six intermediates."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight + bias
+
+
+def native_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
+    """torch's own RMS norm (no bias input) followed by the bias add."""
+    return F.rms_norm(x, (x.shape[-1],), weight, eps) + bias
+
+
+def fused_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
+    """The custom op (requires ``import ops``, which loads the library)."""
+    return torch.ops.myops.fused_norm.default(x, weight, bias, eps)
+
+
+NORM_IMPLEMENTATIONS: dict[str, NormFn] = {
+    "unfused": unfused_norm,
+    "native": native_norm,
+    "fused": fused_norm,
+}
+
+
+def norm_function(name: str) -> NormFn:
+    try:
+        return NORM_IMPLEMENTATIONS[name]
+    except KeyError:
+        raise ValueError(f"norm implementation must be one of {sorted(NORM_IMPLEMENTATIONS)}, got {name!r}") from None
+
+
+class Norm(nn.Module):
+    """RMS norm with weight and bias over the last dim, computed by a chosen implementation."""
+
+    def __init__(self, hidden: int, impl: str = "fused", eps: float = 1e-6):
+        super().__init__()
+        self.impl = impl
+        self.eps = eps
+        self._fn = norm_function(impl)
+        self.weight = nn.Parameter(torch.ones(hidden))
+        self.bias = nn.Parameter(torch.zeros(hidden))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self._fn(x, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, impl={self.impl!r}, eps={self.eps}"
