@@ -46,7 +46,7 @@ def _settings(mode: str) -> dict[str, Any]:
         },
         "cxx_flags": cxx_opt_flags(),
         "march_native": march_native_requested(),
-        # cpp_extension passes torch's own value as -D_GLIBCXX_USE_CXX11_ABI.
+        # Passed explicitly as -D_GLIBCXX_USE_CXX11_ABI (env/build_config.py).
         "cxx11_abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
         "torch_cuda_kernels": with_cuda,
         "torch_cuda_kernels_reason": cuda_reason,

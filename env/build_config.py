@@ -86,7 +86,12 @@ def torch_extension_spec(with_cuda: bool | None = None) -> TorchExtensionSpec:
         torch_dir / "torch_cpu_impl.cpp",
         torch_dir / "torch_autograd.cpp",
     ]
-    defines = []
+    import torch
+
+    # torch 2.13's cpp_extension no longer passes the libstdc++ ABI flag; pass
+    # torch's own value explicitly so a compiler with another default can't
+    # produce a library that fails with "undefined symbol" at load time.
+    defines = [f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
     if with_cuda:
         sources += core_cuda_sources() + [torch_dir / "torch_cuda_impl.cpp"]
         defines.append("-DFUSED_NORM_WITH_CUDA")

@@ -50,6 +50,7 @@ def test_logged_compile_commands_use_the_pinned_flags(record):
         assert "-O3" in line and "-std=c++20" in line, line
         assert "-march=native" not in line or os.environ.get("FUSEDBENCH_MARCH_NATIVE") == "1", line
         assert "-ffast-math" not in line, line
+        assert f"-D_GLIBCXX_USE_CXX11_ABI={record['torch']['cxx11_abi']}" in line, line
 
 
 @pytest.mark.slow
