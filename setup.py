@@ -30,6 +30,7 @@ setup(
             "ops._C",
             sources=spec.relative_sources(),
             include_dirs=[str(d) for d in spec.include_dirs],
+            extra_link_args=spec.ld_flags,
             extra_compile_args={"cxx": spec.cxx_flags, "nvcc": spec.nvcc_flags or [f"-std={CXX_STANDARD_PORTABLE}"]},
             # The library is loaded with torch.ops.load_library, never
             # imported, so it uses no Python C API and can be abi3.

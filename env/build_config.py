@@ -55,6 +55,7 @@ class TorchExtensionSpec:
     sources: list[Path]
     include_dirs: list[Path]
     cxx_flags: list[str]
+    ld_flags: list[str] = field(default_factory=list)
     nvcc_flags: list[str] = field(default_factory=list)
     with_cuda: bool = False
 
@@ -98,7 +99,13 @@ def torch_extension_spec(with_cuda: bool | None = None) -> TorchExtensionSpec:
     return TorchExtensionSpec(
         sources=sources,
         include_dirs=[csrc_dir()],
-        cxx_flags=[f"-std={CXX_STANDARD_TORCH}", *cxx_opt_flags(), *defines],
+        # -fopenmp: at::parallel_for is inline and only splits work when the
+        # caller is compiled with OpenMP; without it the op silently runs on
+        # one thread. The resulting libgomp.so.1 dependency resolves to the
+        # copy torch already loaded (same soname), so there is one OpenMP
+        # runtime and torch.set_num_threads governs the op.
+        cxx_flags=[f"-std={CXX_STANDARD_TORCH}", *cxx_opt_flags(), "-fopenmp", *defines],
+        ld_flags=["-fopenmp"],
         nvcc_flags=[f"-std={CXX_STANDARD_PORTABLE}", "-O3", "--ptxas-options=-v", *defines] if with_cuda else [],
         with_cuda=with_cuda,
     )
