@@ -1,12 +1,12 @@
 // CPU kernel of the fused RMS norm: two passes over each row (sum of squares,
 // then the scaled write), no intermediate tensor, no framework calls.
 //
-// The op is memory-bound once a row leaves L1: each element is read twice
-// (the second read hits L1/L2 because a row is at most a few hundred KB) and
-// written once. What matters is that both passes run at vector width, so the
-// sum of squares keeps kLanes independent partial sums: that lets the
-// compiler vectorise the reduction without -ffast-math (which we never use,
-// it would change rounding) and hides the add latency.
+// The op is memory-bound once the tensor leaves the caches: each element is
+// read twice (the second read hits L1/L2, a row is at most a few hundred KB)
+// and written once. Both passes must run at vector width: the sum of squares
+// keeps kLanes independent partial sums, which lets the compiler vectorise
+// the reduction without -ffast-math (never used: it would change rounding)
+// and hides the add latency.
 #include "fused_norm.h"
 
 #include <cmath>
@@ -27,6 +27,41 @@
 namespace fused_norm {
 namespace {
 
+// 1 / sqrt(mean(x^2) + eps) of one row.
+template <typename T>
+inline __attribute__((always_inline)) typename Numeric<T>::acc_t row_inv_rms(const T* __restrict xr, int64_t hidden,
+                                                                            typename Numeric<T>::acc_t inv_hidden,
+                                                                            typename Numeric<T>::acc_t eps) {
+  using N = Numeric<T>;
+  using acc_t = typename N::acc_t;
+  // Two 64-byte vectors' worth of partial sums.
+  constexpr int kLanes = 128 / sizeof(acc_t);
+  acc_t partial[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= hidden; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      const acc_t v = N::load(xr[i + j]);
+      partial[j] += v * v;
+    }
+  }
+  acc_t tail = 0;
+  for (; i < hidden; ++i) {
+    const acc_t v = N::load(xr[i]);
+    tail += v * v;
+  }
+  // Pairwise fold of the lanes: a fixed order, so results do not depend on
+  // the clone, the row blocking or the thread count.
+  for (int width = kLanes / 2; width > 0; width /= 2) {
+    for (int j = 0; j < width; ++j) partial[j] += partial[j + width];
+  }
+  return acc_t(1) / std::sqrt((partial[0] + tail) * inv_hidden + eps);
+}
+
+// The scaled write is where the loads are: x, weight and bias per element.
+// Writing kRowBlock rows in one sweep loads each weight/bias vector once for
+// all of them, which cuts L1 traffic by a third for cache-resident sizes.
+constexpr int kRowBlock = 4;
+
 template <typename T>
 inline __attribute__((always_inline)) void normalise_rows(const T* __restrict x,       // [rows, hidden]
                                                           const T* __restrict weight,  // [hidden]
@@ -36,36 +71,27 @@ inline __attribute__((always_inline)) void normalise_rows(const T* __restrict x,
                                                           double eps) {
   using N = Numeric<T>;
   using acc_t = typename N::acc_t;
-  // Two 64-byte vectors' worth of partial sums.
-  constexpr int kLanes = 128 / sizeof(acc_t);
   const acc_t eps_acc = static_cast<acc_t>(eps);
   const acc_t inv_hidden = acc_t(1) / static_cast<acc_t>(hidden);
 
-  for (int64_t r = row_begin; r < row_end; ++r) {
+  int64_t r = row_begin;
+  for (; r + kRowBlock <= row_end; r += kRowBlock) {
     const T* xr = x + r * hidden;
     T* yr = y + r * hidden;
-
-    acc_t partial[kLanes] = {};
-    int64_t i = 0;
-    for (; i + kLanes <= hidden; i += kLanes) {
-      for (int j = 0; j < kLanes; ++j) {
-        const acc_t v = N::load(xr[i + j]);
-        partial[j] += v * v;
+    acc_t inv_rms[kRowBlock];
+    for (int j = 0; j < kRowBlock; ++j) inv_rms[j] = row_inv_rms(xr + j * hidden, hidden, inv_hidden, eps_acc);
+    for (int64_t k = 0; k < hidden; ++k) {
+      const acc_t w = N::load(weight[k]);
+      const acc_t b = N::load(bias[k]);
+      for (int j = 0; j < kRowBlock; ++j) {
+        yr[j * hidden + k] = N::store(N::load(xr[j * hidden + k]) * inv_rms[j] * w + b);
       }
     }
-    acc_t tail = 0;
-    for (; i < hidden; ++i) {
-      const acc_t v = N::load(xr[i]);
-      tail += v * v;
-    }
-    // Pairwise fold of the lanes: fixed order, so results do not depend on
-    // the clone or thread count.
-    for (int width = kLanes / 2; width > 0; width /= 2) {
-      for (int j = 0; j < width; ++j) partial[j] += partial[j + width];
-    }
-    const acc_t sum_sq = partial[0] + tail;
-    const acc_t inv_rms = acc_t(1) / std::sqrt(sum_sq * inv_hidden + eps_acc);
-
+  }
+  for (; r < row_end; ++r) {
+    const T* xr = x + r * hidden;
+    T* yr = y + r * hidden;
+    const acc_t inv_rms = row_inv_rms(xr, hidden, inv_hidden, eps_acc);
     for (int64_t k = 0; k < hidden; ++k) {
       yr[k] = N::store(N::load(xr[k]) * inv_rms * N::load(weight[k]) + N::load(bias[k]));
     }
