@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +35,39 @@ def march_native_requested() -> bool:
 
 def cxx_opt_flags() -> list[str]:
     return OPT_FLAGS + (["-march=native"] if march_native_requested() else [])
+
+
+# The CUDA architectures of every CUDA build are pinned in ONE place,
+# environment.lock.yml `variables: TORCH_CUDA_ARCH_LIST`, never guessed from
+# the visible GPU (cpp_extension's default), so a build on a machine with an
+# A100 still runs on an H200 and the other way round.
+CUDA_ARCH_LIST_VARIABLE = "TORCH_CUDA_ARCH_LIST"
+
+
+def pinned_cuda_arch_list() -> str:
+    """TORCH_CUDA_ARCH_LIST as pinned in environment.lock.yml (e.g. "8.0;9.0+PTX")."""
+    from env.lock import LockError, read_lock
+
+    lock = read_lock()
+    value = lock.variables.get(CUDA_ARCH_LIST_VARIABLE, "").strip()
+    if not value:
+        raise LockError(f"{lock.path}: `variables: {CUDA_ARCH_LIST_VARIABLE}` is missing; every CUDA build needs it")
+    return value
+
+
+def use_pinned_cuda_arch_list() -> str:
+    """Put the pinned arch list into os.environ, where cpp_extension (JIT and setup.py)
+    reads it; warn when the caller's environment asked for something else."""
+    pinned = pinned_cuda_arch_list()
+    current = os.environ.get(CUDA_ARCH_LIST_VARIABLE)
+    if current is not None and current.strip() != pinned:
+        warnings.warn(
+            f"{CUDA_ARCH_LIST_VARIABLE}={current!r} in the environment is ignored: CUDA builds use the value "
+            f"pinned in environment.lock.yml ({pinned!r}); change it there to build for other GPUs",
+            stacklevel=2,
+        )
+    os.environ[CUDA_ARCH_LIST_VARIABLE] = pinned
+    return pinned
 
 
 def _rel(paths: list[Path]) -> list[str]:
@@ -96,6 +130,7 @@ def torch_extension_spec(with_cuda: bool | None = None) -> TorchExtensionSpec:
     if with_cuda:
         sources += core_cuda_sources() + [torch_dir / "torch_cuda_impl.cpp"]
         defines.append("-DFUSED_NORM_WITH_CUDA")
+        use_pinned_cuda_arch_list()  # JIT and setup.py both build from this spec
     return TorchExtensionSpec(
         sources=sources,
         include_dirs=[csrc_dir()],

@@ -1,0 +1,423 @@
+// CUDA kernels of the fused RMS norm, behind fused_norm::cuda_forward.
+//
+//   y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * weight + bias
+//
+// Framework-free: CUDA headers and the core headers only, so the torch
+// adapter (csrc/torch/torch_cuda_impl.cpp) and the ONNX Runtime CUDA op
+// (csrc/ort/ort_cuda_op.cc) launch the very same kernels on their own streams.
+//
+// Why the kernels look the way they do
+// ------------------------------------
+// The op does about 4 FLOPs per element and moves sizeof(T) bytes in and
+// sizeof(T) bytes out, i.e. it is bound by DRAM bandwidth by two orders of
+// magnitude on any GPU. The best it can do is read x once, write y once, and
+// keep enough bytes in flight to cover DRAM latency. Hence:
+//   * A row is loaded into registers once, its sum of squares reduced (fp32,
+//     or fp64 for double), and the output computed from the registers: no
+//     second DRAM pass over x. Only rows longer than one block's registers
+//     (kStreamingRows) read x twice, the second time mostly from L2.
+//   * Loads and stores are 16 bytes per thread (LDG.128/STG.128), coalesced
+//     across the warp, when every pointer is 16-byte aligned and the row
+//     length is a multiple of 16 / sizeof(T): fewer, wider memory
+//     transactions reach full bandwidth with fewer threads. Otherwise the same
+//     kernels run one element per access (vec = 1). The choice is an explicit
+//     run-time check in launch_for_type(); the scalar path is slower, never
+//     wrong.
+//   * x is read and y written with the streaming cache hint (evict first):
+//     each byte is touched once, and leaving it out of L2 keeps weight and
+//     bias (read by every row) resident.
+//   * Reduction: warp shuffles, then one shared-memory slot per warp and a
+//     second shuffle round in every warp (no second barrier).
+// The variants and their thresholds live in fused_norm_cuda_plan.h.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "fused_norm.h"
+#include "fused_norm_cuda_plan.h"
+#include "numeric_types.h"
+
+namespace fused_norm {
+namespace cuda_kernels {
+
+using cuda_plan::kMaxThreads;
+using cuda_plan::kWarpRowsPerBlock;
+using cuda_plan::kWarpRowsThreads;
+using cuda_plan::kWarpSize;
+
+// --- element conversions ------------------------------------------------------
+// The storage types are bare uint16_t (numeric_types.h); on the device their
+// bits are reinterpreted as __half / __nv_bfloat16 and converted with the
+// hardware intrinsics (torch builds with __CUDA_NO_HALF_CONVERSIONS__, so
+// nothing implicit is available, nor wanted).
+
+template <typename T>
+struct Elem;
+
+template <>
+struct Elem<float> {
+  using acc_t = float;
+  static __device__ __forceinline__ float load(float v) { return v; }
+  static __device__ __forceinline__ float store(float v) { return v; }
+};
+
+template <>
+struct Elem<double> {
+  using acc_t = double;
+  static __device__ __forceinline__ double load(double v) { return v; }
+  static __device__ __forceinline__ double store(double v) { return v; }
+};
+
+template <>
+struct Elem<Half> {
+  using acc_t = float;
+  static __device__ __forceinline__ float load(Half v) { return __half2float(__ushort_as_half(v.bits)); }
+  static __device__ __forceinline__ Half store(float v) { return Half{__half_as_ushort(__float2half_rn(v))}; }
+};
+
+template <>
+struct Elem<BFloat16> {
+  using acc_t = float;
+  static __device__ __forceinline__ float load(BFloat16 v) {
+    return __bfloat162float(__ushort_as_bfloat16(v.bits));
+  }
+  static __device__ __forceinline__ BFloat16 store(float v) {
+    return BFloat16{__bfloat16_as_ushort(__float2bfloat16_rn(v))};
+  }
+};
+
+__device__ __forceinline__ float inverse_rms(float mean_sq, float eps) { return 1.0f / sqrtf(mean_sq + eps); }
+__device__ __forceinline__ double inverse_rms(double mean_sq, double eps) { return 1.0 / sqrt(mean_sq + eps); }
+
+// --- vectors of VEC elements, moved as one machine word -------------------------
+
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC) Pack {
+  T v[VEC];
+};
+
+// The integer type of the same size, for which the cache-hint intrinsics exist.
+template <int BYTES>
+struct Word;
+template <>
+struct Word<2> {
+  using type = unsigned short;
+};
+template <>
+struct Word<4> {
+  using type = unsigned int;
+};
+template <>
+struct Word<8> {
+  using type = uint2;
+};
+template <>
+struct Word<16> {
+  using type = uint4;
+};
+
+template <typename P>
+using word_t = typename Word<sizeof(P)>::type;
+
+// Read once, never again: evict-first.
+template <typename P>
+__device__ __forceinline__ P load_streaming(const P* p) {
+  const word_t<P> w = __ldcs(reinterpret_cast<const word_t<P>*>(p));
+  P out;
+  memcpy(&out, &w, sizeof(P));
+  return out;
+}
+
+// Read by every row (weight, bias): read-only path, cached.
+template <typename P>
+__device__ __forceinline__ P load_cached(const P* p) {
+  const word_t<P> w = __ldg(reinterpret_cast<const word_t<P>*>(p));
+  P out;
+  memcpy(&out, &w, sizeof(P));
+  return out;
+}
+
+template <typename P>
+__device__ __forceinline__ void store_streaming(P* p, const P& value) {
+  word_t<P> w;
+  memcpy(&w, &value, sizeof(P));
+  __stcs(reinterpret_cast<word_t<P>*>(p), w);
+}
+
+// --- reductions ---------------------------------------------------------------------
+
+// Sum over the 32 lanes; every lane gets the total. All lanes must be active.
+template <typename A>
+__device__ __forceinline__ A warp_sum(A v) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32); every thread gets the
+// total. `partials` ([32] in shared memory) must not be rewritten before all
+// threads have returned, which callers ensure by alternating two buffers: a
+// warp can only reach the next use of one buffer after passing the barrier
+// of the other.
+template <typename A>
+__device__ __forceinline__ A block_sum(A v, A* partials /* [32] */) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  v = warp_sum(v);
+  if (lane == 0) partials[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x / kWarpSize;
+  return warp_sum(lane < warps ? partials[lane] : A(0));
+}
+
+// --- kernels -----------------------------------------------------------------------
+
+// y = x * inv_rms * w + b for one vector, computed in the accumulation type.
+template <typename T, int VEC, typename A>
+__device__ __forceinline__ Pack<T, VEC> scale_shift(const Pack<T, VEC>& x, const Pack<T, VEC>& w,
+                                                    const Pack<T, VEC>& b, A inv_rms) {
+  using E = Elem<T>;
+  Pack<T, VEC> out;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) out.v[j] = E::store(E::load(x.v[j]) * inv_rms * E::load(w.v[j]) + E::load(b.v[j]));
+  return out;
+}
+
+template <typename T, int VEC, typename A>
+__device__ __forceinline__ A sum_squares(const Pack<T, VEC>& x) {
+  A s = A(0);
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    const A v = Elem<T>::load(x.v[j]);
+    s += v * v;
+  }
+  return s;
+}
+
+// One warp per row, kWarpRowsPerBlock rows per block. Lane l holds vectors
+// l, l + 32, ..., l + 32 * (CHUNKS - 1) of its row. Weight and bias are loaded
+// together with x, before the reduction, so one memory latency covers all
+// three (short rows are latency-bound). Holding x, w and b costs registers
+// (ptxas unpacks 16-bit vectors early; the widest variant uses ~120 on sm_90,
+// still 4 blocks per SM), but capping them (__launch_bounds__(128, 8)) made
+// the 4-chunk variants spill.
+template <typename T, int VEC, int CHUNKS>
+__global__ void __launch_bounds__(kWarpRowsThreads)
+    warp_rows_kernel(const T* __restrict__ x,       // [rows, hidden]
+                     const T* __restrict__ weight,  // [hidden]
+                     const T* __restrict__ bias,    // [hidden]
+                     T* __restrict__ y,             // [rows, hidden]
+                     int64_t rows, int hidden, typename Elem<T>::acc_t eps) {
+  using A = typename Elem<T>::acc_t;
+  using P = Pack<T, VEC>;
+  const int lane = threadIdx.x % kWarpSize;
+  const int nvec = hidden / VEC;
+  const A inv_hidden = A(1) / static_cast<A>(hidden);
+  const P* w = reinterpret_cast<const P*>(weight);  // [nvec]
+  const P* b = reinterpret_cast<const P*>(bias);    // [nvec]
+
+  // The row index is the same for all lanes of a warp, so the loop and the
+  // shuffles inside it run with the whole warp converged.
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + threadIdx.x / kWarpSize;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarpRowsPerBlock;
+  for (int64_t row = first; row < rows; row += stride) {
+    const P* xr = reinterpret_cast<const P*>(x + row * hidden);  // [nvec]
+    P* yr = reinterpret_cast<P*>(y + row * hidden);              // [nvec]
+    P xv[CHUNKS], wr[CHUNKS], br[CHUNKS];
+    A sum_sq = A(0);
+#pragma unroll
+    for (int i = 0; i < CHUNKS; ++i) {
+      const int c = lane + i * kWarpSize;
+      if (c < nvec) {
+        xv[i] = load_streaming(xr + c);
+        wr[i] = load_cached(w + c);
+        br[i] = load_cached(b + c);
+        sum_sq += sum_squares<T, VEC, A>(xv[i]);
+      }
+    }
+    const A inv_rms = inverse_rms(warp_sum(sum_sq) * inv_hidden, eps);
+#pragma unroll
+    for (int i = 0; i < CHUNKS; ++i) {
+      const int c = lane + i * kWarpSize;
+      if (c < nvec) store_streaming(yr + c, scale_shift<T, VEC, A>(xv[i], wr[i], br[i], inv_rms));
+    }
+  }
+}
+
+// One block per row; thread t holds vectors t, t + blockDim.x, ... of the
+// row (CHUNKS of them), so consecutive threads touch consecutive 16-byte
+// words. Weight and bias are loaded after the reduction: at up to 1024
+// threads the register budget (64 per thread) holds x, not x, w and b.
+template <typename T, int VEC, int CHUNKS>
+__global__ void __launch_bounds__(kMaxThreads)
+    block_rows_kernel(const T* __restrict__ x,       // [rows, hidden]
+                      const T* __restrict__ weight,  // [hidden]
+                      const T* __restrict__ bias,    // [hidden]
+                      T* __restrict__ y,             // [rows, hidden]
+                      int64_t rows, int hidden, typename Elem<T>::acc_t eps) {
+  using A = typename Elem<T>::acc_t;
+  using P = Pack<T, VEC>;
+  __shared__ A partials[2][kWarpSize];
+  const int nvec = hidden / VEC;
+  const A inv_hidden = A(1) / static_cast<A>(hidden);
+  const P* w = reinterpret_cast<const P*>(weight);  // [nvec]
+  const P* b = reinterpret_cast<const P*>(bias);    // [nvec]
+
+  int parity = 0;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x, parity ^= 1) {
+    const P* xr = reinterpret_cast<const P*>(x + row * hidden);  // [nvec]
+    P* yr = reinterpret_cast<P*>(y + row * hidden);              // [nvec]
+    P xv[CHUNKS];
+    A sum_sq = A(0);
+#pragma unroll
+    for (int i = 0; i < CHUNKS; ++i) {
+      const int c = threadIdx.x + i * blockDim.x;
+      if (c < nvec) {
+        xv[i] = load_streaming(xr + c);
+        sum_sq += sum_squares<T, VEC, A>(xv[i]);
+      }
+    }
+    const A inv_rms = inverse_rms(block_sum(sum_sq, partials[parity]) * inv_hidden, eps);
+#pragma unroll
+    for (int i = 0; i < CHUNKS; ++i) {
+      const int c = threadIdx.x + i * blockDim.x;
+      if (c < nvec) store_streaming(yr + c, scale_shift<T, VEC, A>(xv[i], load_cached(w + c), load_cached(b + c), inv_rms));
+    }
+  }
+}
+
+// One block per row, for rows longer than a block's registers hold
+// (> kMaxThreads * kBlockRowsChunks vectors). Pass 1 reads x with the normal
+// cache policy so that pass 2 finds it in L2.
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kMaxThreads)
+    streaming_rows_kernel(const T* __restrict__ x,       // [rows, hidden]
+                          const T* __restrict__ weight,  // [hidden]
+                          const T* __restrict__ bias,    // [hidden]
+                          T* __restrict__ y,             // [rows, hidden]
+                          int64_t rows, int64_t hidden, typename Elem<T>::acc_t eps) {
+  using A = typename Elem<T>::acc_t;
+  using P = Pack<T, VEC>;
+  __shared__ A partials[2][kWarpSize];
+  const int64_t nvec = hidden / VEC;
+  const A inv_hidden = A(1) / static_cast<A>(hidden);
+  const P* w = reinterpret_cast<const P*>(weight);  // [nvec]
+  const P* b = reinterpret_cast<const P*>(bias);    // [nvec]
+
+  int parity = 0;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x, parity ^= 1) {
+    const P* xr = reinterpret_cast<const P*>(x + row * hidden);  // [nvec]
+    P* yr = reinterpret_cast<P*>(y + row * hidden);              // [nvec]
+    A sum_sq = A(0);
+#pragma unroll 4
+    for (int64_t c = threadIdx.x; c < nvec; c += blockDim.x) sum_sq += sum_squares<T, VEC, A>(xr[c]);
+    const A inv_rms = inverse_rms(block_sum(sum_sq, partials[parity]) * inv_hidden, eps);
+#pragma unroll 4
+    for (int64_t c = threadIdx.x; c < nvec; c += blockDim.x) {
+      store_streaming(yr + c, scale_shift<T, VEC, A>(xr[c], load_cached(w + c), load_cached(b + c), inv_rms));
+    }
+  }
+}
+
+// --- host side: dispatch from run-time sizes to compile-time variants ----------
+
+struct Operands {
+  const void* x;
+  const void* weight;
+  const void* bias;
+  void* y;
+  int64_t rows;
+  int64_t hidden;
+  double eps;
+};
+
+template <typename T, int VEC>
+cudaError_t launch_variant(const Operands& o, const cuda_plan::LaunchPlan& plan, cudaStream_t stream) {
+  using A = typename Elem<T>::acc_t;
+  const T* x = static_cast<const T*>(o.x);
+  const T* w = static_cast<const T*>(o.weight);
+  const T* b = static_cast<const T*>(o.bias);
+  T* y = static_cast<T*>(o.y);
+  const A eps = static_cast<A>(o.eps);
+  const dim3 grid(static_cast<unsigned int>(plan.blocks));
+  const dim3 block(static_cast<unsigned int>(plan.threads));
+  // Register kernels index a row with int: their rows are at most
+  // kMaxThreads * kBlockRowsChunks * 16 bytes long.
+  const int hidden = static_cast<int>(o.hidden);
+
+  switch (plan.kernel) {
+    case cuda_plan::Kernel::kWarpRows:
+      switch (plan.chunks) {
+        case 1:
+          warp_rows_kernel<T, VEC, 1><<<grid, block, 0, stream>>>(x, w, b, y, o.rows, hidden, eps);
+          break;
+        case 2:
+          warp_rows_kernel<T, VEC, 2><<<grid, block, 0, stream>>>(x, w, b, y, o.rows, hidden, eps);
+          break;
+        case 4:
+          warp_rows_kernel<T, VEC, 4><<<grid, block, 0, stream>>>(x, w, b, y, o.rows, hidden, eps);
+          break;
+        default:
+          return cudaErrorInvalidConfiguration;
+      }
+      break;
+    case cuda_plan::Kernel::kBlockRows:
+      static_assert(cuda_plan::kBlockRowsChunks == 4, "block_rows_kernel is instantiated for 4 chunks");
+      block_rows_kernel<T, VEC, 4><<<grid, block, 0, stream>>>(x, w, b, y, o.rows, hidden, eps);
+      break;
+    case cuda_plan::Kernel::kStreamingRows:
+      streaming_rows_kernel<T, VEC><<<grid, block, 0, stream>>>(x, w, b, y, o.rows, o.hidden, eps);
+      break;
+  }
+  // A launch error (bad configuration, no kernel image for this GPU) is
+  // reported here; a fault inside the kernel surfaces at the caller's next
+  // synchronisation, as for every CUDA op.
+  return cudaGetLastError();
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % cuda_plan::kVectorBytes == 0; }
+
+template <typename T>
+cudaError_t launch_for_type(const Operands& o, cudaStream_t stream) {
+  // The vectorised path needs every row of every operand to start on a
+  // 16-byte boundary: true when the base pointers are aligned and the row
+  // length is a multiple of the vector width (make_plan checks the latter).
+  const bool aligned = aligned16(o.x) && aligned16(o.weight) && aligned16(o.bias) && aligned16(o.y);
+  const cuda_plan::LaunchPlan plan = cuda_plan::make_plan(o.rows, o.hidden, sizeof(T), aligned);
+  constexpr int kWide = cuda_plan::kVectorBytes / sizeof(T);
+  if (plan.vec == kWide) return launch_variant<T, kWide>(o, plan, stream);
+  return launch_variant<T, 1>(o, plan, stream);
+}
+
+}  // namespace cuda_kernels
+
+int cuda_forward(const NormProblem& p, void* stream) {
+  if (p.rows < 0 || p.hidden < 0) return static_cast<int>(cudaErrorInvalidValue);
+  if (p.rows == 0 || p.hidden == 0) return static_cast<int>(cudaSuccess);  // nothing to write
+  if (p.x == nullptr || p.weight == nullptr || p.bias == nullptr || p.y == nullptr) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  const cuda_kernels::Operands o{p.x, p.weight, p.bias, p.y, p.rows, p.hidden, p.eps};
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  cudaError_t err = cudaErrorInvalidValue;  // an unknown dtype value
+  switch (p.dtype) {
+    case DType::kFloat32:
+      err = cuda_kernels::launch_for_type<float>(o, s);
+      break;
+    case DType::kFloat64:
+      err = cuda_kernels::launch_for_type<double>(o, s);
+      break;
+    case DType::kFloat16:
+      err = cuda_kernels::launch_for_type<Half>(o, s);
+      break;
+    case DType::kBFloat16:
+      err = cuda_kernels::launch_for_type<BFloat16>(o, s);
+      break;
+  }
+  return static_cast<int>(err);
+}
+
+}  // namespace fused_norm

@@ -1,0 +1,63 @@
+// CUDA kernels of myops::fused_norm and myops::fused_norm_out: the same checks
+// as the CPU impl, then the core's CUDA launcher on torch's current stream.
+//
+// Compiled only into CUDA builds of the extension (env/build_config.py adds it
+// when torch has CUDA); a CPU-only build simply registers no CUDA kernel.
+// Only c10's CUDA headers are used (not ATen/cuda/CUDAContext.h, which pulls
+// in cuBLAS/cuSPARSE headers) so this file also compiles against the CPU
+// wheel's headers for the compile check (env/cuda_build.py).
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <torch/library.h>
+
+#include "torch_adapter.h"
+
+namespace fused_norm_torch {
+namespace {
+
+void run_cuda(const char* op, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+              const at::Tensor& y, double eps) {
+  // Callers hold a CUDAGuard for x's device, so the current stream is that
+  // device's.
+  const fused_norm::NormProblem p = make_problem(x, weight, bias, y, eps);
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+  const int err = fused_norm::cuda_forward(p, stream);
+  TORCH_CHECK(err == 0, op, ": CUDA kernel launch failed on ", x.device(), ": ",
+              cudaGetErrorName(static_cast<cudaError_t>(err)), " (",
+              cudaGetErrorString(static_cast<cudaError_t>(err)), ")");
+}
+
+at::Tensor fused_norm_cuda(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
+  check_norm_args("fused_norm", x, weight, bias, eps);
+  // The dispatcher picks this kernel when any argument is on CUDA; x itself
+  // must be (weight and bias were checked to be on x's device).
+  TORCH_CHECK(x.is_cuda(), "fused_norm: x must be a CUDA tensor here, got ", x.device());
+  // x's device, not whichever is current: y is allocated and the kernel
+  // launched there (every operand was checked to live on it).
+  const c10::cuda::CUDAGuard guard(x.device());
+  // Non-contiguous inputs are copied once; the kernel needs dense rows.
+  const at::Tensor xc = x.contiguous();
+  at::Tensor y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  run_cuda("fused_norm", xc, weight.contiguous(), bias.contiguous(), y, eps);
+  return y;
+}
+
+void fused_norm_out_cuda(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps,
+                         const at::Tensor& out) {
+  check_norm_args("fused_norm_out", x, weight, bias, eps);
+  check_out_arg(out, x, weight, bias);
+  TORCH_CHECK(x.is_cuda(), "fused_norm_out: x must be a CUDA tensor here, got ", x.device());
+  const c10::cuda::CUDAGuard guard(x.device());
+  run_cuda("fused_norm_out", x.contiguous(), weight.contiguous(), bias.contiguous(), out, eps);
+}
+
+}  // namespace
+}  // namespace fused_norm_torch
+
+TORCH_LIBRARY_IMPL(myops, CUDA, m) {
+  m.impl("fused_norm", &fused_norm_torch::fused_norm_cuda);
+  m.impl("fused_norm_out", &fused_norm_torch::fused_norm_out_cuda);
+}
