@@ -1,0 +1,148 @@
+# syntax=docker/dockerfile:1
+# fusedbench: the pinned build-and-benchmark environment on an NVIDIA GPU.
+#
+#   invoke docker.build                      # build args below filled in from the lock and git
+#   invoke docker.run bench --baseline all   # GPUs and ./reports mounted
+#   docker run --rm --gpus all -v "$PWD/reports:/reports" IMAGE bench --baseline all
+#
+# The environment is installed by scripts/create_env.sh, the same script
+# .ci/run and README use (FUSEDBENCH_ENV picks the prefix,
+# FUSEDBENCH_TORCH_VARIANT=cuda adds the lock's hashed CUDA wheels).
+
+# Base images by tag AND digest. The digests come from public projects that
+# pin them; no registry is reachable where this file was written, so they were
+# not verified there (README, "Docker image"). Docker refuses a digest that
+# does not match, so a wrong one fails the build instead of changing it.
+# CUDA 13.0 + cuDNN 9: what onnxruntime-gpu 1.31.1 and torch 2.13.0's CUDA wheel are built for.
+ARG CUDA_IMAGE=nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04
+ARG CUDA_IMAGE_DIGEST=sha256:8b2705ea7a8653ad3451b46ab835eced92d77b44e671b9cf3ad4f95fbb2efe5e
+# micromamba as the static binary from its own image: pinned by digest, no installer script.
+ARG MICROMAMBA_IMAGE=mambaorg/micromamba:2.3.3
+ARG MICROMAMBA_IMAGE_DIGEST=sha256:800e7ade3ffe29c9a9ac2026163131495f8197c3852e572c5835beb4e8a33cd6
+# Ubuntu 24.04 packages at exact versions. An apt pin fails the build when
+# Ubuntu replaces the version with a security update: update it here then.
+ARG GCC_VERSION=13.3.0-6ubuntu2~24.04.1
+# Only reads environment.lock.yml before the locked Python exists (scripts/lock_pins.py).
+ARG PYTHON3_MINIMAL_VERSION=3.12.3-0ubuntu2.1
+ARG NODEJS_VERSION=18.19.1+dfsg-6ubuntu5
+ARG NPM_VERSION=9.2.0~ds1-2
+ARG FUSEDBENCH_CACHE=/opt/fusedbench-cache
+
+FROM ${MICROMAMBA_IMAGE}@${MICROMAMBA_IMAGE_DIGEST} AS micromamba
+
+# --- stage: the ONNX Runtime headers ------------------------------------------
+# The onnxruntime wheels ship no headers; env/ort_headers.py fetches the pinned
+# npm package and checks its sha256. npm is needed for that one download only,
+# so it lives in this stage and never reaches the image.
+FROM ${CUDA_IMAGE}@${CUDA_IMAGE_DIGEST} AS ort-headers
+ARG PYTHON3_MINIMAL_VERSION
+ARG NODEJS_VERSION
+ARG NPM_VERSION
+ARG FUSEDBENCH_CACHE
+ARG DEBIAN_FRONTEND=noninteractive
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends \
+        python3-minimal="${PYTHON3_MINIMAL_VERSION}" \
+        nodejs="${NODEJS_VERSION}" \
+        npm="${NPM_VERSION}" \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY env/ env/
+RUN FUSEDBENCH_CACHE="${FUSEDBENCH_CACHE}" python3 -c \
+        'from env.ort_headers import ensure_ort_headers; print(ensure_ort_headers())'
+
+# --- the image ------------------------------------------------------------------
+FROM ${CUDA_IMAGE}@${CUDA_IMAGE_DIGEST}
+ARG CUDA_IMAGE
+ARG CUDA_IMAGE_DIGEST
+ARG GCC_VERSION
+ARG PYTHON3_MINIMAL_VERSION
+ARG FUSEDBENCH_CACHE
+ARG DEBIAN_FRONTEND=noninteractive
+# Defaults equal the lock; `invoke docker.build` passes the lock's value, and a
+# RUN step below fails the build if the two disagree (one source of truth:
+# environment.lock.yml `variables:`).
+ARG TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"
+# nvcc needs ~2 GiB per job; raise on a large build host.
+ARG MAX_JOBS=4
+# The sha256 of environment.lock.yml and the git commit, for the labels;
+# checked against the copied lock when given.
+ARG LOCK_SHA256=""
+ARG GIT_COMMIT=unknown
+# The uid of the non-root user: `invoke docker.build` passes the host user's,
+# so reports written to the mounted folder belong to them.
+ARG FUSEDBENCH_UID=10001
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# The pinned system compiler: the C++ side of the op, nvcc's host compiler,
+# and torch.compile (inductor compiles C++ and Triton launchers at run time,
+# which is why the image keeps the devel base and its compiler).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends \
+        gcc-13="${GCC_VERSION}" \
+        g++-13="${GCC_VERSION}" \
+        python3-minimal="${PYTHON3_MINIMAL_VERSION}" \
+    && rm -rf /var/lib/apt/lists/*
+ENV CC=gcc-13 \
+    CXX=g++-13 \
+    CUDAHOSTCXX=g++-13
+
+COPY --from=micromamba /bin/micromamba /usr/local/bin/micromamba
+
+# The default user of the Ubuntu 24.04 image holds uid 1000, which the host
+# user often has too.
+RUN if id ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \
+    && useradd --create-home --uid "${FUSEDBENCH_UID}" --shell /bin/bash fusedbench \
+    && mkdir -p /opt/fusedbench /reports \
+    && chown fusedbench:fusedbench /opt/fusedbench /reports
+
+ENV MAMBA_ROOT_PREFIX=/opt/micromamba \
+    FUSEDBENCH_ENV=/opt/fusedbench-env \
+    FUSEDBENCH_TORCH_VARIANT=cuda \
+    FUSEDBENCH_CACHE=${FUSEDBENCH_CACHE} \
+    FUSEDBENCH_REPORTS_DIR=/reports \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/fusedbench-env/bin:${PATH}
+
+WORKDIR /opt/fusedbench
+
+# 1. The environment, from the lock and the scripts that read it only, so a
+# source change does not reinstall the CUDA wheels.
+COPY environment.lock.yml ./
+COPY scripts/ scripts/
+RUN if [ -n "${LOCK_SHA256}" ]; then echo "${LOCK_SHA256}  environment.lock.yml" | sha256sum --check --strict; fi \
+    && locked=$(python3 scripts/lock_pins.py var TORCH_CUDA_ARCH_LIST environment.lock.yml) \
+    && if [ "${locked}" != "${TORCH_CUDA_ARCH_LIST}" ]; then \
+         echo "TORCH_CUDA_ARCH_LIST build arg '${TORCH_CUDA_ARCH_LIST}' differs from the lock's '${locked}'" >&2; exit 1; \
+       fi \
+    && scripts/create_env.sh \
+    && micromamba clean --all --yes
+
+ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
+    MAX_JOBS=${MAX_JOBS}
+
+COPY --from=ort-headers --chown=fusedbench:fusedbench ${FUSEDBENCH_CACHE} ${FUSEDBENCH_CACHE}
+
+# 2. The sources, then both builds as the runtime user, so the toolchain
+# record (build/toolchain.json, build/*/build.log) is baked into the image
+# and `bench`'s own pre-build finds everything up to date. The delivery (AOT)
+# build first; the JIT build last because `invoke bench` runs it.
+COPY --chown=fusedbench:fusedbench . .
+# Numeric, so `docker run --user`, Kubernetes' runAsNonRoot and the host agree.
+USER ${FUSEDBENCH_UID}
+RUN invoke build --aot && invoke build && invoke env.check
+
+LABEL org.opencontainers.image.title="fusedbench" \
+      org.opencontainers.image.description="fused_norm torch/ONNX Runtime op: pinned build and benchmark environment" \
+      org.opencontainers.image.revision="${GIT_COMMIT}" \
+      org.opencontainers.image.base.name="${CUDA_IMAGE}" \
+      org.opencontainers.image.base.digest="${CUDA_IMAGE_DIGEST}" \
+      io.fusedbench.lock.sha256="${LOCK_SHA256}" \
+      io.fusedbench.torch-cuda-arch-list="${TORCH_CUDA_ARCH_LIST}"
+
+# Reports go to a mounted folder: docker run -v "$PWD/reports:/reports" ...
+VOLUME ["/reports"]
+ENTRYPOINT ["/opt/fusedbench/scripts/with_env.sh"]
+CMD ["--list"]
