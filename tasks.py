@@ -64,6 +64,107 @@ def _quote(arg: str) -> str:
     return shlex.quote(arg)
 
 
+@task(help={"variant": "cpu: rewrite the pip list (a CPU machine); cuda: rewrite cuda-pip (in the image). "
+                       "Default: $FUSEDBENCH_TORCH_VARIANT, else cpu"})
+def lock(c, variant=""):
+    """Regenerate environment.lock.yml from this environment (exact pins; hashes for cuda-pip)."""
+    from env.lock import LockError, regenerate
+
+    try:
+        update = regenerate(variant=variant or None)
+    except LockError as error:
+        raise Exit(f"lock: {error}") from error
+    print(update.summary())
+
+
+@task(
+    name="build",
+    help={
+        "tag": "image tag (default fusedbench:local)",
+        "max_jobs": "parallel compile jobs in the image build (default: the Dockerfile's 4)",
+        "base_digest": "sha256:... of the CUDA base image, instead of the Dockerfile's",
+    },
+)
+def docker_build(c, tag="", max_jobs=0, base_digest=""):
+    """Build the Docker image: pinned CUDA base, env from the lock, `invoke build --aot` baked in."""
+    from env import docker
+
+    _docker(docker.build_command(tag or docker.DEFAULT_TAG, max_jobs or None, base_digest or None))
+
+
+@task(
+    name="run",
+    help={
+        "tag": "image tag (default fusedbench:local)",
+        "reports": "host folder mounted as the image's reports folder (default <repo>/reports)",
+        "gpus": "pass --gpus all (default: when nvidia-smi lists a GPU here)",
+    },
+)
+def docker_run(c, tag="", reports="", gpus=None):
+    """Run an invoke task in the image: `invoke docker.run -- bench --baseline all`."""
+    import shlex
+    from pathlib import Path
+
+    from env import docker
+
+    task_line = shlex.split(c.remainder)
+    _docker(docker.run_command(task_line, tag or docker.DEFAULT_TAG, Path(reports) if reports else None, gpus))
+
+
+def _docker(command):
+    from env import docker
+
+    try:
+        result = docker.run(command)
+    except docker.DockerError as error:
+        raise Exit(f"docker: {error}") from error
+    if result.returncode:
+        raise Exit(f"docker: `{' '.join(command[:2])}` failed (exit {result.returncode})", code=result.returncode)
+
+
+@task(
+    pre=[build],
+    help={
+        "route": "all (default), one of standard, opset23, custom, or a comma list",
+        "out": "output folder (default <repo>/build/onnx)",
+        "torchscript": "use the deprecated TorchScript exporter (dynamo=False) instead of the dynamo one",
+    },
+)
+def export(c, route="all", out="", torchscript=False):
+    """Export the sequence model to ONNX by each route; check each file and print its graph summary."""
+    from ops.export import ExportError, export_routes
+    from ops.onnx_checks import ExportCheckError
+
+    try:
+        export_routes(route, out or None, torchscript=torchscript)
+    except (ValueError, ExportError, ExportCheckError) as error:
+        raise Exit(f"export failed - {error}") from error
+
+
+@task(
+    pre=[build],
+    help={
+        "route": "all (default), one of standard, opset23, custom, or a comma list",
+        "out": "folder for the saved inputs and exported files (default <repo>/build/alignment)",
+        "layers": "also compare each block's output (extra graph outputs) and name the first that diverges",
+        "optimization": "ORT graph optimisation: all (default), extended, basic, disable",
+        "dtype": "op-level dtypes, comma list of float32, float16, float64 (default float32,float16)",
+    },
+)
+def check(c, route="all", out="", layers=False, optimization="all", dtype="float32,float16"):
+    """Align PyTorch and ONNX Runtime per route (op alone and model); fail past the dtype's tolerance."""
+    from ops._library import LibraryNotBuiltError
+    from ops.alignment import AlignmentError, check_alignment
+    from ops.export import ExportError
+    from ops.onnx_checks import ExportCheckError
+    from ops.ort_session import CustomOpsNotRegisteredError
+
+    try:
+        check_alignment(route, out or None, layers=layers, optimization=optimization, dtypes=dtype.split(","))
+    except (ValueError, ExportError, ExportCheckError, AlignmentError, LibraryNotBuiltError, CustomOpsNotRegisteredError) as error:
+        raise Exit(f"check failed - {error}") from error
+
+
 # --- namespace: one add_task line per task ---------------------------------
 env_namespace = Collection("env")
 env_namespace.add_task(env_check)
@@ -73,3 +174,8 @@ ns.add_task(build)
 ns.add_task(toolchain)
 ns.add_task(test)
 ns.add_collection(env_namespace)
+ns.add_task(lock)
+docker_namespace = Collection("docker")
+docker_namespace.add_task(docker_build)
+docker_namespace.add_task(docker_run)
+ns.add_collection(docker_namespace)
