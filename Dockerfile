@@ -22,8 +22,11 @@ ARG MICROMAMBA_IMAGE_DIGEST=sha256:800e7ade3ffe29c9a9ac2026163131495f8197c3852e5
 # Ubuntu 24.04 packages at exact versions. An apt pin fails the build when
 # Ubuntu replaces the version with a security update: update it here then.
 ARG GCC_VERSION=13.3.0-6ubuntu2~24.04.1
-# Only reads environment.lock.yml before the locked Python exists (scripts/lock_pins.py).
-ARG PYTHON3_MINIMAL_VERSION=3.12.3-0ubuntu2.1
+# Ubuntu's python3 only reads environment.lock.yml before the locked Python
+# exists (scripts/lock_pins.py) and fetches the ORT headers; nothing it has
+# reaches the environment. Not python3-minimal: json, dataclasses and tarfile
+# live in the full standard library. Its python3.12 follows Ubuntu's updates.
+ARG PYTHON3_VERSION=3.12.3-0ubuntu2.1
 ARG NODEJS_VERSION=18.19.1+dfsg-6ubuntu5
 ARG NPM_VERSION=9.2.0~ds1-2
 ARG FUSEDBENCH_CACHE=/opt/fusedbench-cache
@@ -35,14 +38,14 @@ FROM ${MICROMAMBA_IMAGE}@${MICROMAMBA_IMAGE_DIGEST} AS micromamba
 # npm package and checks its sha256. npm is needed for that one download only,
 # so it lives in this stage and never reaches the image.
 FROM ${CUDA_IMAGE}@${CUDA_IMAGE_DIGEST} AS ort-headers
-ARG PYTHON3_MINIMAL_VERSION
+ARG PYTHON3_VERSION
 ARG NODEJS_VERSION
 ARG NPM_VERSION
 ARG FUSEDBENCH_CACHE
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
-        python3-minimal="${PYTHON3_MINIMAL_VERSION}" \
+        python3="${PYTHON3_VERSION}" \
         nodejs="${NODEJS_VERSION}" \
         npm="${NPM_VERSION}" \
     && rm -rf /var/lib/apt/lists/*
@@ -56,7 +59,7 @@ FROM ${CUDA_IMAGE}@${CUDA_IMAGE_DIGEST}
 ARG CUDA_IMAGE
 ARG CUDA_IMAGE_DIGEST
 ARG GCC_VERSION
-ARG PYTHON3_MINIMAL_VERSION
+ARG PYTHON3_VERSION
 ARG FUSEDBENCH_CACHE
 ARG DEBIAN_FRONTEND=noninteractive
 # Defaults equal the lock; `invoke docker.build` passes the lock's value, and a
@@ -82,7 +85,7 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends \
         gcc-13="${GCC_VERSION}" \
         g++-13="${GCC_VERSION}" \
-        python3-minimal="${PYTHON3_MINIMAL_VERSION}" \
+        python3="${PYTHON3_VERSION}" \
     && rm -rf /var/lib/apt/lists/*
 ENV CC=gcc-13 \
     CXX=g++-13 \
