@@ -128,6 +128,32 @@ def engine_problem() -> str | None:
     return None
 
 
+def _image_of(run: list[str]) -> str:
+    """The image of a :func:`run_command` line: the first word after the options."""
+    words = iter(run[2:])
+    for word in words:
+        if word in ("--volume", "--gpus"):
+            next(words)
+        elif not word.startswith("--"):
+            return word
+    raise DockerError(f"no image in {' '.join(run)}")
+
+
+def _let_image_user_write(folder: Path, tag: str) -> None:
+    """As root on the host, hand the reports folder to the image's numeric user.
+
+    `invoke docker.build` bakes in the host user's uid, so for anyone but root
+    the folder is already theirs; root's folder would be read-only to the
+    image's non-root user.
+    """
+    if os.getuid() != 0:
+        return
+    user = subprocess.run(["docker", "image", "inspect", "--format", "{{.Config.User}}", tag],
+                          capture_output=True, text=True, check=False).stdout.strip()
+    if user.split(":")[0].isdigit():
+        os.chown(folder, int(user.split(":")[0]), -1)
+
+
 @dataclass
 class DockerRun:
     command: list[str]
@@ -140,7 +166,8 @@ def run(command: list[str]) -> DockerRun:
     if problem:
         raise DockerError(problem)
     if command[:2] == ["docker", "run"]:
-        mount = command[command.index("--volume") + 1].rsplit(":", 1)[0]
-        Path(mount).mkdir(parents=True, exist_ok=True)
+        mount = Path(command[command.index("--volume") + 1].rsplit(":", 1)[0])
+        mount.mkdir(parents=True, exist_ok=True)
+        _let_image_user_write(mount, _image_of(command))
     print("$ " + " ".join(command), flush=True)
     return DockerRun(command, subprocess.run(command, check=False).returncode)

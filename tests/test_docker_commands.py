@@ -73,3 +73,10 @@ def test_invoke_tasks_report_the_missing_engine(tmp_path):
                                 env=env, check=False)
         assert result.returncode != 0
         assert "docker: " in result.stderr and ("no Docker engine" in result.stderr or "not installed" in result.stderr)
+
+
+def test_the_image_is_found_in_a_run_line_whatever_the_options():
+    for gpus in (True, False):
+        for tty in (True, False):
+            command = docker.run_command(["bench", "--quick"], "fusedbench:abc", gpus=gpus, tty=tty)
+            assert docker._image_of(command) == "fusedbench:abc"
