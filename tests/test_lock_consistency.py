@@ -17,6 +17,7 @@ from env.docker import DOCKERFILE, build_args, dockerfile_arg_defaults
 from env.lock import (
     LOCK_PATH,
     LockError,
+    current_variant,
     installed_distributions,
     installed_versions,
     read_lock,
@@ -183,9 +184,20 @@ def test_conda_environment_check_catches_added_and_changed_packages():
 # --- `invoke lock` ----------------------------------------------------------------
 
 
+def _never_download(name, version):
+    raise AssertionError(f"{name}=={version} is already in the lock; its hash must be reused")
+
+
+def _cpu_view() -> dict[str, tuple[str, str]]:
+    """This environment as a CPU machine would have it (the CUDA-only wheels left out)."""
+    lock = read_lock()
+    return {n: v for n, v in installed_distributions().items() if n in lock.pins or n not in lock.cuda_pins}
+
+
 def test_regenerating_from_this_environment_gives_the_committed_lock(tmp_path):
+    # The list this environment's variant owns (pip on a CPU machine, cuda-pip in the image).
     copy = _copy(tmp_path, LOCK_PATH)
-    update = regenerate(copy, variant="cpu")
+    update = regenerate(copy, variant=current_variant(), wheel_sha256=_never_download)
     assert update.empty, update.summary()
     assert copy.read_text() == LOCK_PATH.read_text()
 
@@ -197,7 +209,7 @@ def test_regeneration_rewrites_only_the_pip_list(tmp_path):
         return text.replace("      - tqdm==4.70.1\n", "      - tqdm==4.70.1\n      - left-pad==1.0.0\n")
 
     copy = _copy(tmp_path, LOCK_PATH, edit)
-    update = regenerate(copy, variant="cpu")
+    update = regenerate(copy, variant="cpu", installed=_cpu_view())
     assert update.added == ["rich==15.0.0"]
     assert update.removed == ["left-pad==1.0.0"]
     assert update.changed == ["numpy 2.3.0 -> 2.4.6"]
@@ -230,8 +242,8 @@ def test_regeneration_refuses_and_leaves_the_file_alone(tmp_path):
     copy = _copy(tmp_path, LOCK_PATH)
     before = copy.read_text()
     with pytest.raises(LockError, match="pins Python 3.11.7"):
-        regenerate(copy, variant="cpu", python_version="3.12.1")
-    installed = dict(installed_distributions(), **{"nvidia-nccl-cu13": ("nvidia-nccl-cu13", "2.29.7")})
+        regenerate(copy, variant="cpu", installed=_cpu_view(), python_version="3.12.1")
+    installed = dict(_cpu_view(), **{"nvidia-nccl-cu13": ("nvidia-nccl-cu13", "2.29.7")})
     with pytest.raises(LockError, match="CUDA-only packages are installed"):
         regenerate(copy, variant="cpu", installed=installed)
 
