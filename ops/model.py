@@ -126,6 +126,14 @@ class SequenceModel(nn.Module):
         return f"impl={self.impl!r}, {asdict(self.config)}"
 
 
+_NORM_WEIGHT = (1.0, 0.1)  # (mean, std): near 1, as after training, but not exactly
+_NORM_BIAS = (0.0, 0.05)  # small but non-zero, so a dropped bias shows
+
+
+def _normal(shape: torch.Size, mean: float, std: float, g: torch.Generator) -> Tensor:
+    return torch.randn(shape, generator=g, dtype=torch.float64).mul_(std).add_(mean)
+
+
 @torch.no_grad()
 def init_weights(model: SequenceModel, seed: int) -> None:
     """Deterministic weights at a realistic scale, from ``seed`` alone.
@@ -137,18 +145,26 @@ def init_weights(model: SequenceModel, seed: int) -> None:
     weight/bias or a missing scale changes the result.
     """
     g = torch.Generator().manual_seed(seed)
-
-    def normal(shape: torch.Size, mean: float, std: float) -> Tensor:
-        return torch.randn(shape, generator=g, dtype=torch.float64).mul_(std).add_(mean)
-
     for name, param in model.named_parameters():
         if ".norm" in name or name.startswith("final_norm"):
-            mean, std = (1.0, 0.1) if name.endswith("weight") else (0.0, 0.05)
+            mean, std = _NORM_WEIGHT if name.endswith("weight") else _NORM_BIAS
         elif name.endswith("weight"):
             mean, std = 0.0, 1.0 / math.sqrt(param.shape[1])
         else:
             mean, std = 0.0, 0.02
-        param.copy_(normal(param.shape, mean, std))
+        param.copy_(_normal(param.shape, mean, std, g))
+
+
+@torch.no_grad()
+def build_norm(
+    hidden: int, impl: str = "fused", eps: float = 1e-6, seed: int = 0, dtype: torch.dtype = torch.float32
+) -> Norm:
+    """One ``Norm`` with trained-looking weight and bias (same scale as the model's norms), in eval mode."""
+    norm = Norm(hidden, impl, eps)
+    g = torch.Generator().manual_seed(seed)
+    norm.weight.copy_(_normal(norm.weight.shape, *_NORM_WEIGHT, g))
+    norm.bias.copy_(_normal(norm.bias.shape, *_NORM_BIAS, g))
+    return norm.to(dtype).eval()
 
 
 def build_model(
@@ -179,13 +195,17 @@ def with_norm_impl(model: SequenceModel, impl: str) -> SequenceModel:
 def example_input(
     batch: int, seq: int, d_model: int, generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32
 ) -> Tensor:
-    """Activations as a model sees them: unit-scale Gaussian with a per-feature offset and scale.
+    """Activations as a norm in a trained model sees them.
 
-    Real residual streams are not centred and not unit-variance per feature;
-    an RMS norm (no mean subtraction) must cope with both.
+    Residual streams are neither centred nor unit-variance per feature, and a
+    few features carry outliers an order of magnitude larger than the rest;
+    an RMS norm (no mean subtraction) must cope with all of it. So: a Gaussian
+    with a per-feature offset and scale, and about 1 feature in 64 scaled x20.
     """
     g = generator if generator is not None else torch.Generator().manual_seed(0)
     offset = torch.randn(d_model, generator=g) * 0.5
     scale = torch.rand(d_model, generator=g) * 1.5 + 0.5
+    outliers = torch.rand(d_model, generator=g) < 1 / 64
+    scale = torch.where(outliers, scale * 20, scale)
     x = torch.randn(batch, seq, d_model, generator=g) * scale + offset
     return x.to(dtype)

@@ -99,8 +99,9 @@ def _checker_and_inference(model: onnx.ModelProto) -> list[str]:
     failures = []
     try:
         onnx.checker.check_model(model, full_check=True)
-    except onnx.checker.ValidationError as error:
-        failures.append(f"onnx.checker (full check): {error}")
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
+        # full_check runs strict inference too, so a shape conflict surfaces here first.
+        failures.append(f"onnx.checker (full check): {str(error).strip()}")
     try:
         # Strict inference over the file as written: any conflict between an
         # inferred type and one the exporter recorded raises.
@@ -114,7 +115,7 @@ def _checker_and_inference(model: onnx.ModelProto) -> list[str]:
             value.type.tensor_type.ClearField("shape")
         inferred = onnx.shape_inference.infer_shapes(bare, check_type=True, strict_mode=True, data_prop=True)
     except onnx.shape_inference.InferenceError as error:
-        return failures + [f"strict shape inference: {error}"]
+        return failures + [f"strict shape inference: {str(error).strip()}"]
     for recorded, value in zip(model.graph.output, inferred.graph.output):
         failures += _compare_types(recorded, value)
     return failures
@@ -171,8 +172,8 @@ def _norm_nodes(nodes: list[onnx.NodeProto], route: Route, norm: Norm, index: Gr
     verify = {"standard": _standard_wiring, "opset23": _opset23_wiring, "custom": _custom_wiring}[route.name]
     wiring = verify(compute, norm.eps, index)
     failures = wiring.failures
-    failures += _is_parameter(index, wiring.weight, norm.weight.detach().cpu().numpy(), "weight")
-    failures += _is_parameter(index, wiring.bias, norm.bias.detach().cpu().numpy(), "bias")
+    failures += _is_parameter(index, wiring.weight, _exact(norm.weight), "weight")
+    failures += _is_parameter(index, wiring.bias, _exact(norm.bias), "bias")
     if index.is_constant(wiring.x):
         failures.append(f"the normalised input {wiring.x!r} is a constant")
     return failures
@@ -199,9 +200,21 @@ def _scalar(index: GraphIndex, name: str) -> float | None:
     return float(value.reshape(()))
 
 
-def _eps_matches(found: float | None, eps: float) -> bool:
-    # eps is stored in the graph's dtype; compare at float16 precision at worst.
-    return found is not None and abs(found - eps) <= 1e-3 * abs(eps) + 1e-12
+def _eps_matches(found: float | None, eps: float, stored_as: np.dtype) -> bool:
+    """``found`` is eps as the graph stores it: exactly ``eps`` rounded to ``stored_as``.
+
+    (In a float16 graph eps=1e-6 is a subnormal, 1.013e-6: that is the value
+    the graph really adds, and the check says so rather than hiding it
+    behind a loose tolerance.)
+    """
+    return found is not None and found == float(np.asarray(eps, dtype=stored_as))
+
+
+def _exact(value: torch.Tensor | np.ndarray) -> np.ndarray:
+    """float64 copy: exact for every float dtype (bfloat16 included, which numpy lacks)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().to(torch.float64).numpy()
+    return np.asarray(value).astype(np.float64)
 
 
 def _standard_wiring(n: list[onnx.NodeProto], eps: float, index: GraphIndex) -> _Wiring:
@@ -218,7 +231,9 @@ def _standard_wiring(n: list[onnx.NodeProto], eps: float, index: GraphIndex) -> 
     if mean.input[0] != pow_.output[0]:
         failures.append("ReduceMean does not read Pow's output")
     eps_input = [i for i in add.input if i != mean.output[0]]
-    if len(eps_input) != 1 or not _eps_matches(_scalar(index, eps_input[0]), eps):
+    eps_value = index.constant(eps_input[0]) if len(eps_input) == 1 else None
+    stored_as = eps_value.dtype if eps_value is not None else np.float64
+    if eps_value is None or eps_value.size != 1 or not _eps_matches(float(eps_value.reshape(())), eps, stored_as):
         failures.append(f"Add after ReduceMean does not add the constant eps {eps}")
     if sqrt.input[0] != add.output[0]:
         failures.append("Sqrt does not read the eps Add")
@@ -237,7 +252,7 @@ def _opset23_wiring(n: list[onnx.NodeProto], eps: float, index: GraphIndex) -> _
     failures = []
     if attrs.get("axis", -1) != -1:
         failures.append(f"RMSNormalization axis {attrs.get('axis')} is not -1")
-    if not _eps_matches(attrs.get("epsilon"), eps):
+    if not _eps_matches(attrs.get("epsilon"), eps, np.float32):  # float attributes are float32
         failures.append(f"RMSNormalization epsilon {attrs.get('epsilon')} is not the module's eps {eps}")
     if len(rms.input) != 2:
         failures.append(f"RMSNormalization has {len(rms.input)} inputs, expected (X, scale)")
@@ -253,7 +268,7 @@ def _custom_wiring(n: list[onnx.NodeProto], eps: float, index: GraphIndex) -> _W
     if len(node.input) != 3 or len(node.output) != 1:
         failures.append(f"{CUSTOM_OP_TYPE} has {len(node.input)} inputs and {len(node.output)} outputs, expected 3 and 1")
         return _Wiring(x=node.input[0] if node.input else "", weight="", bias="", failures=failures)
-    if set(attrs) != {"epsilon"} or not isinstance(attrs["epsilon"], float) or not _eps_matches(attrs["epsilon"], eps):
+    if set(attrs) != {"epsilon"} or not isinstance(attrs["epsilon"], float) or not _eps_matches(attrs["epsilon"], eps, np.float32):
         failures.append(f"{CUSTOM_OP_TYPE} attributes {attrs}, expected only the float epsilon={eps}")
     failures += _custom_output_type(node, index)
     return _Wiring(x=node.input[0], weight=node.input[1], bias=node.input[2], failures=failures)
@@ -274,7 +289,7 @@ def _is_parameter(index: GraphIndex, name: str, value: np.ndarray, role: str) ->
     found = index.initializers.get(name)
     if found is None:
         return [f"{role} {name!r} is not an initializer"]
-    if found.shape != value.shape or not np.array_equal(found, value):
+    if found.shape != value.shape or not np.array_equal(_exact(found), value):
         return [f"{role} initializer {name!r} does not hold the module's {role}"]
     return []
 
@@ -284,10 +299,10 @@ def _is_parameter(index: GraphIndex, name: str, value: np.ndarray, role: str) ->
 
 def _weights_stay_initializers(index: GraphIndex, params: dict[str, torch.Tensor], input_names: list[str]) -> list[str]:
     failures = []
-    stored = list(index.initializers.values())
+    stored = [_exact(v) for v in index.initializers.values() if np.issubdtype(v.dtype, np.floating) or v.dtype.kind == "V"]
     missing = []
     for name, param in params.items():
-        value = param.detach().cpu().numpy()
+        value = _exact(param)
         # Linear weights are stored transposed for MatMul (folded at export).
         candidates = (value,) if value.ndim != 2 else (value, value.T)
         if not any(s.shape == c.shape and np.array_equal(s, c) for s in stored for c in candidates):
