@@ -1,0 +1,175 @@
+"""``invoke compare BASE NEW``: did NEW get slower than BASE, row by row?
+
+Rows are joined on the key columns (workload, shape, dtype, baseline, variant).
+For each row present in both reports:
+  * ratio = median(NEW) / median(BASE) of the raw per-call samples;
+  * a 95 % bootstrap interval of that ratio (percentile method): timings are
+    right-skewed with long tails, the median is what the report shows, and the
+    bootstrap needs no assumption about the distribution. (Hodges-Lehmann
+    estimates a shift, not a ratio, and needs all n1*n2 pairwise differences.)
+    The resampled medians are drawn exactly from their binomial distribution
+    (see bootstrap_medians), so 20 000-sample rows cost no more than small ones;
+  * a one-sided Mann-Whitney U test on the raw samples (as asv does, with its
+    default significance level 0.002): is NEW stochastically slower?
+A row is a regression only when BOTH hold: the slowdown is beyond the threshold
+(ratio > 1 + threshold) AND it is significant (p < alpha). Improvements are
+judged the same way the other way round. The exit code is 1 when any row
+regressed, 2 when an input is not a report of this schema version, else 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+from scipy.stats import binom, mannwhitneyu
+
+from bench.report import KEY_COLUMNS, ReportError, read_report, read_samples
+
+BOOTSTRAP_RESAMPLES = 4000
+CONFIDENCE = 0.95
+# Columns whose difference between the two reports a reader must know about.
+ENVIRONMENT_COLUMNS = ("git_commit", "torch", "onnxruntime", "onnx", "compiler", "cxx11_abi", "cpu_model", "threads", "device", "host")
+
+REGRESSION, IMPROVEMENT, SAME, NOT_SIGNIFICANT = "REGRESSION", "improvement", "same", "not significant"
+
+
+@dataclass(frozen=True)
+class RowComparison:
+    key: tuple[str, ...]
+    base_median_us: float
+    new_median_us: float
+    ratio: float
+    ci_low: float
+    ci_high: float
+    p_slower: float
+    p_faster: float
+    verdict: str
+
+
+@dataclass
+class Comparison:
+    rows: list[RowComparison]
+    only_in_base: list[tuple[str, ...]] = field(default_factory=list)
+    only_in_new: list[tuple[str, ...]] = field(default_factory=list)
+    environment_changes: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[RowComparison]:
+        return [r for r in self.rows if r.verdict == REGRESSION]
+
+
+def bootstrap_medians(samples: np.ndarray, rng: np.random.Generator, resamples: int = BOOTSTRAP_RESAMPLES) -> np.ndarray:
+    """Medians of ``resamples`` bootstrap resamples of ``samples``, drawn exactly without building them.
+
+    The median of a resample of size n is the order statistic x_(j) for which
+    at least m = ceil(n/2) resampled values are <= x_(j); that count is
+    Binomial(n, j/n). So P(median <= x_(j)) = P(Binomial(n, j/n) >= m), and the
+    medians are drawn by inverting that distribution: O(n) per row instead of
+    O(resamples * n), with no subsampling of long runs.
+    """
+    x = np.sort(np.asarray(samples, dtype=np.float64))
+    n = len(x)
+    m = (n + 1) // 2
+    cdf = binom.sf(m - 1, n, np.arange(1, n + 1) / n)
+    return x[np.minimum(np.searchsorted(cdf, rng.random(resamples)), n - 1)]
+
+
+def bootstrap_ratio_interval(
+    base: np.ndarray, new: np.ndarray, rng: np.random.Generator, resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = CONFIDENCE
+) -> tuple[float, float]:
+    """Percentile-bootstrap interval of median(new) / median(base) (the two resampled independently)."""
+    ratios = bootstrap_medians(new, rng, resamples) / bootstrap_medians(base, rng, resamples)
+    low, high = np.quantile(ratios, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return float(low), float(high)
+
+
+def _p_value(a: np.ndarray, b: np.ndarray, alternative: str) -> float:
+    if len(a) < 2 or len(b) < 2:
+        return math.nan
+    return float(mannwhitneyu(a, b, alternative=alternative).pvalue)
+
+
+def compare_samples(
+    key: tuple[str, ...], base: np.ndarray, new: np.ndarray, threshold: float, alpha: float, rng: np.random.Generator
+) -> RowComparison:
+    base_median, new_median = float(np.median(base)), float(np.median(new))
+    ratio = new_median / base_median
+    ci_low, ci_high = bootstrap_ratio_interval(base, new, rng)
+    p_slower, p_faster = _p_value(new, base, "greater"), _p_value(new, base, "less")
+    if ratio > 1 + threshold:
+        verdict = REGRESSION if p_slower < alpha else NOT_SIGNIFICANT
+    elif ratio < 1 / (1 + threshold):
+        verdict = IMPROVEMENT if p_faster < alpha else NOT_SIGNIFICANT
+    else:
+        verdict = SAME
+    return RowComparison(key, base_median, new_median, ratio, ci_low, ci_high, p_slower, p_faster, verdict)
+
+
+def _environment_changes(base: pd.DataFrame, new: pd.DataFrame) -> list[str]:
+    changes = []
+    for column in ENVIRONMENT_COLUMNS:
+        before, after = sorted(set(base[column].astype(str))), sorted(set(new[column].astype(str)))
+        if before != after:
+            changes.append(f"{column}: {', '.join(before)} -> {', '.join(after)}")
+    return changes
+
+
+def compare_reports(base_csv: Path | str, new_csv: Path | str, threshold: float = 0.10, alpha: float = 0.002, seed: int = 0) -> Comparison:
+    if not threshold >= 0:
+        raise ValueError(f"threshold must be >= 0 (a fraction: 0.10 = 10%), got {threshold}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
+    base, new = read_report(base_csv), read_report(new_csv)
+    base_samples, new_samples = read_samples(base_csv), read_samples(new_csv)
+    base_keys = [tuple(k) for k in base[list(KEY_COLUMNS)].astype(str).values.tolist()]
+    new_keys = [tuple(k) for k in new[list(KEY_COLUMNS)].astype(str).values.tolist()]
+    for csv, keys, samples in ((base_csv, base_keys, base_samples), (new_csv, new_keys, new_samples)):
+        missing = [k for k in keys if k not in samples]
+        if missing:
+            raise ReportError(f"{csv}: samples sidecar lacks rows {missing[:3]}{' ...' if len(missing) > 3 else ''}")
+    rng = np.random.default_rng(seed)  # a fixed seed: the same two reports always give the same table
+    in_both = [k for k in base_keys if k in set(new_keys)]
+    rows = [compare_samples(k, base_samples[k], new_samples[k], threshold, alpha, rng) for k in in_both]
+    return Comparison(
+        rows=rows,
+        only_in_base=[k for k in base_keys if k not in set(new_keys)],
+        only_in_new=[k for k in new_keys if k not in set(base_keys)],
+        environment_changes=_environment_changes(base, new),
+    )
+
+
+def comparison_table(comparison: Comparison, threshold: float, alpha: float) -> Table:
+    table = Table(title=f"NEW / BASE median per call; regression = ratio > {1 + threshold:.2f} and Mann-Whitney p < {alpha:g}")
+    for name in (*KEY_COLUMNS, "base µs", "new µs", "ratio", "95% CI", "p(slower)", "verdict"):
+        table.add_column(name, justify="right" if name in ("base µs", "new µs", "ratio", "95% CI", "p(slower)") else "left")
+    styles = {REGRESSION: "bold red", IMPROVEMENT: "green", NOT_SIGNIFICANT: "yellow", SAME: ""}
+    for r in comparison.rows:
+        table.add_row(
+            *r.key, f"{r.base_median_us:.2f}", f"{r.new_median_us:.2f}", f"{r.ratio:.3f}", f"{r.ci_low:.3f}-{r.ci_high:.3f}",
+            "-" if math.isnan(r.p_slower) else f"{r.p_slower:.2g}", f"[{styles[r.verdict]}]{r.verdict}[/]" if styles[r.verdict] else r.verdict,
+        )
+    return table
+
+
+def main(base: str, new: str, threshold: float = 0.10, alpha: float = 0.002, console: Console | None = None) -> int:
+    console = console or Console(width=None if Console().is_terminal else 150)
+    try:
+        comparison = compare_reports(base, new, threshold=float(threshold), alpha=float(alpha))
+    except (ReportError, ValueError) as error:
+        console.print(f"[red bold]compare: {error}[/]", highlight=False)
+        return 2
+    console.print(comparison_table(comparison, float(threshold), float(alpha)))
+    for change in comparison.environment_changes:
+        console.print(f"[yellow]environment differs[/] {change}", highlight=False)
+    for label, keys in (("only in BASE", comparison.only_in_base), ("only in NEW", comparison.only_in_new)):
+        for key in keys:
+            console.print(f"{label}: {' '.join(key)}", highlight=False)
+    count = len(comparison.regressions)
+    console.print(f"{len(comparison.rows)} rows compared, {count} regression(s)" + ("" if count else " - OK"))
+    return 1 if count else 0

@@ -1,0 +1,69 @@
+"""The report's PNG: latency and achieved bandwidth vs input size per baseline (log axes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from env.files import atomic_path  # noqa: E402
+
+
+def _size_bytes(frame: pd.DataFrame) -> pd.Series:
+    # Bytes of x: copy limit rows move 2x, norm rows 2x + 2*hidden; x alone is the common axis.
+    elements = frame["shape"].map(shape_elements)
+    itemsize = frame["dtype"].map({"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2})
+    return elements * itemsize
+
+
+def shape_elements(shape: str) -> int:
+    total = 1
+    for dim in shape.split("x"):
+        total *= int(dim)
+    return total
+
+
+def write_plot(frame: pd.DataFrame, path: Path) -> Path:
+    op = frame[frame.workload.isin(["op", "limit"]) & (frame.baseline != "dispatch")].copy()
+    model = frame[frame.workload == "model"]
+    op["x_bytes"] = _size_bytes(op)
+    panels = 3 if len(model) else 2
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 5), constrained_layout=True)
+    latency, bandwidth = axes[0], axes[1]
+    for (baseline, variant, dtype), rows in op.groupby(["baseline", "variant", "dtype"], sort=False):
+        rows = rows.sort_values("x_bytes")
+        label = f"{baseline}/{variant}" + ("" if dtype == "float32" else f" {dtype}")
+        style = {"linestyle": "--", "color": "black"} if baseline == "copy" else {"marker": "o"}
+        latency.plot(rows.x_bytes, rows.median_us, label=label, **style)
+        bandwidth.plot(rows.x_bytes, rows.gbps, label=label, **style)
+    for ax, ylabel, title in (
+        (latency, "median per call (µs)", "latency vs size"),
+        (bandwidth, "GB/s (read x, w, b + write y)", "achieved bandwidth vs size"),
+    ):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("bytes of x")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+    latency.legend(fontsize=7)
+    if len(model):
+        ax = axes[2]
+        labels = [f"{r.baseline}/{r.variant}\n{r.shape}" for r in model.itertuples()]
+        ax.barh(range(len(model)), model.median_us, xerr=model.iqr_us / 2)
+        ax.set_yticks(range(len(model)), labels, fontsize=7)
+        ax.set_xscale("log")
+        ax.set_xlabel("median per forward (µs)")
+        ax.set_title("model level")
+        ax.invert_yaxis()
+    threads = frame.threads.iloc[0] if len(frame) else "?"
+    fig.suptitle(f"fusedbench {frame.timestamp_utc.iloc[0]} - {frame.cpu_model.iloc[0]}, {threads} threads", fontsize=10)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    return path

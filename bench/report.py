@@ -1,0 +1,168 @@
+"""The report format: columns declared once, written atomically, read back with checks.
+
+A report is three files with one stem, ``reports/<UTC timestamp>-<host>``:
+  * ``.csv``          one row per (workload, shape, dtype, baseline, variant);
+  * ``.samples.npz``  the raw per-call samples of every row (for `invoke compare`);
+  * ``.png``          the plot (bench/plot.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from env.files import atomic_path
+
+SCHEMA_VERSION = 1
+
+# (column, pandas dtype, meaning) - field order = column order. The one declaration
+# of the format: writing, reading, validation and the tests all use this table.
+COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("schema_version", "int64", "version of this column table"),
+    ("workload", "string", "op | model | limit"),
+    ("shape", "string", "input shape, e.g. 8x128x1024"),
+    ("dtype", "string", "torch dtype name of the input"),
+    ("baseline", "string", "registry name (bench/baselines/*.py), or copy/dispatch for limits"),
+    ("variant", "string", "how the baseline is called (call, out, run, iobinding, ...)"),
+    ("n", "int64", "timed samples"),
+    ("min_us", "float64", "per-call time, microseconds"),
+    ("median_us", "float64", ""),
+    ("p90_us", "float64", ""),
+    ("p99_us", "float64", ""),
+    ("mean_us", "float64", ""),
+    ("std_us", "float64", ""),
+    ("iqr_us", "float64", "p75 - p25"),
+    ("block", "int64", "calls per timed sample (>1 only when a call is near the timer resolution)"),
+    ("warmup", "int64", "untimed calls before sampling"),
+    ("setup_s", "float64", "one-off cost outside the timed loop: torch.compile, export, session creation"),
+    ("bytes_moved", "float64", "read x + weight + bias + write y (op level); NaN where not meaningful"),
+    ("gbps", "float64", "bytes_moved / median time"),
+    ("copy_gbps", "float64", "measured copy bandwidth into a preallocated buffer at the same size"),
+    ("copy_share", "float64", "gbps / copy_gbps"),
+    ("speedup_vs_unfused", "float64", "median of unfused/call over this median, same workload/shape/dtype"),
+    ("timer_resolution_ns", "float64", "measured perf_counter_ns resolution"),
+    ("timestamp_utc", "string", "start of the run"),
+    ("host", "string", ""),
+    ("git_commit", "string", "HEAD, with -dirty when the work tree has changes"),
+    ("torch", "string", "torch.__version__"),
+    ("onnxruntime", "string", ""),
+    ("onnx", "string", ""),
+    ("compiler", "string", "C++ compiler of the build (build/toolchain.json)"),
+    ("cxx11_abi", "string", "_GLIBCXX_USE_CXX11_ABI of the build"),
+    ("cpu_model", "string", ""),
+    ("threads", "int64", "torch.set_num_threads and ORT intra-op threads"),
+    ("device", "string", "cpu, or the GPU model"),
+    ("note", "string", "what else a reader needs (fused ORT nodes, compile mode, ...)"),
+)
+COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in COLUMNS)
+KEY_COLUMNS: tuple[str, ...] = ("workload", "shape", "dtype", "baseline", "variant")
+
+SAMPLES_SUFFIX = ".samples.npz"
+
+
+class ReportError(ValueError):
+    """A file is not a report of this schema version (the message says what is wrong)."""
+
+
+@dataclass(frozen=True)
+class ReportPaths:
+    csv: Path
+    samples: Path
+    plot: Path
+
+    @classmethod
+    def for_csv(cls, csv: Path | str) -> ReportPaths:
+        csv = Path(csv)
+        stem = csv.with_suffix("")
+        return cls(csv=csv, samples=stem.with_name(stem.name + SAMPLES_SUFFIX), plot=stem.with_suffix(".png"))
+
+
+def row_key(row: Mapping[str, object]) -> tuple[str, ...]:
+    return tuple(str(row[c]) for c in KEY_COLUMNS)
+
+
+def to_frame(rows: pd.DataFrame | Iterable[Mapping[str, object]]) -> pd.DataFrame:
+    """Rows (or a frame) -> a frame with exactly the declared columns and dtypes; one row per key."""
+    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+    missing = [c for c in COLUMN_NAMES if c not in frame.columns]
+    extra = [c for c in frame.columns if c not in COLUMN_NAMES]
+    if missing or extra:
+        raise ReportError(f"report rows do not match schema {SCHEMA_VERSION}: missing {missing}, unexpected {extra}")
+    frame = frame[list(COLUMN_NAMES)].astype({name: dtype for name, dtype, _ in COLUMNS})
+    duplicated = frame.duplicated(list(KEY_COLUMNS), keep=False)
+    if duplicated.any():
+        raise ReportError(f"more than one row per key: {frame.loc[duplicated, list(KEY_COLUMNS)].values.tolist()}")
+    return frame
+
+
+def write_report(csv: Path, frame: pd.DataFrame, samples: Mapping[tuple[str, ...], np.ndarray]) -> ReportPaths:
+    """Write the CSV and its samples sidecar, each atomically.
+
+    The sidecar is renamed into place first and the CSV last, so a reader that
+    finds the CSV always finds complete samples beside it; any exception
+    (Ctrl-C included) removes both temporary files and leaves old files as they were.
+    """
+    paths = ReportPaths.for_csv(csv)
+    keys = [row_key(r) for r in frame.to_dict("records")]
+    if set(keys) != set(samples):
+        raise ReportError("the samples do not belong to the rows of this report (keys differ)")
+    with atomic_path(paths.csv) as tmp_csv, atomic_path(paths.samples) as tmp_samples:
+        _write_samples(tmp_samples, keys, samples)
+        frame.to_csv(tmp_csv, index=False)
+    return paths
+
+
+def _write_samples(path: Path, keys: Sequence[tuple[str, ...]], samples: Mapping[tuple[str, ...], np.ndarray]) -> None:
+    arrays = [np.asarray(samples[k], dtype=np.float64) for k in keys]
+    with open(path, "wb") as handle:  # a file object: np.savez would append ".npz" to a bare name
+        np.savez_compressed(
+            handle,
+            schema_version=np.array(SCHEMA_VERSION),
+            keys=np.array(keys, dtype=str).reshape(len(keys), len(KEY_COLUMNS)),
+            counts=np.array([len(a) for a in arrays], dtype=np.int64),
+            samples_us=np.concatenate(arrays) if arrays else np.empty(0),
+        )
+
+
+def read_report(csv: Path | str) -> pd.DataFrame:
+    """Read a report CSV, checking that it is one and has this schema version."""
+    csv = Path(csv)
+    if not csv.is_file():
+        raise ReportError(f"{csv}: no such report file")
+    try:
+        frame = pd.read_csv(csv, dtype={name: dtype for name, dtype, _ in COLUMNS if dtype == "string"}, keep_default_na=True)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
+        raise ReportError(f"{csv}: not a fusedbench report CSV ({error})") from error
+    if "schema_version" not in frame.columns or not set(KEY_COLUMNS) <= set(frame.columns):
+        raise ReportError(f"{csv}: not a fusedbench report (no schema_version/key columns)")
+    versions = set(frame["schema_version"].dropna().astype(int))
+    if versions != {SCHEMA_VERSION}:
+        raise ReportError(
+            f"{csv}: report schema version {sorted(versions)} but this code reads version {SCHEMA_VERSION} - "
+            "re-run `invoke bench` with this checkout to compare like with like"
+        )
+    try:
+        return to_frame(frame.to_dict("records"))
+    except (ReportError, ValueError, TypeError) as error:
+        raise ReportError(f"{csv}: {error}") from error
+
+
+def read_samples(csv: Path | str) -> dict[tuple[str, ...], np.ndarray]:
+    """The raw samples (microseconds per call) of a report, by row key."""
+    path = ReportPaths.for_csv(csv).samples
+    if not path.is_file():
+        raise ReportError(f"{path}: samples sidecar of {Path(csv).name} is missing (needed for the statistics)")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            version = int(data["schema_version"])
+            keys, counts, flat = data["keys"], data["counts"], data["samples_us"]
+    except (OSError, KeyError, ValueError) as error:
+        raise ReportError(f"{path}: not a fusedbench samples file ({error})") from error
+    if version != SCHEMA_VERSION:
+        raise ReportError(f"{path}: samples schema version {version}, expected {SCHEMA_VERSION}")
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    return {tuple(str(v) for v in keys[i]): flat[bounds[i] : bounds[i + 1]] for i in range(len(counts))}

@@ -1,0 +1,49 @@
+"""The readable end of a run: one table, the targets, what was skipped or failed, where the files are."""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.targets import evaluate_targets
+
+
+def _fmt(value: float, spec: str) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
+def summary_table(frame) -> Table:
+    table = Table(title="median per call (µs); speed-up = unfused median / this median", show_lines=False)
+    for name, justify in (
+        ("workload", "left"), ("shape", "left"), ("dtype", "left"), ("baseline", "left"), ("variant", "left"),
+        ("n", "right"), ("median µs", "right"), ("p99 µs", "right"), ("IQR µs", "right"), ("GB/s", "right"),
+        ("% copy", "right"), ("speed-up", "right"), ("setup s", "right"),
+    ):
+        table.add_column(name, justify=justify)
+    for r in frame.itertuples():
+        table.add_row(
+            r.workload, r.shape, r.dtype, r.baseline, r.variant, str(r.n), _fmt(r.median_us, ".2f"), _fmt(r.p99_us, ".2f"),
+            _fmt(r.iqr_us, ".2f"), _fmt(r.gbps, ".1f"), _fmt(100 * r.copy_share, ".0f"), _fmt(r.speedup_vs_unfused, ".2f"),
+            _fmt(r.setup_s, ".2f"),
+        )
+    return table
+
+
+def print_summary(outcome, console: Console) -> None:
+    if outcome.frame is not None:
+        console.print(summary_table(outcome.frame))
+        targets = evaluate_targets(outcome.frame)
+        if targets:
+            console.print("[bold]issue 4 targets[/] (ratios from this run)")
+            for target in targets:
+                mark = "[green]met[/]" if target.met else ("[red]MISSED[/]" if target.met is False else "[yellow]not measured[/]")
+                console.print(f"  {mark}  {target.name}: {target.detail}")
+    for line in outcome.skipped:
+        console.print(f"[yellow]skipped[/] {line}")
+    for line in outcome.failures:
+        console.print(f"[red bold]FAILED[/] {line}")
+    if outcome.paths is not None:
+        console.print(f"report  {outcome.paths.csv}\nsamples {outcome.paths.samples}\nplot    {outcome.paths.plot}")
+    console.print(f"{outcome.seconds:.0f} s; " + (f"[red]{len(outcome.failures)} failure(s)[/]" if outcome.failures else "no failures"))

@@ -1,0 +1,139 @@
+"""The whole harness on a tiny grid: rows, samples, ratios, environment, plot, selection."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import numpy as np
+import pytest
+import torch
+from rich.console import Console
+
+from bench.registry import select
+from bench.report import KEY_COLUMNS, ReportPaths, read_report, read_samples
+from bench.run import MIN_SAMPLES, BenchOptions, reports_dir, run_bench
+from bench.summary import print_summary
+
+TINY_SHAPES = ((1, 4, 64), (2, 8, 128))
+TINY_MODEL = (("tiny", 1, 4),)
+
+
+def _run(tmp_path, **kwargs):
+    options = BenchOptions(**{"warmup": 3, "budget_s": 0.01, "threads": 1, "out_dir": tmp_path, **kwargs})
+    return run_bench(options, Console(file=io.StringIO(), width=200))
+
+
+def _keys(frame) -> set[tuple[str, ...]]:
+    return {tuple(k) for k in frame[list(KEY_COLUMNS)].values.tolist()}
+
+
+@pytest.fixture(scope="module")
+def torch_run(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("reports")
+    return tmp_path, _run(tmp_path, baseline="unfused,fused,native", op_shapes=TINY_SHAPES, model_batches=TINY_MODEL)
+
+
+def test_tiny_grid_writes_one_row_per_baseline_variant_and_case(torch_run):
+    tmp_path, outcome = torch_run
+    assert outcome.failures == [] and outcome.skipped == []
+    frame = read_report(outcome.paths.csv)
+    expected = {("limit", "1", "float32", "dispatch", v) for v in ("torch_noop", "ort_identity_iobinding")}
+    for shape in ("1x4x64", "2x8x128"):
+        expected.add(("limit", shape, "float32", "copy", "into_preallocated"))
+        for baseline, variant in (("unfused", "call"), ("fused", "call"), ("fused", "out"), ("native", "call")):
+            expected.add(("op", shape, "float32", baseline, variant))
+    for baseline in ("unfused", "fused", "native"):
+        expected.add(("model", "1x4x128", "float32", baseline, "call"))
+    assert _keys(frame) == expected
+    assert re.fullmatch(r"\d{8}T\d{6}Z-.+\.csv", outcome.paths.csv.name)
+    assert outcome.paths.csv.parent == tmp_path.resolve()
+
+
+def test_rows_agree_with_their_raw_samples(torch_run):
+    _, outcome = torch_run
+    frame, samples = read_report(outcome.paths.csv), read_samples(outcome.paths.csv)
+    for row in frame.itertuples():
+        values = samples[tuple(str(getattr(row, c)) for c in KEY_COLUMNS)]
+        assert row.n == len(values) >= MIN_SAMPLES
+        assert row.median_us == pytest.approx(np.median(values)) and row.min_us == values.min()
+        assert row.p99_us >= row.p90_us >= row.median_us >= row.min_us > 0
+
+
+def test_ratios_bandwidth_and_environment(torch_run):
+    _, outcome = torch_run
+    frame = read_report(outcome.paths.csv)
+    for (workload, shape), rows in frame[frame.workload.isin(["op", "model"])].groupby(["workload", "shape"]):
+        unfused = rows[(rows.baseline == "unfused")].median_us.iloc[0]
+        np.testing.assert_allclose(rows.speedup_vs_unfused, unfused / rows.median_us)
+    op = frame[frame.workload == "op"]
+    for row in op.itertuples():
+        b, s, h = (int(d) for d in row.shape.split("x"))
+        assert row.bytes_moved == (2 * b * s * h + 2 * h) * 4  # read x, weight, bias; write y
+        assert row.gbps == pytest.approx(row.bytes_moved / (row.median_us * 1e-6) / 1e9)
+        copy = frame[(frame.baseline == "copy") & (frame["shape"] == row.shape)].iloc[0]
+        assert row.copy_gbps == copy.gbps and row.copy_share == pytest.approx(row.gbps / copy.gbps)
+    assert frame[frame.workload == "model"].gbps.isna().all()  # no single "bytes moved" for a model
+    assert (frame.threads == 1).all() and (frame.device == "cpu").all()
+    assert (frame.torch == torch.__version__).all()
+    assert frame.git_commit.str.fullmatch(r"[0-9a-f]{40}(-dirty)?|unknown").all()
+    assert frame.timestamp_utc.nunique() == 1 and frame.schema_version.nunique() == 1
+
+
+def test_thread_count_of_the_caller_is_restored(tmp_path):
+    before = torch.get_num_threads()
+    _run(tmp_path, baseline="fused", op_shapes=((1, 4, 64),), model_batches=(), threads=max(1, before - 1) if before > 1 else 2)
+    assert torch.get_num_threads() == before
+
+
+def test_plot_and_summary(torch_run):
+    _, outcome = torch_run
+    plot = ReportPaths.for_csv(outcome.paths.csv).plot
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
+    console = Console(file=io.StringIO(), width=220, record=True)
+    print_summary(outcome, console)
+    text = console.export_text()
+    assert "fused vs unfused" in text and str(outcome.paths.csv) in text and "no failures" in text
+
+
+@pytest.mark.slow  # a cold torch.compile and six ONNX exports
+def test_compiled_and_ort_routes_on_a_tiny_grid(tmp_path):
+    outcome = _run(tmp_path, baseline="unfused,compiled,ort", op_shapes=((2, 4, 64),), model_batches=TINY_MODEL)
+    assert outcome.failures == [], outcome.failures
+    frame = outcome.frame
+    ort_variants = {f"{r}-{m}" for r in ("standard", "opset23", "custom") for m in ("run", "iobinding")}
+    assert {v for w, b, v in zip(frame.workload, frame.baseline, frame.variant) if w == "op" and b == "ort"} == ort_variants
+    assert {v for w, b, v in zip(frame.workload, frame.baseline, frame.variant) if w == "model" and b == "ort"} == ort_variants
+    compiled = frame[frame.baseline == "compiled"].iloc[0]
+    assert compiled.setup_s > 0.05 and "compile" in compiled.note  # a cold compile, reported outside the timed loop
+    notes = {v: n for b, v, n, w in zip(frame.baseline, frame.variant, frame.note, frame.workload) if b == "ort" and w == "model"}
+    # What ORT actually ran for the model's 5 norms after its graph optimisation:
+    assert "SimplifiedLayerNormalization x5" in notes["standard-run"]
+    assert "RMSNormalization x5" in notes["opset23-run"] and "fused_norm x5" in notes["custom-iobinding"]
+    assert (frame[frame.baseline == "ort"].setup_s > 0).all()
+
+
+def test_dtype_a_runtime_cannot_take_is_skipped_with_its_reason(tmp_path):
+    outcome = _run(tmp_path, baseline="ort", dtype="bfloat16", op_shapes=((1, 4, 64),), model_batches=())
+    assert outcome.failures == []
+    assert len(outcome.skipped) == 1 and "bfloat16" in outcome.skipped[0]
+    assert set(outcome.frame.workload) == {"limit"}
+
+
+def test_baseline_selection_and_errors():
+    assert [b.name for b in select("all")] == ["unfused", "fused", "native", "compiled", "ort"]
+    assert [b.name for b in select("ort, fused,ort")] == ["ort", "fused"]
+    with pytest.raises(ValueError, match=r"unknown baseline\(s\) \['fast'\]: choose from"):
+        select("fused,fast")
+    with pytest.raises(ValueError, match="--dtype must be a comma list"):
+        _run(None, dtype="float8")
+
+
+def test_reports_dir_default_env_and_option(monkeypatch, tmp_path):
+    from env.paths import REPO_ROOT
+
+    monkeypatch.delenv("FUSEDBENCH_REPORTS_DIR", raising=False)
+    assert reports_dir() == (REPO_ROOT / "reports").resolve()
+    monkeypatch.setenv("FUSEDBENCH_REPORTS_DIR", str(tmp_path / "env"))
+    assert reports_dir() == (tmp_path / "env").resolve()
+    assert reports_dir(tmp_path / "opt") == (tmp_path / "opt").resolve()

@@ -1,0 +1,80 @@
+"""bench/timing.py: warm-up, blocks, sample counts, gc off, statistics."""
+
+from __future__ import annotations
+
+import gc
+import time
+
+import numpy as np
+import pytest
+
+from bench.timing import BLOCK_FACTOR, TimingConfig, measure, summarize, timer_resolution_ns
+
+
+def test_timer_resolution_is_measured_and_small():
+    resolution = timer_resolution_ns()
+    # perf_counter_ns on Linux: tens of ns; anything near a microsecond would make per-call timing useless.
+    assert 0 < resolution < 5_000
+
+
+def test_fast_calls_are_timed_in_blocks_and_slow_calls_one_by_one():
+    resolution = timer_resolution_ns()
+    fast = measure(lambda: None, TimingConfig(warmup=5, budget_s=0.02), resolution)
+    assert fast.block > 1
+    # The block lasts at least BLOCK_FACTOR resolutions (within the jitter of the probe).
+    assert fast.block * np.median(fast.samples_us) * 1e3 >= 0.5 * BLOCK_FACTOR * resolution
+
+    def slow():
+        end = time.perf_counter_ns() + 200_000  # 200 us, far above the resolution
+        while time.perf_counter_ns() < end:
+            pass
+
+    timing = measure(slow, TimingConfig(warmup=1, budget_s=0.01, min_samples=5), resolution)
+    assert timing.block == 1
+    assert np.all(timing.samples_us >= 200.0)
+
+
+def test_warmup_budget_and_sample_limits_are_honoured():
+    calls = []
+    config = TimingConfig(warmup=7, budget_s=0.005, min_samples=30, max_samples=40)
+
+    def call():
+        calls.append(gc.isenabled())
+        end = time.perf_counter_ns() + 20_000
+        while time.perf_counter_ns() < end:
+            pass
+
+    timing = measure(call, config, resolution_ns=50.0)
+    assert timing.warmup == 7 and timing.block == 1
+    # 0.005 s / 20 us = ~250 calls wanted, but max_samples caps; min_samples is reached even past the budget.
+    assert 30 <= len(timing.samples_us) <= 40
+    assert len(calls) == 7 + 1 + len(timing.samples_us)  # warm-up, one block-size probe (20 us > 100 x 50 ns), samples
+    # gc is on for warm-up and the probe, off for every timed sample.
+    assert all(calls[:8]) and not any(calls[8:])
+    assert gc.isenabled()
+
+
+def test_min_samples_are_taken_even_when_the_budget_is_spent():
+    timing = measure(lambda: time.sleep(0.002), TimingConfig(warmup=0, budget_s=0.001, min_samples=4), resolution_ns=50.0)
+    assert len(timing.samples_us) == 4
+
+
+def test_summary_matches_numpy(generator):
+    import torch
+
+    samples = torch.empty(1001, dtype=torch.float64).log_normal_(1.0, 0.5, generator=generator).numpy()
+    s = summarize(samples)
+    assert s.n == 1001
+    assert s.min_us == samples.min() and s.median_us == pytest.approx(np.median(samples))
+    assert s.p90_us == pytest.approx(np.quantile(samples, 0.9)) and s.p99_us == pytest.approx(np.quantile(samples, 0.99))
+    assert s.mean_us == pytest.approx(samples.mean()) and s.std_us == pytest.approx(samples.std(ddof=1))
+    assert s.iqr_us == pytest.approx(np.quantile(samples, 0.75) - np.quantile(samples, 0.25))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [({"warmup": -1}, "warmup"), ({"budget_s": 0}, "budget_s"), ({"min_samples": 10, "max_samples": 5}, "min_samples")],
+)
+def test_bad_timing_config_is_rejected(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        TimingConfig(**kwargs)

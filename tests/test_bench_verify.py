@@ -1,0 +1,103 @@
+"""Every output is checked against the float64 reference before it is timed: wrong is a failure, never a row."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from rich.console import Console
+
+import bench.registry as registry
+from bench.registry import Variant
+from bench.run import BenchOptions, run_bench
+from bench.verify import VerificationError, verify
+from bench.workloads import OpCase
+from ops.norms import unfused_norm
+
+
+@pytest.fixture
+def case(tmp_path, generator):
+    return OpCase.create((2, 8, 256), torch.float32, tmp_path, seed=int(generator.initial_seed()))
+
+
+def test_correct_outputs_pass_in_every_container(case):
+    y = torch.ops.myops.fused_norm.default(case.x, case.weight, case.bias, case.eps)
+    for output in (y, y.numpy(), [y.numpy()], (y,)):
+        assert verify(output, case.reference(), case.tolerance, "fused") < case.tolerance
+
+
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (lambda c: unfused_norm(c.x, c.weight, torch.zeros_like(c.bias), c.eps), "differ from the float64 reference"),  # bias dropped
+        (lambda c: unfused_norm(c.x, c.weight, c.bias, 1e-1), "differ from the float64 reference"),  # wrong eps
+        (lambda c: c.x * torch.rsqrt(c.x.var(-1, keepdim=True) + c.eps) * c.weight + c.bias, "differ"),  # variance, not mean square
+        (lambda c: unfused_norm(c.x, c.weight, c.bias, c.eps)[:1], "output shape"),
+        (lambda c: unfused_norm(c.x, c.weight, c.bias, c.eps).index_fill_(0, torch.tensor([1]), float("nan")), "not finite"),
+        (lambda c: [unfused_norm(c.x, c.weight, c.bias, c.eps).numpy()] * 2, "expected one output"),
+    ],
+)
+def test_wrong_outputs_are_rejected(case, wrong, message):
+    with pytest.raises(VerificationError, match=message):
+        verify(wrong(case), case.reference(), case.tolerance, "wrong")
+
+
+def test_tolerance_is_not_looser_than_one_ulp_class_of_error(case):
+    # A relative error of 1e-3 (10 fp16-ish ulps, far beyond fp32 rounding) must fail at fp32.
+    out = case.reference() * (1 + 1e-3)
+    with pytest.raises(VerificationError):
+        verify(out.float(), case.reference(), case.tolerance, "scaled")
+
+
+class _WrongBaselines:
+    """Test-only: a fast wrong baseline (no bias) and an out variant that leaves half its buffer unwritten."""
+
+    name = "test_wrong"
+    workloads = frozenset({"op"})
+
+    def variants(self, case):
+        x, w, b, eps = case.x, case.weight, case.bias, case.eps
+
+        def half_written():
+            out = torch.full_like(x, float("nan"))
+
+            def call():
+                rows = x.shape[0] // 2
+                torch.ops.myops.fused_norm_out.default(x[:rows], w, b, eps, out[:rows])
+                return out
+
+            return call
+
+        return [
+            Variant("no_bias", lambda: lambda: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w),
+            Variant("half_written_out", half_written),
+        ]
+
+
+@pytest.fixture
+def wrong_baseline_registered():
+    registry.register(_WrongBaselines)  # the same decorator a real baseline file uses
+    yield
+    registry._REGISTRY.pop("test_wrong", None)
+
+
+def test_a_wrong_baseline_is_a_failure_and_never_a_row(tmp_path, wrong_baseline_registered):
+    options = BenchOptions(baseline="fused,test_wrong", warmup=1, budget_s=0.01, threads=1, out_dir=tmp_path, op_shapes=((4, 8, 128),), model_batches=())
+    outcome = run_bench(options, Console(file=io.StringIO()))
+    assert len(outcome.failures) == 2
+    assert all("WRONG OUTPUT" in f for f in outcome.failures)
+    assert any("test_wrong/no_bias" in f for f in outcome.failures)
+    assert any("test_wrong/half_written_out" in f and "not finite" in f for f in outcome.failures)
+    frame = outcome.frame
+    assert "test_wrong" not in set(frame.baseline)
+    assert {("fused", "call"), ("fused", "out")} <= set(zip(frame.baseline, frame.variant))
+    assert np.isfinite(frame.median_us).all()
+
+
+def test_main_exits_non_zero_when_a_baseline_is_wrong(tmp_path, wrong_baseline_registered, monkeypatch):
+    from bench import run
+
+    options = BenchOptions(baseline="test_wrong", warmup=1, budget_s=0.01, threads=1, out_dir=tmp_path, op_shapes=((2, 4, 64),), model_batches=())
+    assert run.main(options) == 1
