@@ -64,6 +64,47 @@ def _quote(arg: str) -> str:
     return shlex.quote(arg)
 
 
+@task(
+    pre=[build],
+    help={
+        "baseline": "all (default), one name, or a comma list: unfused, fused, native, compiled, ort",
+        "quick": "small grid for CI (about 2 minutes)",
+        "warmup": "untimed calls before each measurement (default 50)",
+        "threads": "torch and ONNX Runtime intra-op threads (default: every core this process may use)",
+        "out": "report folder (default <repo>/reports; FUSEDBENCH_REPORTS_DIR overrides the default)",
+        "dtype": "float32 (default), or a comma list of float32, float64, float16, bfloat16",
+    },
+)
+def bench(c, baseline="all", quick=False, warmup=50, threads=0, out="", dtype="float32"):
+    """Benchmark the baselines; write reports/<UTC time>-<host>.csv (+ samples, plot) and print a summary."""
+    from bench.run import BenchOptions, main
+
+    options = BenchOptions(baseline=baseline, quick=quick, warmup=warmup, threads=threads or None, out_dir=out or None, dtype=dtype)
+    try:
+        code = main(options)
+    except ValueError as error:
+        raise Exit(f"bench: {error}") from error
+    if code:
+        raise Exit("bench: some baselines failed (listed above) - their rows are not in the report", code=code)
+
+
+@task(
+    help={
+        "base": "the earlier report CSV",
+        "new": "the later report CSV",
+        "threshold": "slowdown that counts as a regression when significant (default 0.10 = 10%)",
+        "alpha": "significance level of the one-sided Mann-Whitney U test (default 0.002, as asv)",
+    },
+)
+def compare(c, base, new, threshold=0.10, alpha=0.002):
+    """Compare two bench reports row by row; exit non-zero when NEW has a significant regression."""
+    from bench.compare import main
+
+    code = main(base, new, threshold=threshold, alpha=alpha)
+    if code:
+        raise Exit(code=code)
+
+
 @task(help={"variant": "cpu: rewrite the pip list (a CPU machine); cuda: rewrite cuda-pip (in the image). "
                        "Default: $FUSEDBENCH_TORCH_VARIANT, else cpu"})
 def lock(c, variant=""):
@@ -173,6 +214,8 @@ ns = Collection()
 ns.add_task(build)
 ns.add_task(toolchain)
 ns.add_task(test)
+ns.add_task(bench)
+ns.add_task(compare)
 ns.add_collection(env_namespace)
 ns.add_task(lock)
 docker_namespace = Collection("docker")
