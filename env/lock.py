@@ -15,6 +15,7 @@ import platform
 import re
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -121,10 +122,21 @@ def parse_lock(text: str, path: Path = LOCK_PATH) -> Lock:
     )
 
 
+def site_packages() -> list[str]:
+    """The environment's own package folders (venv or conda prefix)."""
+    paths = sysconfig.get_paths()
+    return sorted({paths["purelib"], paths["platlib"]})
+
+
 def installed_distributions() -> dict[str, tuple[str, str]]:
-    """Canonical name -> (name as the distribution spells it, version), running environment."""
+    """Canonical name -> (name as the distribution spells it, version), running environment.
+
+    Only the environment's site-packages are searched, not sys.path: once
+    setuptools is imported it appends its private _vendor folder (packaging,
+    wheel, jaraco.*, ...) to sys.path, and those copies are not installed.
+    """
     found = {}
-    for dist in metadata.distributions():
+    for dist in metadata.distributions(path=site_packages()):
         name = dist.metadata["Name"]
         found[canonicalize_name(name)] = (name, dist.version)
     return found

@@ -257,3 +257,14 @@ def test_regeneration_refuses_and_leaves_the_file_alone(tmp_path):
         regenerate(copy, variant="cuda", installed=installed, wheel_sha256=failing_sha256)
     assert copy.read_text() == before
     assert [p.name for p in tmp_path.iterdir()] == [copy.name]  # no temporary file left behind
+
+
+def test_setuptools_vendored_copies_are_not_installed_packages():
+    # importing setuptools (cpp_extension does) puts setuptools/_vendor on sys.path;
+    # its private packaging/wheel/jaraco copies must not look installed.
+    import setuptools  # noqa: F401
+
+    vendor = Path(setuptools.__file__).parent / "_vendor"
+    assert str(vendor) in sys.path
+    assert "jaraco-text" not in installed_versions() and "wheel" not in installed_versions()
+    assert installed_versions()["packaging"] == read_lock().pins["packaging"]
