@@ -28,6 +28,7 @@ from typing import Any
 from env.build_config import CXX_STANDARD_PORTABLE, CXX_STANDARD_TORCH, core_cuda_sources, pinned_cuda_arch_list
 from env.files import write_text_atomic
 from env.paths import build_dir, csrc_dir
+from env.toolchain import cxx_compiler
 from env.torch_build import BuildError, run_logged
 
 
@@ -214,7 +215,7 @@ def _torch_cuda_impl_check(out: Path) -> dict[str, Any]:
     if not any((p / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").is_file() for p in torch_includes):
         flags.append("-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE")
     obj, log = out / "torch_cuda_impl.o", out / "torch_cuda_impl.log"
-    cmd = [os.environ.get("CXX", "c++"), *flags, f"-I{csrc_dir()}", *(f"-isystem{p}" for p in torch_includes),
+    cmd = [cxx_compiler(), *flags, f"-I{csrc_dir()}", *(f"-isystem{p}" for p in torch_includes),
            f"-isystem{cuda_include}", "-c", str(source), "-o", str(obj)]
     run_logged(cmd, log)
     return {"status": "compiled", "object": str(obj), "log": str(log),
@@ -234,7 +235,7 @@ def _ort_cuda_op_check(out: Path) -> dict[str, Any]:
     except OrtHeadersError as error:
         return {"status": "skipped", "reason": f"ONNX Runtime headers unavailable: {error}"}
     obj, log = out / "ort_cuda_op.o", out / "ort_cuda_op.log"
-    cmd = [os.environ.get("CXX", "c++"), f"-std={CXX_STANDARD_PORTABLE}", "-O3", "-fPIC", "-DORT_API_MANUAL_INIT",
+    cmd = [cxx_compiler(), f"-std={CXX_STANDARD_PORTABLE}", "-O3", "-fPIC", "-DORT_API_MANUAL_INIT",
            f"-I{csrc_dir()}", f"-I{csrc_dir() / 'ort'}", f"-isystem{headers.path}", f"-isystem{cuda_include}",
            "-c", str(source), "-o", str(obj)]
     run_logged(cmd, log)
@@ -242,8 +243,10 @@ def _ort_cuda_op_check(out: Path) -> dict[str, Any]:
 
 
 def _cuda_include_dir() -> Path | None:
+    """cuda_runtime_api.h's folder: $CUDA_HOME, beside nvcc, or /usr/local/cuda (nvcc may be a wrapper)."""
     nvcc = find_nvcc()
-    candidates = [nvcc.parent.parent / "include"] if nvcc else []
+    candidates = [Path(os.environ["CUDA_HOME"]) / "include"] if os.environ.get("CUDA_HOME") else []
+    candidates += [nvcc.resolve().parent.parent / "include"] if nvcc else []
     candidates.append(Path("/usr/local/cuda/include"))
     return next((c for c in candidates if (c / "cuda_runtime_api.h").is_file()), None)
 
