@@ -36,6 +36,8 @@ CONFIDENCE = 0.95
 # Columns whose difference between the two reports a reader must know about.
 ENVIRONMENT_COLUMNS = ("git_commit", "torch", "onnxruntime", "onnx", "compiler", "cxx11_abi", "cpu_model", "threads", "device", "host")
 
+BUSY_SHARE = 0.10  # other processes above this share of the CPU make a row suspect
+
 REGRESSION, IMPROVEMENT, SAME, NOT_SIGNIFICANT = "REGRESSION", "improvement", "same", "not significant"
 
 
@@ -113,10 +115,17 @@ def compare_samples(
 
 def _environment_changes(base: pd.DataFrame, new: pd.DataFrame) -> list[str]:
     changes = []
+    for name, frame in (("BASE", base), ("NEW", new)):
+        busiest = frame.other_cpu_share.max()
+        if busiest > BUSY_SHARE:
+            changes.append(
+                f"{name} was measured while other processes used up to {100 * busiest:.0f}% of the CPU: "
+                "those rows include waiting for a core"
+            )
     for column in ENVIRONMENT_COLUMNS:
         before, after = sorted(set(base[column].astype(str))), sorted(set(new[column].astype(str)))
         if before != after:
-            changes.append(f"{column}: {', '.join(before)} -> {', '.join(after)}")
+            changes.append(f"{column} differs: {', '.join(before)} -> {', '.join(after)}")
     return changes
 
 
@@ -166,7 +175,7 @@ def main(base: str, new: str, threshold: float = 0.10, alpha: float = 0.002, con
         return 2
     console.print(comparison_table(comparison, float(threshold), float(alpha)))
     for change in comparison.environment_changes:
-        console.print(f"[yellow]environment differs[/] {change}", highlight=False)
+        console.print(f"[yellow]environment:[/] {change}", highlight=False)
     for label, keys in (("only in BASE", comparison.only_in_base), ("only in NEW", comparison.only_in_new)):
         for key in keys:
             console.print(f"{label}: {' '.join(key)}", highlight=False)

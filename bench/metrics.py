@@ -39,6 +39,7 @@ def measurement_row(
         "speedup_vs_unfused": math.nan,
         "timer_resolution_ns": resolution_ns,
         **env,
+        "other_cpu_share": timing.other_cpu_share,
         "note": note,
     }
 

@@ -56,6 +56,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("cpu_model", "string", ""),
     ("threads", "int64", "torch.set_num_threads and ORT intra-op threads"),
     ("device", "string", "cpu, or the GPU model"),
+    ("other_cpu_share", "float64", "share of all cores other processes used during the timed loop (bench/machine.py)"),
     ("note", "string", "what else a reader needs (fused ORT nodes, compile mode, ...)"),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in COLUMNS)

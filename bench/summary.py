@@ -7,6 +7,7 @@ import math
 from rich.console import Console
 from rich.table import Table
 
+from bench.compare import BUSY_SHARE
 from bench.targets import evaluate_targets
 
 
@@ -44,6 +45,11 @@ def print_summary(outcome, console: Console) -> None:
         console.print(f"[yellow]skipped[/] {line}")
     for line in outcome.failures:
         console.print(f"[red bold]FAILED[/] {line}")
+    if outcome.frame is not None and len(outcome.frame):
+        share = outcome.frame.other_cpu_share
+        busy = int((share > BUSY_SHARE).sum())
+        line = f"other processes' share of the CPU while timing: median {100 * share.median():.0f}%, max {100 * share.max():.0f}%"
+        console.print(line + (f" - [yellow]{busy} row(s) above {100 * BUSY_SHARE:.0f}%: re-run on a quiet machine[/]" if busy else ""))
     if outcome.paths is not None:
         console.print(f"report  {outcome.paths.csv}\nsamples {outcome.paths.samples}\nplot    {outcome.paths.plot}")
     console.print(f"{outcome.seconds:.0f} s; " + (f"[red]{len(outcome.failures)} failure(s)[/]" if outcome.failures else "no failures"))

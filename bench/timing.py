@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bench import machine
+
 # A block must last at least this many timer resolutions: <= 1 % timer error.
 BLOCK_FACTOR = 100
 
@@ -47,6 +49,7 @@ class Timing:
     samples_us: np.ndarray  # per-call microseconds, one value per timed sample
     block: int
     warmup: int
+    other_cpu_share: float = float("nan")  # CPU share other processes took during sampling
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,7 @@ def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: flo
     clock = time.perf_counter_ns
     n = 0
     with gc_disabled():
+        cpu_before = machine.snapshot()
         began = clock()
         while n < config.max_samples and (n < config.min_samples or clock() - began < budget_ns):
             if block == 1:
@@ -130,7 +134,8 @@ def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: flo
                     call()
                 samples[n] = (clock() - start) / block
             n += 1
-    return Timing(samples_us=samples[:n] / 1e3, block=block, warmup=config.warmup)
+        cpu_after = machine.snapshot()
+    return Timing(samples_us=samples[:n] / 1e3, block=block, warmup=config.warmup, other_cpu_share=machine.other_cpu_share(cpu_before, cpu_after))
 
 
 def summarize(samples_us: np.ndarray) -> Summary:

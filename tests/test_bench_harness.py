@@ -78,6 +78,7 @@ def test_ratios_bandwidth_and_environment(torch_run):
     assert (frame.torch == torch.__version__).all()
     assert frame.git_commit.str.fullmatch(r"[0-9a-f]{40}(-dirty)?|unknown").all()
     assert frame.timestamp_utc.nunique() == 1 and frame.schema_version.nunique() == 1
+    assert frame.other_cpu_share.between(0, 1).all()
 
 
 def test_thread_count_of_the_caller_is_restored(tmp_path):
