@@ -87,8 +87,10 @@ def test_every_route_aligns_on_op_and_model_with_layers(tmp_path, capsys):
     assert report.first_divergent_block == {name: "" for name in ROUTES}
     for case in report.cases:
         assert case.result.finite and case.result.cosine > 0.999999 and case.input_file.exists()
-        if case.route == "custom" and case.level == "op":
-            # Same kernel core on both sides: bit for bit.
+        if case.route == "custom" and case.level == "op" and case.dtype == "float32":
+            # Same kernel core on both sides: bit for bit. (Not asserted for float16: there
+            # the core's 4-row block path and its single-row path differ by an ulp on some
+            # small values, so the result depends on how an adapter splits the rows.)
             assert case.result.max_abs == 0.0, case
     printed = capsys.readouterr().out
     for header in ("max abs", "max rel", "1 - cosine", "route standard", "route opset23", "route custom"):
