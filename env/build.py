@@ -74,6 +74,14 @@ def build(mode: str = "jit") -> BuildResult:
     # Further artifacts built from the same csrc/ (each step records its own
     # artifacts, timings and settings in `record`, then rewrites it):
     #   - the ONNX Runtime custom-op library (env/ort_build.py)
+    from env.ort_build import build_ort_library
+
+    try:
+        ort_library = build_ort_library(record)
+    finally:
+        toolchain.write_record(record)  # headers and CUDA choice are worth keeping even if compiling failed
+    print(f"ONNX Runtime custom-op library ({record['timings_s']['ort_library']} s; "
+          f"{record['build']['ort_headers']['summary']}): {ort_library}", flush=True)
     #   - the CUDA compile check (env/cuda_build.py)
 
     print(f"toolchain record: {toolchain_record_path()}", flush=True)

@@ -1,0 +1,208 @@
+// Provider-independent parts of myops::fused_norm: attribute, validation,
+// output allocation, shape inference, error conversion.
+#include "ort_norm_op.h"
+
+#include <cmath>
+#include <exception>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/numeric_types.h"
+
+namespace fused_norm_ort {
+namespace {
+
+// ORT's 16-bit float types and the core's are all a bare uint16_t, so the
+// adapter passes ORT's buffers to the core as they are.
+static_assert(sizeof(Ort::Float16_t) == sizeof(fused_norm::Half), "Ort::Float16_t must be 16 bits");
+static_assert(sizeof(Ort::BFloat16_t) == sizeof(fused_norm::BFloat16), "Ort::BFloat16_t must be 16 bits");
+
+const char* ElementTypeName(ONNXTensorElementDataType type) {
+  switch (type) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return "float32";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return "float64";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return "float16";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return "bfloat16";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8: return "int8";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8: return "uint8";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16: return "int16";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16: return "uint16";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return "int32";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32: return "uint32";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return "int64";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64: return "uint64";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: return "bool";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING: return "string";
+    default: return "a non-float type";
+  }
+}
+
+bool ToCoreDType(ONNXTensorElementDataType type, fused_norm::DType* dtype) {
+  switch (type) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: *dtype = fused_norm::DType::kFloat32; return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: *dtype = fused_norm::DType::kFloat64; return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: *dtype = fused_norm::DType::kFloat16; return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: *dtype = fused_norm::DType::kBFloat16; return true;
+    default: return false;
+  }
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::ostringstream out;
+  out << '[';
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << ']';
+  return out.str();
+}
+
+Ort::Status InvalidArgument(const std::string& message) {
+  return Ort::Status(("fused_norm: " + message).c_str(), ORT_INVALID_ARGUMENT);
+}
+
+// One input, as a tensor: its element type and shape.
+struct TensorFacts {
+  ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  std::vector<int64_t> shape;
+};
+
+Ort::Status ReadTensorFacts(const Ort::ConstValue& value, const char* name, TensorFacts* facts) {
+  if (!value) return InvalidArgument(std::string("input ") + name + " is missing");
+  if (!value.IsTensor()) return InvalidArgument(std::string("input ") + name + " must be a tensor");
+  const Ort::TensorTypeAndShapeInfo info = value.GetTensorTypeAndShapeInfo();
+  facts->type = info.GetElementType();
+  facts->shape = info.GetShape();
+  return Ort::Status{nullptr};
+}
+
+Ort::Status CheckVector(const TensorFacts& facts, const char* name, int64_t hidden) {
+  if (facts.shape.size() != 1 || facts.shape[0] != hidden) {
+    std::ostringstream out;
+    out << name << " must be 1-D of length " << hidden << " (the last dimension of X), got shape "
+        << ShapeString(facts.shape);
+    return InvalidArgument(out.str());
+  }
+  return Ort::Status{nullptr};
+}
+
+}  // namespace
+
+OrtStatusPtr StatusFromCurrentException() noexcept {
+  try {
+    throw;
+  } catch (const Ort::Exception& error) {
+    return Ort::Status(error).release();
+  } catch (const std::exception& error) {
+    return Ort::Status(error).release();
+  } catch (...) {
+    return Ort::Status("fused_norm: unknown C++ exception", ORT_FAIL).release();
+  }
+}
+
+OrtStatusPtr ReadEpsilon(const OrtKernelInfo* info, float* epsilon) noexcept {
+  try {
+    const OrtApi& api = Ort::GetApi();
+    if (OrtStatusPtr status = api.KernelInfoGetAttribute_float(info, kEpsilonAttribute, epsilon)) {
+      const std::string reason = api.GetErrorMessage(status);
+      api.ReleaseStatus(status);
+      return Ort::Status(("fused_norm: the node needs a float attribute 'epsilon' (added to mean(X^2) before the "
+                          "rsqrt); reading it failed: " + reason)
+                             .c_str(),
+                         ORT_INVALID_ARGUMENT)
+          .release();
+    }
+    return nullptr;
+  } catch (...) {
+    return StatusFromCurrentException();
+  }
+}
+
+Ort::Status PrepareNormCall(Ort::KernelContext& context, float epsilon, fused_norm::NormProblem& problem) {
+  if (context.GetInputCount() != 3) {
+    return InvalidArgument("expects 3 inputs (X, weight, bias), got " + std::to_string(context.GetInputCount()));
+  }
+  if (context.GetOutputCount() != 1) return InvalidArgument("the node must have its output Y");
+
+  const Ort::ConstValue x = context.GetInput(0);
+  const Ort::ConstValue weight = context.GetInput(1);
+  const Ort::ConstValue bias = context.GetInput(2);
+  TensorFacts xf, wf, bf;
+  if (Ort::Status s = ReadTensorFacts(x, "X", &xf); !s.IsOK()) return s;
+  if (Ort::Status s = ReadTensorFacts(weight, "weight", &wf); !s.IsOK()) return s;
+  if (Ort::Status s = ReadTensorFacts(bias, "bias", &bf); !s.IsOK()) return s;
+
+  if (xf.shape.empty()) {
+    return InvalidArgument("X must have rank >= 1 (its last dimension is normalised), got a 0-d tensor");
+  }
+  fused_norm::DType dtype;
+  if (!ToCoreDType(xf.type, &dtype)) {
+    return InvalidArgument(std::string("X has unsupported dtype ") + ElementTypeName(xf.type) +
+                           "; supported: float32, float64, float16, bfloat16");
+  }
+  if (wf.type != xf.type || bf.type != xf.type) {
+    return InvalidArgument(std::string("X, weight and bias must share one dtype, got X ") + ElementTypeName(xf.type) +
+                           ", weight " + ElementTypeName(wf.type) + ", bias " + ElementTypeName(bf.type));
+  }
+  const int64_t hidden = xf.shape.back();
+  if (Ort::Status s = CheckVector(wf, "weight", hidden); !s.IsOK()) return s;
+  if (Ort::Status s = CheckVector(bf, "bias", hidden); !s.IsOK()) return s;
+  if (!std::isfinite(epsilon) || epsilon < 0.0f) {
+    std::ostringstream out;
+    out << "attribute epsilon must be finite and >= 0, got " << epsilon;
+    return InvalidArgument(out.str());
+  }
+
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < xf.shape.size(); ++i) rows *= xf.shape[i];
+
+  // Y comes from ORT's allocator for this node (its arena, on the provider's
+  // device), never from malloc/cudaMalloc of ours.
+  Ort::UnownedValue y = context.GetOutput(0, xf.shape);
+  if (!y) return InvalidArgument("ORT did not provide the output Y");
+  const ONNXTensorElementDataType y_type = y.GetTensorTypeAndShapeInfo().GetElementType();
+  if (y_type != xf.type) {
+    // Only a model that declares Y with another dtype than X gets here.
+    return InvalidArgument(std::string("the graph declares Y as ") + ElementTypeName(y_type) +
+                           " but X is " + ElementTypeName(xf.type) + "; Y must have X's dtype");
+  }
+
+  problem.x = x.GetTensorRawData();
+  problem.weight = weight.GetTensorRawData();
+  problem.bias = bias.GetTensorRawData();
+  problem.y = y.GetTensorMutableRawData();
+  problem.rows = rows;
+  problem.hidden = hidden;
+  problem.eps = static_cast<double>(epsilon);
+  problem.dtype = dtype;
+  return Ort::Status{nullptr};
+}
+
+OrtStatusPtr InferNormOutputShape(OrtShapeInferContext* context) noexcept {
+  try {
+    const OrtApi& api = Ort::GetApi();
+    // Owned by the context: must not be released.
+    OrtTensorTypeAndShapeInfo* x_info = nullptr;
+    if (OrtStatusPtr status = api.ShapeInferContext_GetInputTypeShape(context, 0, &x_info)) return status;
+    size_t rank = 0;
+    if (OrtStatusPtr status = api.GetDimensionsCount(x_info, &rank)) return status;
+    // ORT reports an unknown rank as rank 0, and a real 0-d X is an error at
+    // run time anyway: in both cases Y's shape stays unknown.
+    if (rank == 0) return nullptr;
+    std::vector<int64_t> dims(rank);
+    std::vector<const char*> symbols(rank, nullptr);
+    if (OrtStatusPtr status = api.GetDimensions(x_info, dims.data(), rank)) return status;
+    if (OrtStatusPtr status = api.GetSymbolicDimensions(x_info, symbols.data(), rank)) return status;
+    for (size_t i = 0; i < rank; ++i) {
+      // A dim with neither a value nor a name would be written back as the
+      // value -1, which ORT then refuses to merge with a declared shape.
+      // Leave Y's shape unknown rather than state a wrong one.
+      if (dims[i] < 0 && (symbols[i] == nullptr || symbols[i][0] == '\0')) return nullptr;
+    }
+    // X's own type-and-shape: Y gets both its dims and its element type.
+    return api.ShapeInferContext_SetOutputTypeShape(context, 0, x_info);
+  } catch (...) {
+    return StatusFromCurrentException();
+  }
+}
+
+}  // namespace fused_norm_ort
