@@ -23,10 +23,14 @@ CXX_STANDARD_TORCH = "c++20"
 CXX_STANDARD_PORTABLE = "c++17"
 
 # -O3 everywhere. Never -ffast-math: it would change rounding and NaN
-# propagation of the reduction. No -march=native in delivered builds: the CPU
-# kernel carries AVX-512/AVX2/baseline clones and picks one at load time.
-# FUSEDBENCH_MARCH_NATIVE=1 opts in to -march=native for a local build.
-OPT_FLAGS = ["-O3"]
+# propagation of the reduction. -ffp-contract=off: GCC would otherwise fuse
+# x * r * w + b into an FMA in the AVX2/AVX-512 clones but not in the baseline
+# one, and differently per loop, so results would depend on the CPU and the
+# row split (1 ulp in float16); without contraction every clone, every path
+# and both adapters (torch, ORT) give bit-identical results. No -march=native
+# in delivered builds: the CPU kernel carries AVX-512/AVX2/baseline clones and
+# picks one at load time. FUSEDBENCH_MARCH_NATIVE=1 opts in for a local build.
+OPT_FLAGS = ["-O3", "-ffp-contract=off"]
 
 
 def march_native_requested() -> bool:
