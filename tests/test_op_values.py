@@ -135,3 +135,14 @@ def test_sixteen_bit_store_rounds_like_torch(dtype, generator):
     y = ops.fused_norm(x, w, b, 0.0)
     expected = (signs * w.float() + b.float()).to(dtype)
     assert torch.equal(y.view(torch.int16), expected.view(torch.int16))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_result_of_a_row_does_not_depend_on_its_position(dtype, generator):
+    # 7 identical rows: rows 0-3 go through the 4-row blocked write, rows 4-6
+    # through the single-row tail. Without -ffp-contract=off the compiler may
+    # fuse a multiply-add in one loop and not the other (1 ulp apart).
+    x, w, b = make_inputs((1, 777), dtype, generator)
+    y = ops.fused_norm(x.expand(7, 777).contiguous(), w, b, 1e-6)
+    for row in range(1, 7):
+        assert torch.equal(y[row], y[0]), f"row {row} differs from row 0"
