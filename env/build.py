@@ -20,8 +20,11 @@ from env.build_config import (
     cuda_build_possible,
     cxx_opt_flags,
     march_native_requested,
+    pinned_cuda_arch_list,
     torch_extension_spec,
 )
+from env.cuda_build import run_in_build as cuda_compile_check
+from env.ort_build import build_ort_library
 from env.paths import build_dir, toolchain_record_path
 from env.torch_build import build_aot, build_jit
 
@@ -48,6 +51,8 @@ def _settings(mode: str) -> dict[str, Any]:
         "march_native": march_native_requested(),
         # Passed explicitly as -D_GLIBCXX_USE_CXX11_ABI (env/build_config.py).
         "cxx11_abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
+        # Pinned in environment.lock.yml; every CUDA build uses it (env/build_config.py).
+        "torch_cuda_arch_list": pinned_cuda_arch_list(),
         "torch_cuda_kernels": with_cuda,
         "torch_cuda_kernels_reason": cuda_reason,
     }
@@ -71,18 +76,19 @@ def build(mode: str = "jit") -> BuildResult:
     toolchain.write_record(record)
     print(f"torch op library ({mode}, {record['timings_s'][f'torch_{mode}']} s): {library}", flush=True)
 
-    # Further artifacts built from the same csrc/ (each step records its own
-    # artifacts, timings and settings in `record`, then rewrites it):
-    #   - the ONNX Runtime custom-op library (env/ort_build.py)
-    from env.ort_build import build_ort_library
-
+    # The ONNX Runtime custom-op library, from the same kernel core.
     try:
         ort_library = build_ort_library(record)
     finally:
         toolchain.write_record(record)  # headers and CUDA choice are worth keeping even if compiling failed
     print(f"ONNX Runtime custom-op library ({record['timings_s']['ort_library']} s; "
           f"{record['build']['ort_headers']['summary']}): {ort_library}", flush=True)
-    #   - the CUDA compile check (env/cuda_build.py)
+
+    # The CUDA compile check: every pinned arch, ptxas resource report.
+    try:
+        cuda_compile_check(record)
+    finally:
+        toolchain.write_record(record)
 
     print(f"toolchain record: {toolchain_record_path()}", flush=True)
     return BuildResult(record=record, record_path=toolchain_record_path())
