@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import math
 import os
+import resource
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 _PROC_STAT = Path("/proc/stat")
+MIN_WINDOW_S = 0.1
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -36,15 +39,24 @@ def _busy_seconds() -> float:
 
 
 def snapshot() -> CpuSnapshot:
-    times = os.times()
-    return CpuSnapshot(busy_s=_busy_seconds(), own_s=times.user + times.system, wall_s=times.elapsed)
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # microsecond resolution, all threads of this process
+    return CpuSnapshot(busy_s=_busy_seconds(), own_s=usage.ru_utime + usage.ru_stime, wall_s=time.monotonic())
 
 
-def other_cpu_share(before: CpuSnapshot, after: CpuSnapshot, cores: int | None = None) -> float:
-    """Fraction (0..1) of all cores' time that other processes used between two snapshots."""
-    cores = cores or os.cpu_count() or 1
-    wall = after.wall_s - before.wall_s
-    if wall <= 0 or math.isnan(before.busy_s) or math.isnan(after.busy_s):
+def other_cpu_seconds(before: CpuSnapshot, after: CpuSnapshot) -> float:
+    """CPU seconds (all cores) that other processes used between two snapshots; NaN without /proc/stat."""
+    if math.isnan(before.busy_s) or math.isnan(after.busy_s):
         return math.nan
-    others = (after.busy_s - before.busy_s) - (after.own_s - before.own_s)
-    return min(1.0, max(0.0, others / (wall * cores)))
+    return max(0.0, (after.busy_s - before.busy_s) - (after.own_s - before.own_s))
+
+
+def other_cpu_share(others_s: float, wall_s: float, cores: int | None = None) -> float:
+    """Fraction (0..1) of all cores' time that other processes used in ``wall_s`` seconds.
+
+    /proc/stat counts in clock ticks (10 ms): windows shorter than MIN_WINDOW_S
+    cannot say anything and give NaN.
+    """
+    cores = cores or os.cpu_count() or 1
+    if not wall_s >= MIN_WINDOW_S or math.isnan(others_s):
+        return math.nan
+    return min(1.0, others_s / (wall_s * cores))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import pandas as pd
 
+from bench import machine
 from bench.report import SCHEMA_VERSION
 from bench.timing import Timing, summarize
 from bench.workloads import dtype_name, shape_label
@@ -15,8 +17,30 @@ SPEEDUP_REFERENCE = ("unfused", "call")
 COPY_REFERENCE = ("limit", "copy", "into_preallocated")
 
 
+@dataclass(frozen=True)
+class CaseInfo:
+    """What a row needs to know about its case (not its tensors)."""
+
+    workload: str
+    shape: tuple[int, ...]
+    dtype: object
+    bytes_moved: float
+
+    @classmethod
+    def of(cls, case) -> CaseInfo:
+        return cls(case.workload, tuple(case.shape), case.dtype, float(case.bytes_moved))
+
+
 def measurement_row(
-    case, baseline: str, variant: str, note: str, timing: Timing, setup_s: float, resolution_ns: float, env: Mapping[str, object]
+    case: CaseInfo,
+    baseline: str,
+    variant: str,
+    note: str,
+    timing: Timing,
+    setup_s: float,
+    resolution_ns: float,
+    env: Mapping[str, object],
+    rounds: int = 1,
 ) -> dict[str, object]:
     stats = summarize(timing.samples_us)
     bytes_moved = float(case.bytes_moved)
@@ -28,6 +52,7 @@ def measurement_row(
         "baseline": baseline,
         "variant": variant,
         **vars(stats),
+        "rounds": rounds,
         "block": timing.block,
         "warmup": timing.warmup,
         "setup_s": setup_s,
@@ -39,7 +64,7 @@ def measurement_row(
         "speedup_vs_unfused": math.nan,
         "timer_resolution_ns": resolution_ns,
         **env,
-        "other_cpu_share": timing.other_cpu_share,
+        "other_cpu_share": machine.other_cpu_share(timing.other_cpu_s, timing.wall_s),
         "note": note,
     }
 

@@ -36,8 +36,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("mean_us", "float64", ""),
     ("std_us", "float64", ""),
     ("iqr_us", "float64", "p75 - p25"),
+    ("rounds", "int64", "passes over the whole grid the samples are spread over"),
     ("block", "int64", "calls per timed sample (>1 only when a call is near the timer resolution)"),
-    ("warmup", "int64", "untimed calls before sampling"),
+    ("warmup", "int64", "untimed calls before the first round's samples"),
     ("setup_s", "float64", "one-off cost outside the timed loop: torch.compile, export, session creation"),
     ("bytes_moved", "float64", "read x + weight + bias + write y (op level); NaN where not meaningful"),
     ("gbps", "float64", "bytes_moved / median time"),
@@ -56,13 +57,29 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("cpu_model", "string", ""),
     ("threads", "int64", "torch.set_num_threads and ORT intra-op threads"),
     ("device", "string", "cpu, or the GPU model"),
-    ("other_cpu_share", "float64", "share of all cores other processes used during the timed loop (bench/machine.py)"),
+    ("other_cpu_share", "float64", "share of all cores other processes used while timing (all rounds; NaN if < 0.1 s)"),
     ("note", "string", "what else a reader needs (fused ORT nodes, compile mode, ...)"),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in COLUMNS)
 KEY_COLUMNS: tuple[str, ...] = ("workload", "shape", "dtype", "baseline", "variant")
 
 SAMPLES_SUFFIX = ".samples.npz"
+
+
+@dataclass(frozen=True)
+class RowSamples:
+    """The raw samples of one row: microseconds per call, and the round each was taken in."""
+
+    values: np.ndarray
+    rounds: np.ndarray
+
+    @classmethod
+    def single_round(cls, values) -> RowSamples:
+        values = np.asarray(values, dtype=np.float64)
+        return cls(values, np.zeros(len(values), dtype=np.int16))
+
+    def round_medians(self) -> np.ndarray:
+        return np.array([np.median(self.values[self.rounds == r]) for r in np.unique(self.rounds)])
 
 
 class ReportError(ValueError):
@@ -100,7 +117,7 @@ def to_frame(rows: pd.DataFrame | Iterable[Mapping[str, object]]) -> pd.DataFram
     return frame
 
 
-def write_report(csv: Path, frame: pd.DataFrame, samples: Mapping[tuple[str, ...], np.ndarray]) -> ReportPaths:
+def write_report(csv: Path, frame: pd.DataFrame, samples: Mapping[tuple[str, ...], RowSamples]) -> ReportPaths:
     """Write the CSV and its samples sidecar, each atomically.
 
     The sidecar is renamed into place first and the CSV last, so a reader that
@@ -117,15 +134,16 @@ def write_report(csv: Path, frame: pd.DataFrame, samples: Mapping[tuple[str, ...
     return paths
 
 
-def _write_samples(path: Path, keys: Sequence[tuple[str, ...]], samples: Mapping[tuple[str, ...], np.ndarray]) -> None:
-    arrays = [np.asarray(samples[k], dtype=np.float64) for k in keys]
+def _write_samples(path: Path, keys: Sequence[tuple[str, ...]], samples: Mapping[tuple[str, ...], RowSamples]) -> None:
+    rows = [samples[k] for k in keys]
     with open(path, "wb") as handle:  # a file object: np.savez would append ".npz" to a bare name
         np.savez_compressed(
             handle,
             schema_version=np.array(SCHEMA_VERSION),
             keys=np.array(keys, dtype=str).reshape(len(keys), len(KEY_COLUMNS)),
-            counts=np.array([len(a) for a in arrays], dtype=np.int64),
-            samples_us=np.concatenate(arrays) if arrays else np.empty(0),
+            counts=np.array([len(r.values) for r in rows], dtype=np.int64),
+            samples_us=np.concatenate([np.asarray(r.values, dtype=np.float64) for r in rows]) if rows else np.empty(0),
+            rounds=np.concatenate([np.asarray(r.rounds, dtype=np.int16) for r in rows]) if rows else np.empty(0, np.int16),
         )
 
 
@@ -152,18 +170,21 @@ def read_report(csv: Path | str) -> pd.DataFrame:
         raise ReportError(f"{csv}: {error}") from error
 
 
-def read_samples(csv: Path | str) -> dict[tuple[str, ...], np.ndarray]:
-    """The raw samples (microseconds per call) of a report, by row key."""
+def read_samples(csv: Path | str) -> dict[tuple[str, ...], RowSamples]:
+    """The raw samples (microseconds per call, with their rounds) of a report, by row key."""
     path = ReportPaths.for_csv(csv).samples
     if not path.is_file():
         raise ReportError(f"{path}: samples sidecar of {Path(csv).name} is missing (needed for the statistics)")
     try:
         with np.load(path, allow_pickle=False) as data:
             version = int(data["schema_version"])
-            keys, counts, flat = data["keys"], data["counts"], data["samples_us"]
+            keys, counts, flat, rounds = data["keys"], data["counts"], data["samples_us"], data["rounds"]
     except (OSError, KeyError, ValueError) as error:
         raise ReportError(f"{path}: not a fusedbench samples file ({error})") from error
     if version != SCHEMA_VERSION:
         raise ReportError(f"{path}: samples schema version {version}, expected {SCHEMA_VERSION}")
     bounds = np.concatenate([[0], np.cumsum(counts)])
-    return {tuple(str(v) for v in keys[i]): flat[bounds[i] : bounds[i + 1]] for i in range(len(counts))}
+    return {
+        tuple(str(v) for v in keys[i]): RowSamples(flat[bounds[i] : bounds[i + 1]], rounds[bounds[i] : bounds[i + 1]])
+        for i in range(len(counts))
+    }

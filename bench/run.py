@@ -4,6 +4,14 @@ Order of work: dispatch floor; then per case (shape x dtype) the copy limit and
 every baseline back to back, so ratios within a case share the machine's state;
 then the model-level cases. Every variant is prepared (outside the timed loop),
 verified against the float64 reference, warmed up and timed (bench/timing.py).
+
+The whole grid is passed over ROUNDS times, each round taking 1/ROUNDS of every
+variant's time budget (asv's "rounds"): a variant's samples are then spread over
+the run, so a stretch of a few seconds in which the machine is slow (other
+virtual machines on the host, frequency changes - seen here as 25-60 % for ~20 s)
+touches only some of its rounds. `invoke compare` uses the rounds to tell such
+a stretch from a real slowdown. Later rounds re-use the first round's setup
+(export files, Inductor's cache) and re-warm with REWARM_CALLS calls.
 """
 
 from __future__ import annotations
@@ -13,9 +21,10 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -24,7 +33,7 @@ from bench import metrics
 from bench.environment import environment_columns, utc_timestamp
 from bench.limits import copy_limit, dispatch_floor
 from bench.registry import Baseline, Prepared, Unsupported, Variant, select
-from bench.report import ReportPaths, row_key, to_frame, write_report
+from bench.report import ReportPaths, RowSamples, to_frame, write_report
 from bench.timing import Timing, TimingConfig, measure, timer_resolution_ns
 from bench.verify import VerificationError, verify
 from bench.workloads import (
@@ -43,7 +52,9 @@ from env.paths import REPO_ROOT
 REPORTS_ENV = "FUSEDBENCH_REPORTS_DIR"
 # Seconds of sampling per variant (after warm-up); --quick keeps CI under ~3 minutes.
 BUDGET_S = {"full": 1.0, "quick": 0.25}
-MIN_SAMPLES = 20
+MIN_SAMPLES = 20  # per variant, over all rounds
+ROUNDS = 3
+REWARM_CALLS = 5  # warm-up before rounds 2..: caches only; the allocator and lazy init were warmed in round 1
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,7 @@ class BenchOptions:
     budget_s: float | None = None
     op_shapes: tuple[tuple[int, int, int], ...] | None = None  # override the grid (tests)
     model_batches: tuple[tuple[str, int, int], ...] | None = None
+    rounds: int = ROUNDS
 
 
 @dataclass
@@ -136,14 +148,34 @@ def _baseline_work(baseline: Baseline, case: Callable[[], object], release: Call
     return work
 
 
-def _measure(case, variant: Variant, config: TimingConfig, resolution_ns: float) -> tuple[Timing, float, str]:
+def _measure(case, variant: Variant, config: TimingConfig, resolution_ns: float, block: int | None) -> tuple[Timing, float, str]:
     started = time.perf_counter()
     prepared = variant.prepare()
     setup_s = time.perf_counter() - started
     if not isinstance(prepared, Prepared):
         prepared = Prepared(prepared, variant.note)
-    verify(prepared.call(), case.reference(), case.tolerance, "output")
-    return measure(prepared.call, config, resolution_ns), setup_s + prepared.reused_setup_s, prepared.note or variant.note
+    verify(prepared.call(), case.reference(), case.tolerance, "output")  # every round: a wrong call is never timed
+    return measure(prepared.call, config, resolution_ns, block), setup_s + prepared.reused_setup_s, prepared.note or variant.note
+
+
+@dataclass
+class _Row:
+    """One variant's measurements, accumulated over the rounds."""
+
+    case: metrics.CaseInfo  # not the case itself: its tensors must not live for the whole run
+    baseline: str
+    variant: str
+    note: str
+    setup_s: float  # the first round's: later rounds re-use its caches
+    block: int
+    timings: list[Timing] = field(default_factory=list)
+
+    def pooled(self, warmup: int) -> tuple[Timing, RowSamples]:
+        values = np.concatenate([t.samples_us for t in self.timings])
+        rounds = np.concatenate([np.full(len(t.samples_us), r, dtype=np.int16) for r, t in enumerate(self.timings)])
+        others = sum(t.other_cpu_s for t in self.timings)
+        wall = sum(t.wall_s for t in self.timings)
+        return Timing(values, self.block, warmup, others, wall), RowSamples(values, rounds)
 
 
 def run_bench(options: BenchOptions, console: Console | None = None) -> Outcome:
@@ -167,40 +199,64 @@ def _run_bench(options: BenchOptions, console: Console) -> Outcome:
     resolution_ns = timer_resolution_ns()
     console.print(
         f"[bold]fusedbench[/] {mode} run: baselines {[b.name for b in baselines]}, dtype {options.dtype}, "
-        f"{threads} threads, warm-up {config.warmup} calls, {config.budget_s:g} s per variant, "
+        f"{threads} threads, warm-up {config.warmup} calls, {config.budget_s:g} s per variant over {options.rounds} rounds, "
         f"timer resolution {resolution_ns:.0f} ns"
     )
-    rows, samples, failures, skipped = [], {}, [], []
+    if options.rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {options.rounds}")
+    measured: dict[tuple[str, ...], _Row] = {}
+    dropped: set[tuple[str, ...]] = set()  # failed or skipped in some round: no row at all
+    failures, skipped = [], []
     with tempfile.TemporaryDirectory(prefix="fusedbench-") as tmp:
         jobs = _jobs(options, baselines, Path(tmp))
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as progress:
-            task = progress.add_task("", total=len(jobs))
-            for job in jobs:
-                progress.update(task, description=job.label)
-                try:
-                    for case, baseline, variant in job.run():
-                        where = f"{case.workload} {shape_label(case.shape)} {dtype_name(case.dtype)} {baseline}/{variant.name}"
-                        try:
-                            timing, setup_s, note = _measure(case, variant, config, resolution_ns)
-                        except Unsupported as reason:
-                            skipped.append(f"{where}: {reason}")
-                            continue
-                        except VerificationError as error:
-                            failures.append(f"{where}: WRONG OUTPUT - {error}")
-                            continue
-                        except Exception as error:  # one broken variant must not hide the others' results
-                            failures.append(f"{where}: {type(error).__name__}: {error}")
-                            continue
-                        row = metrics.measurement_row(case, baseline, variant.name, note, timing, setup_s, resolution_ns, env)
-                        rows.append(row)
-                        samples[row_key(row)] = timing.samples_us
-                        gc.collect()  # free this variant's buffers/sessions before the next one allocates
-                except Unsupported as reason:
-                    skipped.append(f"{job.label}: {reason}")
-                except Exception as error:
-                    failures.append(f"{job.label}: {type(error).__name__}: {error}")
-                progress.advance(task)
+            task = progress.add_task("", total=len(jobs) * options.rounds)
+            for round_index in range(options.rounds):
+                round_config = replace(
+                    config,
+                    warmup=config.warmup if round_index == 0 else min(config.warmup, REWARM_CALLS),
+                    budget_s=config.budget_s / options.rounds,
+                    min_samples=max(1, -(-config.min_samples // options.rounds)),
+                )
+                for job in jobs:
+                    progress.update(task, description=f"round {round_index + 1}/{options.rounds}: {job.label}")
+                    try:
+                        for case, baseline, variant in job.run():
+                            key = (case.workload, shape_label(case.shape), dtype_name(case.dtype), baseline, variant.name)
+                            if key in dropped:
+                                continue
+                            where = " ".join(key[:3]) + f" {baseline}/{variant.name}" + (f" (round {round_index + 1})" if round_index else "")
+                            row = measured.get(key)
+                            try:
+                                timing, setup_s, note = _measure(case, variant, round_config, resolution_ns, row.block if row else None)
+                            except Unsupported as reason:
+                                skipped.append(f"{where}: {reason}")
+                            except VerificationError as error:
+                                failures.append(f"{where}: WRONG OUTPUT - {error}")
+                            except Exception as error:  # one broken variant must not hide the others' results
+                                failures.append(f"{where}: {type(error).__name__}: {error}")
+                            else:
+                                if row is None:
+                                    row = measured[key] = _Row(metrics.CaseInfo.of(case), baseline, variant.name, note, setup_s, timing.block)
+                                row.timings.append(timing)
+                                continue
+                            dropped.add(key)
+                            measured.pop(key, None)
+                    except Unsupported as reason:
+                        skipped.append(f"{job.label}: {reason}")
+                    except Exception as error:
+                        failures.append(f"{job.label}: {type(error).__name__}: {error}")
+                    finally:
+                        gc.collect()  # free the job's buffers/sessions before the next one allocates
+                    progress.advance(task)
+    skipped = list(dict.fromkeys(skipped))  # a job-level skip repeats every round
+    failures = list(dict.fromkeys(failures))
+    rows, samples = [], {}
+    for key, row in measured.items():
+        timing, row_samples = row.pooled(config.warmup)
+        rows.append(metrics.measurement_row(row.case, row.baseline, row.variant, row.note, timing, row.setup_s, resolution_ns, env, options.rounds))
+        samples[key] = row_samples
     if not rows:
         return Outcome(paths=None, frame=None, failures=failures or ["nothing was measured"], skipped=skipped, seconds=time.perf_counter() - started)
     frame = to_frame(metrics.add_ratios(to_frame(rows)))
@@ -225,7 +281,7 @@ def main(options: BenchOptions) -> int:
     """Run, print the summary and where the files are; return the process exit code."""
     from bench.summary import print_summary
 
-    console = Console(width=None if Console().is_terminal else 150)  # logs and CI: wide enough for the table
+    console = Console(width=None if Console().is_terminal else 200)  # logs and CI: wide enough for the table
     outcome = run_bench(options, console)
     print_summary(outcome, console)
     return 1 if outcome.failures else 0

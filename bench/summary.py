@@ -45,7 +45,7 @@ def print_summary(outcome, console: Console) -> None:
         console.print(f"[yellow]skipped[/] {line}")
     for line in outcome.failures:
         console.print(f"[red bold]FAILED[/] {line}")
-    if outcome.frame is not None and len(outcome.frame):
+    if outcome.frame is not None and outcome.frame.other_cpu_share.notna().any():
         share = outcome.frame.other_cpu_share
         busy = int((share > BUSY_SHARE).sum())
         line = f"other processes' share of the CPU while timing: median {100 * share.median():.0f}%, max {100 * share.max():.0f}%"

@@ -49,7 +49,8 @@ class Timing:
     samples_us: np.ndarray  # per-call microseconds, one value per timed sample
     block: int
     warmup: int
-    other_cpu_share: float = float("nan")  # CPU share other processes took during sampling
+    other_cpu_s: float = float("nan")  # CPU seconds other processes used while sampling (bench/machine.py)
+    wall_s: float = 0.0  # wall time of the sampling loop
 
 
 @dataclass(frozen=True)
@@ -111,11 +112,14 @@ def block_size(call: Callable[[], object], resolution_ns: float) -> int:
     return 1 if calls == 1 else math.ceil(target_ns / (elapsed / calls))
 
 
-def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: float) -> Timing:
-    """Warm up, then sample ``call`` per the method above. ``call`` is already verified."""
+def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: float, block: int | None = None) -> Timing:
+    """Warm up, then sample ``call`` per the method above. ``call`` is already verified.
+
+    ``block`` fixes the calls per sample (later rounds reuse the first round's).
+    """
     for _ in range(config.warmup):
         call()
-    block = block_size(call, resolution_ns)
+    block = block or block_size(call, resolution_ns)
     samples = np.empty(config.max_samples, dtype=np.float64)
     budget_ns = config.budget_s * 1e9
     clock = time.perf_counter_ns
@@ -135,7 +139,13 @@ def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: flo
                 samples[n] = (clock() - start) / block
             n += 1
         cpu_after = machine.snapshot()
-    return Timing(samples_us=samples[:n] / 1e3, block=block, warmup=config.warmup, other_cpu_share=machine.other_cpu_share(cpu_before, cpu_after))
+    return Timing(
+        samples_us=samples[:n] / 1e3,
+        block=block,
+        warmup=config.warmup,
+        other_cpu_s=machine.other_cpu_seconds(cpu_before, cpu_after),
+        wall_s=cpu_after.wall_s - cpu_before.wall_s,
+    )
 
 
 def summarize(samples_us: np.ndarray) -> Summary:

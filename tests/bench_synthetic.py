@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.report import COLUMNS, KEY_COLUMNS, SCHEMA_VERSION, to_frame, write_report
+from bench.report import COLUMNS, KEY_COLUMNS, SCHEMA_VERSION, RowSamples, to_frame, write_report
 from bench.timing import summarize
 
 _DEFAULTS = {"string": "synthetic", "int64": 1, "float64": math.nan}
@@ -17,12 +17,23 @@ def make_key(shape: str = "8x128x1024", baseline: str = "fused", variant: str = 
     return (workload, shape, "float32", baseline, variant)
 
 
-def synthetic_report(path: Path, samples: dict[tuple[str, ...], np.ndarray], schema_version: int = SCHEMA_VERSION) -> Path:
+def in_rounds(values: np.ndarray, rounds: int = 3) -> RowSamples:
+    """Samples taken in ``rounds`` consecutive rounds of (nearly) equal size, as bench/run.py takes them."""
+    values = np.asarray(values, dtype=np.float64)
+    return RowSamples(values, (np.arange(len(values)) * rounds // max(1, len(values))).astype(np.int16))
+
+
+def synthetic_report(
+    path: Path, samples: dict[tuple[str, ...], np.ndarray | RowSamples], schema_version: int = SCHEMA_VERSION
+) -> Path:
+    """A report file with these samples (arrays are spread over 3 rounds)."""
+    samples = {k: v if isinstance(v, RowSamples) else in_rounds(v) for k, v in samples.items()}
     rows = []
-    for key, values in samples.items():
+    for key, row_samples in samples.items():
         row = {name: _DEFAULTS[dtype] for name, dtype, _ in COLUMNS}
         row.update(dict(zip(KEY_COLUMNS, key)))
-        row.update(vars(summarize(np.asarray(values, dtype=np.float64))))
+        row.update(vars(summarize(row_samples.values)))
+        row["rounds"] = len(np.unique(row_samples.rounds))
         row["schema_version"] = schema_version
         rows.append(row)
     return write_report(path, to_frame(rows), samples).csv

@@ -8,16 +8,18 @@ import subprocess
 import sys
 import time
 
-from bench.machine import CpuSnapshot, other_cpu_share, snapshot
+from bench.machine import CpuSnapshot, other_cpu_seconds, other_cpu_share, snapshot
 
 
 def test_arithmetic_subtracts_this_process_and_clamps():
     before = CpuSnapshot(busy_s=100.0, own_s=10.0, wall_s=1000.0)
-    # 2 s wall on 2 cores = 4 core-seconds; 3 busy, 1 of them ours -> others 2/4.
-    assert other_cpu_share(before, CpuSnapshot(103.0, 11.0, 1002.0), cores=2) == 0.5
-    assert other_cpu_share(before, CpuSnapshot(100.5, 11.0, 1002.0), cores=2) == 0.0  # jiffy rounding below zero
-    assert math.isnan(other_cpu_share(before, CpuSnapshot(math.nan, 11.0, 1002.0), cores=2))
-    assert math.isnan(other_cpu_share(before, before, cores=2))
+    # 2 s wall on 2 cores = 4 core-seconds; 3 busy, 1 of them ours -> others 2 s, a share of 2/4.
+    assert other_cpu_seconds(before, CpuSnapshot(103.0, 11.0, 1002.0)) == 2.0
+    assert other_cpu_share(2.0, 2.0, cores=2) == 0.5
+    assert other_cpu_seconds(before, CpuSnapshot(100.5, 11.0, 1002.0)) == 0.0  # clock-tick rounding below zero
+    assert math.isnan(other_cpu_seconds(before, CpuSnapshot(math.nan, 11.0, 1002.0)))
+    assert math.isnan(other_cpu_share(0.0, 0.05, cores=2))  # too short a window for 10 ms ticks
+    assert other_cpu_share(9.0, 2.0, cores=2) == 1.0
 
 
 def _cpu_seconds_of(pid: int) -> float:
@@ -37,8 +39,7 @@ def test_a_busy_neighbour_is_counted_as_other():
     finally:
         child.kill()
         child.wait()
-    cores = os.cpu_count() or 1
-    others_s = other_cpu_share(before, after) * (after.wall_s - before.wall_s) * cores
+    others_s = other_cpu_seconds(before, after)
     child_s = child_after - child_before
     assert child_s > 0.05  # the neighbour did run (however busy the machine is)
     # Everything the neighbour burned is attributed to others (give or take clock-tick rounding).

@@ -8,7 +8,7 @@ import pytest
 
 from bench import report
 from bench.report import COLUMN_NAMES, COLUMNS, KEY_COLUMNS, SCHEMA_VERSION, ReportError, ReportPaths, read_report, read_samples
-from tests.bench_synthetic import lognormal, make_key, synthetic_report
+from tests.bench_synthetic import in_rounds, lognormal, make_key, synthetic_report
 
 
 @pytest.fixture
@@ -28,7 +28,9 @@ def test_written_report_has_the_declared_columns_dtypes_and_samples(tmp_path, rn
     back = read_samples(csv)
     assert set(back) == set(samples)
     for key, values in samples.items():
-        np.testing.assert_array_equal(back[key], values)
+        np.testing.assert_array_equal(back[key].values, values)
+        np.testing.assert_array_equal(back[key].rounds, np.repeat([0, 1, 2], [17, 17, 16]))  # 50 samples in 3 rounds
+        assert len(back[key].round_medians()) == 3
         row = frame[(frame.baseline == key[3])].iloc[0]
         assert row.n == len(values) and row.median_us == pytest.approx(np.median(values))
 
@@ -69,7 +71,7 @@ def test_missing_samples_sidecar_is_a_clear_error(tmp_path, rng):
 def test_samples_must_belong_to_the_rows(tmp_path, rng):
     csv = synthetic_report(tmp_path / "r.csv", {make_key(): lognormal(rng, 5.0, 10)})
     with pytest.raises(ReportError, match="keys differ"):
-        report.write_report(tmp_path / "s.csv", read_report(csv), {make_key(baseline="other"): np.ones(3)})
+        report.write_report(tmp_path / "s.csv", read_report(csv), {make_key(baseline="other"): in_rounds(np.ones(3))})
 
 
 @pytest.mark.parametrize("failure", [RuntimeError("disk full"), KeyboardInterrupt()])
@@ -77,7 +79,7 @@ def test_interrupted_write_leaves_no_half_file_and_the_old_report_untouched(tmp_
     csv = synthetic_report(tmp_path / "r.csv", {make_key(): lognormal(rng, 5.0, 20)})
     paths = ReportPaths.for_csv(csv)
     old_csv, old_samples = paths.csv.read_bytes(), paths.samples.read_bytes()
-    new_samples = {make_key(): lognormal(rng, 7.0, 20)}
+    new_samples = {make_key(): in_rounds(lognormal(rng, 7.0, 20))}
     frame = read_report(csv)
 
     def half_then_fail(self, path, **kwargs):  # a CSV writer that dies after writing part of the file
