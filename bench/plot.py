@@ -11,6 +11,7 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from bench.report import use_default_mode  # noqa: E402
 from env.files import atomic_path  # noqa: E402
 
 
@@ -28,6 +29,29 @@ def shape_elements(shape: str) -> int:
     return total
 
 
+# One colour per implementation (ORT routes in blues), one line style per calling convention.
+_COLORS = {
+    "copy": "black",
+    "unfused": "tab:red",
+    "native": "tab:orange",
+    "compiled": "tab:purple",
+    "fused": "tab:green",
+    "ort standard": "#08519c",
+    "ort opset23": "#4292c6",
+    "ort custom": "#9ecae1",
+}
+_DASHED_VARIANTS = ("out", "iobinding")
+
+
+def _style(baseline: str, variant: str) -> dict:
+    if baseline == "copy":
+        return {"color": "black", "linestyle": ":", "linewidth": 2}
+    route = variant.split("-")[0] if baseline == "ort" else ""
+    color = _COLORS.get(f"{baseline} {route}".strip())
+    dashed = any(variant.endswith(v) for v in _DASHED_VARIANTS)
+    return {"color": color, "linestyle": "--" if dashed else "-", "marker": "s" if dashed else "o", "markersize": 4}
+
+
 def write_plot(frame: pd.DataFrame, path: Path) -> Path:
     op = frame[frame.workload.isin(["op", "limit"]) & (frame.baseline != "dispatch")].copy()
     model = frame[frame.workload == "model"]
@@ -38,7 +62,7 @@ def write_plot(frame: pd.DataFrame, path: Path) -> Path:
     for (baseline, variant, dtype), rows in op.groupby(["baseline", "variant", "dtype"], sort=False):
         rows = rows.sort_values("x_bytes")
         label = f"{baseline}/{variant}" + ("" if dtype == "float32" else f" {dtype}")
-        style = {"linestyle": "--", "color": "black"} if baseline == "copy" else {"marker": "o"}
+        style = _style(baseline, variant)
         latency.plot(rows.x_bytes, rows.median_us, label=label, **style)
         bandwidth.plot(rows.x_bytes, rows.gbps, label=label, **style)
     for ax, ylabel, title in (
@@ -54,16 +78,18 @@ def write_plot(frame: pd.DataFrame, path: Path) -> Path:
     latency.legend(fontsize=7)
     if len(model):
         ax = axes[2]
-        labels = [f"{r.baseline}/{r.variant}\n{r.shape}" for r in model.itertuples()]
-        ax.barh(range(len(model)), model.median_us, xerr=model.iqr_us / 2)
+        labels = [f"{r.shape} {r.baseline}/{r.variant}" for r in model.itertuples()]
+        colors = [_style(r.baseline, r.variant)["color"] or "gray" for r in model.itertuples()]
+        ax.barh(range(len(model)), model.median_us, xerr=model.iqr_us / 2, color=colors)
         ax.set_yticks(range(len(model)), labels, fontsize=7)
         ax.set_xscale("log")
-        ax.set_xlabel("median per forward (µs)")
+        ax.set_xlabel("median per forward (µs); bars: IQR")
         ax.set_title("model level")
         ax.invert_yaxis()
     threads = frame.threads.iloc[0] if len(frame) else "?"
     fig.suptitle(f"fusedbench {frame.timestamp_utc.iloc[0]} - {frame.cpu_model.iloc[0]}, {threads} threads", fontsize=10)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
+        use_default_mode(tmp)
     plt.close(fig)
     return path

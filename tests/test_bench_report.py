@@ -35,6 +35,19 @@ def test_written_report_has_the_declared_columns_dtypes_and_samples(tmp_path, rn
         assert row.n == len(values) and row.median_us == pytest.approx(np.median(values))
 
 
+def test_report_files_get_the_usual_mode_not_mkstemps_0600(tmp_path, rng):
+    import os
+    import stat
+
+    umask = os.umask(0o022)
+    try:
+        csv = synthetic_report(tmp_path / "r.csv", {make_key(): lognormal(rng, 5.0, 10)})
+    finally:
+        os.umask(umask)
+    for path in (csv, ReportPaths.for_csv(csv).samples):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
 def test_more_than_one_row_per_key_is_rejected(rng):
     row = {name: 1 for name in COLUMN_NAMES}
     with pytest.raises(ReportError, match="more than one row per key"):
