@@ -152,6 +152,11 @@ class ModelCase:
         """
         return build_model(impl, seed=self.seed, dtype=self.dtype).requires_grad_(False)
 
+    def forward_call(self, impl: str):
+        """Build the model with ``impl`` norms; return the timed call (one forward on this case's input)."""
+        model, x = self.model(impl), self.x
+        return lambda: model(x)
+
     @torch.no_grad()
     def reference(self) -> Tensor:
         """The unfused model in float64 (same weights): the model's math without the implementations' rounding."""

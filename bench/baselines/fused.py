@@ -16,7 +16,7 @@ class Fused:
 
     def variants(self, case: Case) -> list[Variant]:
         if not isinstance(case, OpCase):
-            return [Variant("call", lambda: _model_call(case))]
+            return [Variant("call", lambda: case.forward_call("fused"))]
         x, w, b, eps = case.x, case.weight, case.bias, case.eps
         op, op_out = torch.ops.myops.fused_norm.default, torch.ops.myops.fused_norm_out.default
 
@@ -34,9 +34,3 @@ class Fused:
             Variant("call", lambda: lambda: op(x, w, b, eps)),
             Variant("out", prepare_out, note="preallocated output buffer reused across calls"),
         ]
-
-
-def _model_call(case: Case):
-    model, x = case.model("fused"), case.x
-    return lambda: model(x)
-

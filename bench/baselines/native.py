@@ -16,9 +16,4 @@ class Native:
         if isinstance(case, OpCase):
             x, w, b, eps = case.x, case.weight, case.bias, case.eps
             return [Variant("call", lambda: lambda: native_norm(x, w, b, eps))]
-        return [Variant("call", lambda: _model_call(case))]
-
-
-def _model_call(case: Case):
-    model, x = case.model("native"), case.x
-    return lambda: model(x)
+        return [Variant("call", lambda: case.forward_call("native"))]

@@ -16,9 +16,4 @@ class Unfused:
         if isinstance(case, OpCase):
             x, w, b, eps = case.x, case.weight, case.bias, case.eps
             return [Variant("call", lambda: lambda: unfused_norm(x, w, b, eps))]
-        return [Variant("call", lambda: _model_call(case, "unfused"))]
-
-
-def _model_call(case: Case, impl: str):
-    model, x = case.model(impl), case.x
-    return lambda: model(x)
+        return [Variant("call", lambda: case.forward_call("unfused"))]
