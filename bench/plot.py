@@ -11,7 +11,6 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from bench.report import use_default_mode  # noqa: E402
 from env.files import atomic_path  # noqa: E402
 
 
@@ -90,6 +89,5 @@ def write_plot(frame: pd.DataFrame, path: Path) -> Path:
     fig.suptitle(f"fusedbench {frame.timestamp_utc.iloc[0]} - {frame.cpu_model.iloc[0]}, {threads} threads", fontsize=10)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
-        use_default_mode(tmp)
     plt.close(fig)
     return path

@@ -8,7 +8,6 @@ A report is three files with one stem, ``reports/<UTC timestamp>-<host>``:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,16 +131,7 @@ def write_report(csv: Path, frame: pd.DataFrame, samples: Mapping[tuple[str, ...
     with atomic_path(paths.csv) as tmp_csv, atomic_path(paths.samples) as tmp_samples:
         _write_samples(tmp_samples, keys, samples)
         frame.to_csv(tmp_csv, index=False)
-        for tmp in (tmp_csv, tmp_samples):
-            use_default_mode(tmp)
     return paths
-
-
-def use_default_mode(path: Path) -> None:
-    """Give a temporary file (mkstemp makes them 0600) the mode a plain open() would: reports are for sharing."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
 
 
 def _write_samples(path: Path, keys: Sequence[tuple[str, ...]], samples: Mapping[tuple[str, ...], RowSamples]) -> None:

@@ -23,12 +23,20 @@ def atomic_path(target: Path | str) -> Iterator[Path]:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp = Path(tmp_name)
+    # mkstemp creates 0600; give the file the mode a plain open() would.
+    os.chmod(tmp, 0o666 & ~_current_umask())
     try:
         yield tmp
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _current_umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 def write_atomic(target: Path | str, write: Callable[[Path], None]) -> Path:
