@@ -41,17 +41,3 @@ def test_names_are_compared_canonically():
     lock = _lock({"typing-extensions": "4.16.0"})
     assert drift(lock, {"typing-extensions": "4.16.0"}, python_version="3.11.7") == []
 
-
-def test_atomic_files_get_the_usual_mode(tmp_path):
-    # mkstemp creates 0600; an atomically written file must look like open() made it.
-    import os
-    import stat
-
-    from env.files import write_text_atomic
-
-    umask = os.umask(0o027)
-    try:
-        path = write_text_atomic(tmp_path / "record.json", "{}")
-    finally:
-        os.umask(umask)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o640
