@@ -43,7 +43,7 @@ from bench.report import KEY_COLUMNS, ReportError, RowSamples, read_report, read
 BOOTSTRAP_RESAMPLES = 4000
 CONFIDENCE = 0.95
 # Columns whose difference between the two reports a reader must know about.
-ENVIRONMENT_COLUMNS = ("git_commit", "torch", "onnxruntime", "onnx", "compiler", "cxx11_abi", "cpu_model", "threads", "device", "host")
+ENVIRONMENT_COLUMNS = ("git_commit", "torch", "onnxruntime", "onnx", "compiler", "cxx11_abi", "cpu_model", "threads", "device", "cpu_allocator", "host")
 
 BUSY_SHARE = 0.10  # other processes above this share of the CPU make a row suspect
 

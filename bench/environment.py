@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import socket
@@ -71,4 +72,15 @@ def environment_columns(threads: int, device: str, timestamp: str) -> dict[str, 
         "cpu_model": _cpu_model(),
         "threads": threads,
         "device": device,
+        "cpu_allocator": cpu_allocator(),
     }
+
+
+def cpu_allocator() -> str:
+    """How torch's CPU allocator gets large blocks: the one knob that decides page-fault costs.
+
+    torch frees large blocks back to the OS, so every call that allocates a
+    large fresh output pays ~4 KiB page faults; THP_MEM_ALLOC_ENABLE=1 (read
+    once, when torch first allocates) makes it ask for huge pages instead.
+    """
+    return "thp" if os.environ.get("THP_MEM_ALLOC_ENABLE", "0") == "1" else "default"
