@@ -17,7 +17,9 @@ import pandas as pd
 
 from env.files import atomic_path
 
-SCHEMA_VERSION = 1
+# Bump on any change of COLUMNS: compare refuses to join reports of different versions.
+# 2: cpu_allocator column.
+SCHEMA_VERSION = 2
 
 # (column, pandas dtype, meaning) - field order = column order. The one declaration
 # of the format: writing, reading, validation and the tests all use this table.
