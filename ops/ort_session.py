@@ -177,6 +177,10 @@ def create_session(model: str | os.PathLike | bytes, config: OrtConfig = OrtConf
         # the target and rename, so a failure never leaves half a model.
         with atomic_path(config.optimized_model_path) as tmp:
             options.optimized_model_filepath = str(tmp)
+            # ORT warns on every such session that an "all"-level graph may be
+            # machine-specific; that is the point of a diagnostic dump, so
+            # only errors are logged here.
+            options.log_severity_level = 3
             session = make(options)
     _check_provider_used(session, config)
     return session
