@@ -213,7 +213,8 @@ def summary_rows(record: dict[str, Any]) -> list[tuple[str, str]]:
         ("TORCH_CUDA_ARCH_LIST", str(build.get("torch_cuda_arch_list") or _get(record, "cuda.torch_cuda_arch_list"))),
         ("onnxruntime / onnx / onnxscript",
          " / ".join(str(_get(record, f"onnx.{k}")) for k in ("onnxruntime", "onnx", "onnxscript"))),
-        ("ORT headers", str(build.get("ort_headers", {}).get("summary") if isinstance(build.get("ort_headers"), dict) else None)),
+        ("ORT headers", (build.get("ort_headers") or {}).get("summary")
+         or "resolved by the ONNX Runtime library step (see `invoke toolchain` after the build)"),
         ("Python", str(_get(record, "python.version"))),
         ("OS / libc", f"{_get(record, 'os.name')} / {_get(record, 'os.libc')}"),
         ("CPU", f"{_get(record, 'cpu.model')} ({_get(record, 'cpu.logical_cores')} logical cores; "
