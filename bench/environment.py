@@ -4,48 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import re
 import socket
-import subprocess
 from datetime import datetime, timezone
-from pathlib import Path
 
 import torch
 
-from env.paths import REPO_ROOT, toolchain_record_path
-
-
-def git_commit(repo: Path = REPO_ROOT) -> str:
-    """HEAD's hash, with ``-dirty`` when tracked files differ from it; "unknown" outside a git checkout."""
-    try:
-        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
-        status = subprocess.run(
-            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, check=True
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head.stdout.strip() + ("-dirty" if status.stdout.strip() else "")
-
-
-def _package_version(name: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    for dist in (name, f"{name}-gpu"):  # onnxruntime may come as onnxruntime-gpu
-        try:
-            return version(dist)
-        except PackageNotFoundError:
-            continue
-    return "not installed"
-
-
-def _cpu_model() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        match = re.search(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(errors="replace"), re.M)
-        if match:
-            return match.group(1).strip()
-    return platform.processor() or platform.machine()
+from env.paths import toolchain_record_path
+from env.repo import git_commit
+from env.toolchain import cpu_model, package_version
 
 
 def _toolchain() -> dict:
@@ -65,11 +31,11 @@ def environment_columns(threads: int, device: str, timestamp: str) -> dict[str, 
         "host": socket.gethostname(),
         "git_commit": git_commit(),
         "torch": torch.__version__,
-        "onnxruntime": _package_version("onnxruntime"),
-        "onnx": _package_version("onnx"),
+        "onnxruntime": package_version("onnxruntime") or "not installed",
+        "onnx": package_version("onnx") or "not installed",
         "compiler": record.get("compiler", {}).get("version") or "unknown (no build/toolchain.json)",
         "cxx11_abi": str(abi) if abi is not None else f"unknown (torch: {int(torch.compiled_with_cxx11_abi())})",
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "threads": threads,
         "device": device,
         "cpu_allocator": cpu_allocator(),

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from env.lock import LOCK_PATH, read_lock
 from env.paths import REPO_ROOT
+from env.repo import git_commit
 
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 DEFAULT_TAG = "fusedbench:local"
@@ -44,18 +45,6 @@ def dockerfile_arg_defaults(dockerfile: Path = DOCKERFILE) -> dict[str, str]:
 
 def lock_sha256(lock: Path = LOCK_PATH) -> str:
     return hashlib.sha256(lock.read_bytes()).hexdigest()
-
-
-def git_commit(repo: Path = REPO_ROOT) -> str:
-    """The checked-out commit, with "-dirty" when tracked files differ from it."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
-                                check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return commit + ("-dirty" if dirty else "")
 
 
 def build_args(max_jobs: int | None = None, base_digest: str | None = None) -> dict[str, str]:

@@ -68,7 +68,7 @@ def _torch_config_field(config: str, label: str) -> str | None:
     return match.group(1).strip() if match else None
 
 
-def _cpu_facts() -> dict[str, Any]:
+def _cpu_info() -> tuple[str | None, list[str]]:
     model, flags = platform.processor() or None, []
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
@@ -77,6 +77,16 @@ def _cpu_facts() -> dict[str, Any]:
             model = m.group(1).strip()
         if m := re.search(r"^flags\s*:\s*(.+)$", text, re.M):
             flags = m.group(1).split()
+    return model, flags
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what platform knows."""
+    return _cpu_info()[0] or platform.machine()
+
+
+def _cpu_facts() -> dict[str, Any]:
+    model, flags = _cpu_info()
     # Only the flags that decide which kernel clone runs.
     relevant = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_tile")
     return {
@@ -135,21 +145,20 @@ def _nvcc_release() -> str | None:
     return f"{match.group(1)} ({match.group(2)})" if match else None
 
 
-def _package_versions(names: list[str]) -> dict[str, str | None]:
+def package_version(name: str) -> str | None:
+    """Installed version of ``name``; onnxruntime may be installed as onnxruntime-gpu."""
     from importlib import metadata
 
-    versions: dict[str, str | None] = {}
-    for name in names:
-        # onnxruntime is installed as onnxruntime-gpu; both provide the module.
-        candidates = [name, f"{name}-gpu"] if name == "onnxruntime" else [name]
-        versions[name] = None
-        for dist in candidates:
-            try:
-                versions[name] = f"{metadata.version(dist)} ({dist})" if dist != name else metadata.version(dist)
-                break
-            except metadata.PackageNotFoundError:
-                continue
-    return versions
+    for dist in (name, f"{name}-gpu") if name == "onnxruntime" else (name,):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _package_versions(names: list[str]) -> dict[str, str | None]:
+    return {name: package_version(name) for name in names}
 
 
 def _get(record: dict[str, Any], dotted: str) -> Any:
