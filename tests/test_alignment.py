@@ -23,7 +23,9 @@ CONFIG = {"d_model": 32, "heads": 2, "layers": 3}
 
 
 def test_compare_reports_the_errors_it_sees(generator):
-    reference = torch.randn(4, 50, generator=generator, dtype=torch.float64).numpy() + 3.0
+    # |reference| >= 3 > atol/rtol = 1, so every element counts for max rel
+    # (elements below atol/rtol are excluded from it by design).
+    reference = np.abs(torch.randn(4, 50, generator=generator, dtype=torch.float64).numpy()) + 3.0
     tol = Tolerance(atol=1e-6, rtol=1e-6, min_cosine=1 - 1e-12, why="test")
     same = compare(reference.copy(), reference, tol)
     assert same.passed and same.max_abs == 0.0 and same.max_rel == 0.0 and same.cosine == pytest.approx(1.0)
