@@ -34,7 +34,7 @@ ARG FUSEDBENCH_CACHE=/opt/fusedbench-cache
 FROM ${MICROMAMBA_IMAGE}@${MICROMAMBA_IMAGE_DIGEST} AS micromamba
 
 # --- stage: the ONNX Runtime headers ------------------------------------------
-# The onnxruntime wheels ship no headers; env/ort_headers.py fetches the pinned
+# The onnxruntime wheels ship no headers; env/build/ort_headers.py fetches the pinned
 # npm package and checks its sha256. npm is needed for that one download only,
 # so it lives in this stage and never reaches the image.
 FROM ${CUDA_IMAGE}@${CUDA_IMAGE_DIGEST} AS ort-headers
@@ -52,7 +52,7 @@ RUN apt-get update \
 WORKDIR /src
 COPY env/ env/
 RUN FUSEDBENCH_CACHE="${FUSEDBENCH_CACHE}" python3 -c \
-        'from env.ort_headers import ensure_ort_headers; print(ensure_ort_headers())'
+        'from env.build.ort_headers import ensure_ort_headers; print(ensure_ort_headers())'
 
 # --- the image ------------------------------------------------------------------
 FROM ${CUDA_IMAGE}@${CUDA_IMAGE_DIGEST}

@@ -10,8 +10,8 @@ from invoke import Collection, Exit, task
 @task(help={"aot": "ahead-of-time build with setup.py (delivery) instead of the JIT build (default)"})
 def build(c, aot=False):
     """Record the toolchain, then build the torch op library and the ONNX Runtime custom-op library."""
-    from env.build import build as run_build
-    from env.torch_build import BuildError
+    from env.build.steps import build as run_build
+    from env.build.torch_library import BuildError
 
     try:
         run_build("aot" if aot else "jit")
@@ -22,7 +22,7 @@ def build(c, aot=False):
 @task
 def toolchain(c):
     """Print the toolchain table of the last build (build/toolchain.json)."""
-    from env import toolchain as tc
+    from env.build import toolchain as tc
     from env.paths import toolchain_record_path
 
     if not toolchain_record_path().exists():
@@ -48,7 +48,7 @@ def test(c, k="", args=""):
 @task(name="check")
 def env_check(c):
     """Compare the installed environment with environment.lock.yml; fail on any drift."""
-    from env.lock import drift, read_lock
+    from env.lock.lockfile import drift, read_lock
 
     lock = read_lock()
     lines = drift(lock)
@@ -109,7 +109,7 @@ def compare(c, base, new, threshold=0.10, alpha=0.002):
                        "Default: $FUSEDBENCH_TORCH_VARIANT, else cpu"})
 def lock(c, variant=""):
     """Regenerate environment.lock.yml from this environment (exact pins; hashes for cuda-pip)."""
-    from env.lock import LockError, regenerate
+    from env.lock.lockfile import LockError, regenerate
 
     try:
         update = regenerate(variant=variant or None)
@@ -128,7 +128,7 @@ def lock(c, variant=""):
 )
 def docker_build(c, tag="", max_jobs=0, base_digest=""):
     """Build the Docker image: pinned CUDA base, env from the lock, `invoke build --aot` baked in."""
-    from env import docker
+    from env.lock import docker
 
     _docker(docker.build_command(tag or docker.DEFAULT_TAG, max_jobs or None, base_digest or None))
 
@@ -146,14 +146,14 @@ def docker_run(c, tag="", reports="", gpus=None):
     import shlex
     from pathlib import Path
 
-    from env import docker
+    from env.lock import docker
 
     task_line = shlex.split(c.remainder)
     _docker(docker.run_command(task_line, tag or docker.DEFAULT_TAG, Path(reports) if reports else None, gpus))
 
 
 def _docker(command):
-    from env import docker
+    from env.lock import docker
 
     try:
         result = docker.run(command)
@@ -173,8 +173,8 @@ def _docker(command):
 )
 def export(c, route="all", out="", torchscript=False):
     """Export the sequence model to ONNX by each route; check each file and print its graph summary."""
-    from ops.export import ExportError, export_routes
-    from ops.onnx_checks import ExportCheckError
+    from ops.onnx.export import ExportError, export_routes
+    from ops.onnx.checks import ExportCheckError
 
     try:
         export_routes(route, out or None, torchscript=torchscript)
@@ -195,10 +195,10 @@ def export(c, route="all", out="", torchscript=False):
 def check(c, route="all", out="", layers=False, optimization="all", dtype="float32,float16"):
     """Align PyTorch and ONNX Runtime per route (op alone and model); fail past the dtype's tolerance."""
     from ops._library import LibraryNotBuiltError
-    from ops.alignment import AlignmentError, check_alignment
-    from ops.export import ExportError
-    from ops.onnx_checks import ExportCheckError
-    from ops.ort_session import CustomOpsNotRegisteredError
+    from ops.alignment.check import AlignmentError, check_alignment
+    from ops.onnx.export import ExportError
+    from ops.onnx.checks import ExportCheckError
+    from ops.ort.session import CustomOpsNotRegisteredError
 
     try:
         check_alignment(route, out or None, layers=layers, optimization=optimization, dtypes=dtype.split(","))

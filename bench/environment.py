@@ -11,7 +11,7 @@ import torch
 
 from env.paths import toolchain_record_path
 from env.repo import git_commit
-from env.toolchain import cpu_model, package_version
+from env.build.toolchain import cpu_model, package_version
 
 
 def _toolchain() -> dict:

@@ -61,7 +61,7 @@ def _ort_identity(x: Tensor, workdir: Path):
     import onnx
     from onnx import TensorProto, helper
 
-    from ops.ort_session import IOBoundRunner, OrtConfig, create_session
+    from ops.ort.session import IOBoundRunner, OrtConfig, create_session
 
     graph = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["y"])],

@@ -3,9 +3,9 @@
 
 In a single run on the GPU machine this script
   1. builds the torch extension WITH its CUDA kernels against that machine's
-     own torch (env.build.build: toolchain record, JIT build, ORT library,
+     own torch (env.build.steps.build: toolchain record, JIT build, ORT library,
      CUDA compile check with the ptxas report of that machine's nvcc);
-  2. runs tests/test_cuda_op.py there: values against float64 for every dtype
+  2. runs tests/ops/test_cuda_op.py there: values against float64 for every dtype
      and every kernel variant with NaN-poisoned outputs, variant coverage via
      the profiler, opcheck on CUDA, strides, streams, device errors, and ORT's
      CUDA route against torch (skipped with the reason when ORT has no CUDA);
@@ -106,7 +106,7 @@ PROVIDERS = ["launch_floor_kernel", "launch_floor_op", "copy", "unfused", "nativ
              "fused_out", "ort"]
 NORM_PROVIDERS = ["unfused", "native", "compiled", "fused", "fused_out", "ort"]
 # Loose sanity bounds for the pre-timing value check (max |y - ref| / max |ref|):
-# the real tolerances live in tests/op_reference.py; this only catches a
+# the real tolerances live in tests/tests.helpers.op_reference.py; this only catches a
 # provider that computes something else.
 SANITY = {"float32": 1e-4, "float64": 1e-10, "float16": 4e-3, "bfloat16": 3e-2}
 
@@ -164,7 +164,7 @@ def prepare_environment(args: argparse.Namespace) -> None:
 
 def prepare_carry() -> int:
     """Copy the verified ORT header cache into build/device-carry (what the device call carries)."""
-    from env.ort_headers import cache_root, ensure_ort_headers
+    from env.build.ort_headers import cache_root, ensure_ort_headers
 
     headers = ensure_ort_headers()
     source = Path(headers.path)
@@ -214,15 +214,15 @@ def describe_device() -> Device:
 
 
 def step_build(args: argparse.Namespace) -> tuple[dict | None, list[str]]:
-    """env.build.build('jit') against the running torch; returns the toolchain record and problems."""
-    from env import toolchain
+    """env.build.steps.build('jit') against the running torch; returns the toolchain record and problems."""
+    from env.build import toolchain
     from env.paths import toolchain_record_path
 
     problems: list[str] = []
     if args.skip_build:
         log(f"--skip-build: using {toolchain_record_path()}")
         return (toolchain.read_record() if toolchain_record_path().exists() else None), problems
-    from env.build import build
+    from env.build.steps import build
 
     start = time.perf_counter()
     try:
@@ -234,7 +234,7 @@ def step_build(args: argparse.Namespace) -> tuple[dict | None, list[str]]:
     record = toolchain.read_record() if toolchain_record_path().exists() else None
     if record is not None and "cuda_resource_report" not in record.get("build", {}):
         # The ORT step failed before the compile check ran: run the check anyway.
-        from env import cuda_build
+        from env.build import cuda as cuda_build
 
         try:
             cuda_build.run_in_build(record)
@@ -245,10 +245,10 @@ def step_build(args: argparse.Namespace) -> tuple[dict | None, list[str]]:
 
 
 def step_tests(args: argparse.Namespace, deadline: float) -> dict:
-    """pytest tests/test_cuda_op.py with a JUnit report; returns counts, failures and skip reasons."""
+    """pytest tests/ops/test_cuda_op.py with a JUnit report; returns counts, failures and skip reasons."""
     junit = args.out / "gpu_tests.xml"
     timeout = max(30, int(deadline - time.time() - args.bench_reserve_s))
-    cmd = [sys.executable, "-m", "pytest", "tests/test_cuda_op.py", "-q", "-rs", "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", "tests/ops/test_cuda_op.py", "-q", "-rs", "-p", "no:cacheprovider",
            f"--junitxml={junit}"]
     log(f"tests: {' '.join(cmd[1:])} (timeout {timeout} s)")
     try:
@@ -392,8 +392,8 @@ def input_set_count(case: Case, elem_bytes: int, l2_bytes: int) -> int:
 
 def ort_callable(case: Case, sets, outs) -> list[Callable[[], object]]:
     """ORT sessions on the CUDA provider with IO binding to the torch tensors (no copies)."""
-    from env import toolchain
-    from env.ort_runtime import cuda_provider_status
+    from env.build import toolchain
+    from env.build.ort_runtime import cuda_provider_status
 
     usable, why = cuda_provider_status()
     if not usable:
@@ -403,7 +403,7 @@ def ort_callable(case: Case, sets, outs) -> list[Callable[[], object]]:
                           + str(toolchain.read_record()["build"].get("ort_cuda_kernels_reason")))
     from onnx import TensorProto, helper
 
-    from ops.ort_session import OrtConfig, create_session
+    from ops.ort.session import OrtConfig, create_session
 
     onnx_type = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16,
                  "float64": TensorProto.DOUBLE}[case.dtype]

@@ -10,7 +10,7 @@ lock uses and refuses anything it does not understand rather than guessing:
     cuda-pip:                ``- name==version --hash=sha256:HEX`` lines
     variables:               ``NAME: value`` lines
 
-env/lock.py parses the same file with PyYAML, and a test checks both agree.
+env/lock/lockfile.py parses the same file with PyYAML, and a test checks both agree.
 
     lock_pins.py pins [LOCK]              pip list, one requirement per line
     lock_pins.py cuda-pins [LOCK]         cuda-pip list, requirement-file lines with --hash

@@ -1,8 +1,8 @@
 """``ort``: ONNX Runtime (CPU) on each export route, called plainly and through IO binding.
 
 Variants are ``<route>-run`` (``session.run``, a fresh output each call) and
-``<route>-iobinding`` (ops.ort_session.IOBoundRunner: output buffers bound once
-and reused) for the routes of ops/export_routes.py:
+``<route>-iobinding`` (ops.ort.session.IOBoundRunner: output buffers bound once
+and reused) for the routes of ops/onnx/routes.py:
   * ``standard``: plain ONNX ops that ORT fuses into SimplifiedLayerNormalization;
   * ``opset23``: ONNX RMSNormalization;
   * ``custom``:  one myops::fused_norm node run by the custom-op library.
@@ -24,10 +24,10 @@ from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as OrtNot
 
 from bench.registry import Prepared, Unsupported, Variant, register
 from bench.workloads import Case, OpCase, dtype_name
-from ops.export import export_model
-from ops.export_routes import ROUTES
+from ops.onnx.export import export_model
+from ops.onnx.routes import ROUTES
 from ops.norms import Norm
-from ops.ort_session import IOBoundRunner, OrtConfig, create_session
+from ops.ort.session import IOBoundRunner, OrtConfig, create_session
 
 # numpy has no bfloat16: ORT cannot be fed one from Python.
 _UNSUPPORTED_DTYPES = {torch.bfloat16: "numpy (ORT's Python feed type) has no bfloat16"}

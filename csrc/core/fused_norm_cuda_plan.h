@@ -1,7 +1,7 @@
 // Which CUDA kernel normalises a problem, and with which launch shape.
 //
 // Plain host C++17 with no CUDA headers, so that the choice can be compiled
-// and tested on a machine without nvcc or a GPU (tests/cuda_plan_probe.cpp),
+// and tested on a machine without nvcc or a GPU (tests/helpers/cuda_plan_probe.cpp),
 // and so that the kernel file and the tests share one table of variants.
 //
 // The kernel is memory-bound (about 1 FLOP per byte moved), so the variants

@@ -1,11 +1,11 @@
 // CUDA kernels of myops::fused_norm and myops::fused_norm_out: the same checks
 // as the CPU impl, then the core's CUDA launcher on torch's current stream.
 //
-// Compiled only into CUDA builds of the extension (env/build_config.py adds it
+// Compiled only into CUDA builds of the extension (env/build/config.py adds it
 // when torch has CUDA); a CPU-only build simply registers no CUDA kernel.
 // Only c10's CUDA headers are used (not ATen/cuda/CUDAContext.h, which pulls
 // in cuBLAS/cuSPARSE headers) so this file also compiles against the CPU
-// wheel's headers for the compile check (env/cuda_build.py).
+// wheel's headers for the compile check (env/build/cuda.py).
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>

@@ -1,0 +1,150 @@
+"""What gets compiled, and with which flags: the one place JIT, AOT (setup.py),
+the ONNX Runtime library and the CUDA compile check read their settings from.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from env.paths import REPO_ROOT, csrc_dir
+
+TORCH_EXTENSION_NAME = "fused_norm_torch"
+
+# torch 2.13's headers are C++20 (torch reports "C++ Version: 202002" and
+# torch.utils.cpp_extension itself passes -std=c++20); compiling them as C++17
+# only "works" with -Wc++20-extensions warnings and risks ODR mismatches, so the
+# torch adapter is C++20. The kernel core, the ORT library (whose official
+# headers target C++17) and the CUDA objects are plain C++17.
+CXX_STANDARD_TORCH = "c++20"
+CXX_STANDARD_PORTABLE = "c++17"
+
+# -O3 everywhere. Never -ffast-math: it would change rounding and NaN
+# propagation of the reduction. -ffp-contract=off: GCC would otherwise fuse
+# x * r * w + b into an FMA in the AVX2/AVX-512 clones but not in the baseline
+# one, and differently per loop, so results would depend on the CPU and the
+# row split (1 ulp in float16); without contraction every clone, every path
+# and both adapters (torch, ORT) give bit-identical results. No -march=native
+# in delivered builds: the CPU kernel carries AVX-512/AVX2/baseline clones and
+# picks one at load time. FUSEDBENCH_MARCH_NATIVE=1 opts in for a local build.
+OPT_FLAGS = ["-O3", "-ffp-contract=off"]
+
+
+def march_native_requested() -> bool:
+    return os.environ.get("FUSEDBENCH_MARCH_NATIVE", "0") == "1"
+
+
+def cxx_opt_flags() -> list[str]:
+    return OPT_FLAGS + (["-march=native"] if march_native_requested() else [])
+
+
+# The CUDA architectures of every CUDA build are pinned in ONE place,
+# environment.lock.yml `variables: TORCH_CUDA_ARCH_LIST`, never guessed from
+# the visible GPU (cpp_extension's default), so a build on a machine with an
+# A100 still runs on an H200 and the other way round.
+CUDA_ARCH_LIST_VARIABLE = "TORCH_CUDA_ARCH_LIST"
+
+
+def pinned_cuda_arch_list() -> str:
+    """TORCH_CUDA_ARCH_LIST as pinned in environment.lock.yml (e.g. "8.0;9.0+PTX")."""
+    from env.lock.lockfile import LockError, read_lock
+
+    lock = read_lock()
+    value = lock.variables.get(CUDA_ARCH_LIST_VARIABLE, "").strip()
+    if not value:
+        raise LockError(f"{lock.path}: `variables: {CUDA_ARCH_LIST_VARIABLE}` is missing; every CUDA build needs it")
+    return value
+
+
+def use_pinned_cuda_arch_list() -> str:
+    """Put the pinned arch list into os.environ, where cpp_extension (JIT and setup.py)
+    reads it; warn when the caller's environment asked for something else."""
+    pinned = pinned_cuda_arch_list()
+    current = os.environ.get(CUDA_ARCH_LIST_VARIABLE)
+    if current is not None and current.strip() != pinned:
+        warnings.warn(
+            f"{CUDA_ARCH_LIST_VARIABLE}={current!r} in the environment is ignored: CUDA builds use the value "
+            f"pinned in environment.lock.yml ({pinned!r}); change it there to build for other GPUs",
+            stacklevel=2,
+        )
+    os.environ[CUDA_ARCH_LIST_VARIABLE] = pinned
+    return pinned
+
+
+def _rel(paths: list[Path]) -> list[str]:
+    return [str(p.relative_to(REPO_ROOT)) for p in paths]
+
+
+def core_cpu_sources() -> list[Path]:
+    return [csrc_dir() / "core" / "fused_norm_cpu.cpp"]
+
+
+def core_cuda_sources() -> list[Path]:
+    return [csrc_dir() / "core" / "fused_norm_cuda.cu"]
+
+
+@dataclass(frozen=True)
+class TorchExtensionSpec:
+    """Sources and flags of the torch op library (JIT and AOT alike)."""
+
+    sources: list[Path]
+    include_dirs: list[Path]
+    cxx_flags: list[str]
+    ld_flags: list[str] = field(default_factory=list)
+    nvcc_flags: list[str] = field(default_factory=list)
+    with_cuda: bool = False
+
+    def relative_sources(self) -> list[str]:
+        return _rel(self.sources)
+
+
+def cuda_build_possible() -> tuple[bool, str]:
+    """Whether the torch extension can include its CUDA kernels, and why not."""
+    import torch
+
+    if torch.version.cuda is None:
+        return False, f"torch {torch.__version__} is a CPU-only build (no CUDA libraries to link)"
+    if shutil.which("nvcc") is None and not os.environ.get("CUDA_HOME"):
+        return False, "nvcc not found and CUDA_HOME not set"
+    cuda_sources = [p for p in core_cuda_sources() + [csrc_dir() / "torch" / "torch_cuda_impl.cpp"] if p.exists()]
+    if len(cuda_sources) < 2:
+        return False, "the CUDA sources are not present in csrc/"
+    return True, f"torch {torch.__version__} with CUDA {torch.version.cuda}"
+
+
+def torch_extension_spec(with_cuda: bool | None = None) -> TorchExtensionSpec:
+    if with_cuda is None:
+        with_cuda, _ = cuda_build_possible()
+    torch_dir = csrc_dir() / "torch"
+    sources = core_cpu_sources() + [
+        torch_dir / "torch_schema.cpp",
+        torch_dir / "torch_checks.cpp",
+        torch_dir / "torch_cpu_impl.cpp",
+        torch_dir / "torch_autograd.cpp",
+    ]
+    import torch
+
+    # torch 2.13's cpp_extension no longer passes the libstdc++ ABI flag; pass
+    # torch's own value explicitly so a compiler with another default can't
+    # produce a library that fails with "undefined symbol" at load time.
+    defines = [f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    if with_cuda:
+        sources += core_cuda_sources() + [torch_dir / "torch_cuda_impl.cpp"]
+        defines.append("-DFUSED_NORM_WITH_CUDA")
+        use_pinned_cuda_arch_list()  # JIT and setup.py both build from this spec
+    return TorchExtensionSpec(
+        sources=sources,
+        include_dirs=[csrc_dir()],
+        # -fopenmp: at::parallel_for is inline and only splits work when the
+        # caller is compiled with OpenMP; without it the op silently runs on
+        # one thread. The resulting libgomp.so.1 dependency resolves to the
+        # copy torch already loaded (same soname), so there is one OpenMP
+        # runtime and torch.set_num_threads governs the op.
+        cxx_flags=[f"-std={CXX_STANDARD_TORCH}", *cxx_opt_flags(), "-fopenmp", *defines],
+        ld_flags=["-fopenmp"],
+        nvcc_flags=[f"-std={CXX_STANDARD_PORTABLE}", "-O3", "--ptxas-options=-v", *defines] if with_cuda else [],
+        with_cuda=with_cuda,
+    )

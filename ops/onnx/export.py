@@ -1,0 +1,231 @@
+"""Export a module that uses the fused op to ONNX by one route, then check the file.
+
+    export_model(module, example_input, route, path)          # any module: the model or one Norm
+    export_routes("all", out_dir)                              # ``invoke export``
+
+The module's norms must be ``Norm(impl="fused")``: the routes are
+translations of ``torch.ops.myops.fused_norm``. Every dim but the last is
+exported dynamic (named ``batch``, ``seq``, ...). The file is written only
+after it passes the post-export checks (ops/onnx/checks.py); a file that fails
+them is kept beside it as ``<name>.rejected.onnx`` for inspection.
+
+The dynamo exporter (``torch.onnx.export(dynamo=True)``) is the default. The
+deprecated TorchScript exporter (``dynamo=False``) is kept for users still on
+it; it writes opset 20 at most, so it has no ``opset23`` route.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+import torch
+from torch import Tensor, nn
+
+import ops  # noqa: F401  (loads the op library: torch.ops.myops.fused_norm must exist to be translated)
+from env.files import atomic_path
+from env.paths import build_dir
+from ops.onnx.routes import CUSTOM_DOMAIN, CUSTOM_DOMAIN_VERSION, CUSTOM_OP_TYPE, Route, get_route, parse_routes
+from ops.norms import Norm
+from ops.onnx.checks import CheckReport, ExportCheckError, check_export, norm_paths_of
+from ops.onnx.summary import format_summary
+
+INPUT_NAME, OUTPUT_NAME = "x", "y"
+_DIM_NAMES = ("batch", "seq")
+# The TorchScript exporter looks a custom-namespace symbolic up at the version
+# `custom_opsets` gives its domain (1 for myops), not at the export's opset:
+# registered at opset 20 it is "not supported in opset 1". Registering from
+# version 1 on serves every opset.
+_SYMBOLIC_FROM_OPSET = 1
+
+
+class ExportError(RuntimeError):
+    """The module cannot be exported by the asked route; the message says why and what to do."""
+
+
+@dataclass
+class ExportResult:
+    path: Path
+    route: Route
+    exporter: str  # "dynamo" | "torchscript"
+    report: CheckReport
+    seconds: float
+    summary: str
+
+    @property
+    def norm_count(self) -> int:
+        return len(self.report.norm_paths)
+
+
+def export_model(
+    module: nn.Module,
+    example_input: Tensor,
+    route: str | Route,
+    path: Path | str,
+    dynamo: bool = True,
+) -> ExportResult:
+    """Export ``module`` (eval mode) by ``route`` to ``path``; check the file; return what was written."""
+    route = get_route(route) if isinstance(route, str) else route
+    _check_exportable(module, example_input, route, dynamo)
+    path = Path(path)
+    module = module.eval()
+    start = time.perf_counter()
+    with _quiet_exporter():
+        model = _export_dynamo(module, example_input, route) if dynamo else _export_torchscript(module, example_input, route)
+    seconds = time.perf_counter() - start
+    exporter = "dynamo" if dynamo else "torchscript"
+    _stamp(model, route, exporter, norm_paths_of(module))
+    try:
+        report = check_export(model, route, module, [INPUT_NAME])
+    except ExportCheckError as error:
+        rejected = path.with_name(path.stem + ".rejected.onnx")
+        _save(model, rejected)
+        raise ExportCheckError(f"{error}\n(the rejected file is kept at {rejected})") from None
+    _save(model, path)
+    return ExportResult(path, route, exporter, report, seconds, format_summary(model, report, path, exporter))
+
+
+def _check_exportable(module: nn.Module, example_input: Tensor, route: Route, dynamo: bool) -> None:
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(example_input, Tensor) or example_input.dim() < 1:
+        raise ValueError("example_input must be a tensor with at least 1 dim (the normalised last one)")
+    norms = {name or "(module)": m.impl for name, m in module.named_modules() if isinstance(m, Norm)}
+    if not norms:
+        raise ExportError("module contains no ops.norms.Norm: the routes translate the fused norm op, there is nothing to route")
+    not_fused = {name: impl for name, impl in norms.items() if impl != "fused"}
+    if not_fused:
+        raise ExportError(
+            f"every Norm must use impl='fused' (the routes translate torch.ops.myops.fused_norm); "
+            f"these do not: {not_fused} - build the module with impl='fused' (ops.model.with_norm_impl)"
+        )
+    small = [axis for axis, size in enumerate(example_input.shape[:-1]) if size < 2]
+    if small:
+        raise ValueError(
+            f"example_input dims {small} have size {[example_input.shape[a] for a in small]}: use sizes >= 2 for "
+            f"the dynamic dims (torch.export specialises sizes 0 and 1 to constants)"
+        )
+    if not dynamo and route.torchscript_symbolic is None:
+        raise ExportError(f"route {route.name!r} has no TorchScript-exporter form: {route.torchscript_unavailable}")
+
+
+def _dynamic_dim_names(rank: int) -> list[str]:
+    return [_DIM_NAMES[a] if a < len(_DIM_NAMES) else f"d{a}" for a in range(rank - 1)]
+
+
+def _export_dynamo(module: nn.Module, x: Tensor, route: Route) -> onnx.ModelProto:
+    dims = {axis: torch.export.Dim(name) for axis, name in enumerate(_dynamic_dim_names(x.dim()))}
+    program = torch.onnx.export(
+        module,
+        (x,),
+        dynamo=True,
+        opset_version=route.opset,
+        custom_translation_table={torch.ops.myops.fused_norm.default: route.dynamo_translation},
+        dynamic_shapes=(dims,),
+        input_names=[INPUT_NAME],
+        output_names=[OUTPUT_NAME],
+        optimize=True,  # folds constant work (e.g. the transposes of Linear weights) into initializers
+        verbose=False,
+    )
+    return program.model_proto
+
+
+def _export_torchscript(module: nn.Module, x: Tensor, route: Route) -> onnx.ModelProto:
+    dims = dict(enumerate(_dynamic_dim_names(x.dim())))
+    buffer = io.BytesIO()
+    name = f"{CUSTOM_DOMAIN}::{CUSTOM_OP_TYPE}"
+    torch.onnx.register_custom_op_symbolic(name, route.torchscript_symbolic, _SYMBOLIC_FROM_OPSET)
+    try:
+        torch.onnx.export(
+            module,
+            (x,),
+            buffer,
+            dynamo=False,
+            opset_version=route.opset,
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            dynamic_axes={INPUT_NAME: dims, OUTPUT_NAME: dims},
+            custom_opsets={CUSTOM_DOMAIN: CUSTOM_DOMAIN_VERSION} if route.custom_domain else None,
+            do_constant_folding=True,
+        )
+    finally:
+        torch.onnx.unregister_custom_op_symbolic(name, _SYMBOLIC_FROM_OPSET)
+    return onnx.load_from_string(buffer.getvalue())
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """Silence the exporters' chatter (torchvision notices, deprecation warnings); errors still raise."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", category=DeprecationWarning)
+            warnings.simplefilter("ignore", category=FutureWarning)
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _stamp(model: onnx.ModelProto, route: Route, exporter: str, norm_paths: list[str]) -> None:
+    """Record in the file which route and exporter made it and where its norms are (for alignment)."""
+    stamps = {"fusedbench.route": route.name, "fusedbench.exporter": exporter, "fusedbench.norms": json.dumps(norm_paths)}
+    kept = [p for p in model.metadata_props if p.key not in stamps]
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+    for key, value in stamps.items():
+        model.metadata_props.add(key=key, value=value)
+
+
+def _save(model: onnx.ModelProto, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        onnx.save_model(model, tmp)
+
+
+# --- invoke export ---------------------------------------------------------------
+
+
+def default_onnx_dir() -> Path:
+    return build_dir() / "onnx"
+
+
+def export_routes(
+    routes: str = "all",
+    out_dir: Path | str | None = None,
+    torchscript: bool = False,
+    d_model: int = 128,
+    heads: int = 4,
+    layers: int = 2,
+    seed: int = 0,
+) -> list[ExportResult]:
+    """Export the sequence model (fused norms) by each route into ``out_dir``; print each file's summary."""
+    from ops.model import build_model, example_input
+
+    selected = parse_routes(routes)
+    if torchscript:
+        unavailable = [r for r in selected if r.torchscript_symbolic is None]
+        if unavailable and routes.strip() != "all":
+            raise ExportError("; ".join(f"route {r.name!r}: {r.torchscript_unavailable}" for r in unavailable))
+        for r in unavailable:
+            print(f"{r.name}: not exported with --torchscript ({r.torchscript_unavailable})")
+        selected = [r for r in selected if r.torchscript_symbolic is not None]
+    out = Path(out_dir) if out_dir is not None else default_onnx_dir()
+    model = build_model("fused", d_model=d_model, heads=heads, layers=layers, seed=seed)
+    x = example_input(2, 16, d_model)
+    results = []
+    for route in selected:
+        suffix = ".torchscript.onnx" if torchscript else ".onnx"
+        result = export_model(model, x, route, out / f"{route.name}{suffix}", dynamo=not torchscript)
+        print(result.summary)
+        print(f"  checks passed; exported in {result.seconds:.1f} s\n", flush=True)
+        results.append(result)
+    return results

@@ -1,0 +1,204 @@
+"""The CUDA kernels without a GPU: the launch plan (host C++), the compile for
+every pinned architecture, and ptxas's resource report (no spills, launchable)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.cuda_variants import KERNEL_TYPES, build_probe, kernel_names, plans, read_variants
+from env.build import cuda as cuda_build
+from env.build.config import pinned_cuda_arch_list, use_pinned_cuda_arch_list
+
+needs_nvcc = pytest.mark.skipif(
+    cuda_build.find_nvcc() is None,
+    reason="nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin): the CUDA compile check needs it",
+)
+
+
+# --- the launch plan, through a host-only probe ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    return build_probe(tmp_path_factory.mktemp("probe"))
+
+
+@pytest.fixture(scope="module")
+def variants(probe) -> dict:
+    return read_variants(probe)
+
+
+# Every row length up to past the largest register-resident variant of the
+# 2-byte types (1024 threads x 4 chunks x 8 elements = 32768), plus far ones.
+HIDDEN_SIZES = list(range(1, 4200)) + list(range(4200, 33000, 7)) + [32767, 32768, 32769, 65536, 1 << 20]
+
+
+def test_plan_covers_each_row_with_the_smallest_variant(probe, variants):
+    warp_chunks = variants["warp_rows_kernel"]
+    (block_chunks,) = variants["block_rows_kernel"]
+    max_threads = variants["max_threads"]
+    cases = [(3, h, b, a) for h in HIDDEN_SIZES for b in (2, 4, 8) for a in (0, 1)]
+    for p in plans(probe, cases):
+        wide = variants["vector_bytes"] // p["elem_bytes"]
+        expect_vec = wide if p["aligned"] and p["hidden"] % wide == 0 else 1
+        assert p["vec"] == expect_vec, p
+        nvec = p["hidden"] // p["vec"]
+        assert nvec * p["vec"] == p["hidden"], p  # a vector never straddles a row end
+        if p["kernel"] == "warp_rows_kernel":
+            # The fewest chunks per lane that still cover the row.
+            assert p["chunks"] == min(c for c in warp_chunks if 32 * c >= nvec), p
+            assert p["threads"] == 32 * p["rows_per_block"], p
+        elif p["kernel"] == "block_rows_kernel":
+            assert nvec > 32 * max(warp_chunks), p  # a warp could not hold it
+            assert p["chunks"] == block_chunks and p["rows_per_block"] == 1, p
+            assert p["threads"] % 32 == 0 and 64 <= p["threads"] <= max_threads, p
+            assert p["threads"] * block_chunks >= nvec, p  # covered
+            assert p["threads"] == 64 or (p["threads"] - 32) * block_chunks < nvec, p  # and no idle warp
+        else:
+            assert p["kernel"] == "streaming_rows_kernel", p
+            assert nvec > max_threads * block_chunks and p["threads"] == max_threads, p
+        assert p["blocks"] == -(-p["rows"] // p["rows_per_block"]), p
+
+
+def test_plan_reaches_every_variant_and_both_paths(probe, variants):
+    cases = [(1, h, b, a) for h in HIDDEN_SIZES for b in (2, 4, 8) for a in (0, 1)]
+    reached = {(p["kernel"], p["chunks"], p["vec"] > 1) for p in plans(probe, cases)}
+    expected = {(k, c or 0, vectorised) for k, cs in variants.items() if k.endswith("_kernel")
+                for c in cs for vectorised in (False, True)}
+    assert reached == expected
+
+
+def test_plan_clamps_the_grid_and_loops_over_rows(probe):
+    (p,) = plans(probe, [(1 << 40, 64, 4, 1)])
+    assert p["blocks"] == 2**31 - 1  # gridDim.x limit; the kernels stride over the rest
+
+
+def test_misaligned_pointers_take_the_scalar_path(probe):
+    (aligned, misaligned) = plans(probe, [(8, 512, 2, 1), (8, 512, 2, 0)])
+    assert (aligned["vec"], misaligned["vec"]) == (8, 1)
+    assert (aligned["chunks"], misaligned["chunks"]) == (2, 4)  # 64 vs 512 loads per row
+
+
+# --- the architecture list ---------------------------------------------------------
+
+
+def test_arch_list_is_pinned_with_ampere_hopper_and_ptx():
+    targets = [t.name for t in cuda_build.arch_targets(pinned_cuda_arch_list())]
+    assert {"sm_80", "sm_90"} <= set(targets)
+    assert any(t.startswith("compute_") for t in targets), "the newest arch must also ship as PTX"
+
+
+def test_arch_targets_parse_like_cpp_extension():
+    targets = cuda_build.arch_targets("8.0;9.0+PTX")
+    assert [(t.name, t.gencode, t.machine_code) for t in targets] == [
+        ("sm_80", "arch=compute_80,code=sm_80", True),
+        ("sm_90", "arch=compute_90,code=sm_90", True),
+        ("compute_90", "arch=compute_90,code=compute_90", False),
+    ]
+    assert [t.name for t in cuda_build.arch_targets("8.6 9.0a")] == ["sm_86", "sm_90a"]
+    with pytest.raises(cuda_build.CudaCheckError, match="Hopper"):
+        cuda_build.arch_targets("Hopper")
+
+
+def test_environment_cannot_override_the_pinned_arch_list(monkeypatch):
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "7.5")
+    with pytest.warns(UserWarning, match="ignored"):
+        value = use_pinned_cuda_arch_list()
+    assert value == pinned_cuda_arch_list()
+    assert os.environ["TORCH_CUDA_ARCH_LIST"] == value
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        use_pinned_cuda_arch_list()  # the same value: silent
+
+
+# --- ptxas report parsing ------------------------------------------------------------
+
+SAMPLE_REPORT = """\
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_Z1kPf' for 'sm_80'
+ptxas info    : Function properties for _Z1kPf
+    8 bytes stack frame, 16 bytes spill stores, 8 bytes spill loads
+ptxas info    : Used 48 registers, used 1 barriers, 256 bytes smem, 408 bytes cmem[0]
+ptxas info    : Compiling entry function '_Z1gv' for 'sm_90'
+ptxas info    : Function properties for _Z1gv
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 21 registers, used 0 barriers
+"""
+
+
+def test_parse_ptxas_report():
+    parsed = cuda_build.parse_ptxas_report(SAMPLE_REPORT)
+    assert parsed == [
+        ("_Z1kPf", "sm_80", {"stack_frame_bytes": 8, "spill_store_bytes": 16, "spill_load_bytes": 8, "registers": 48,
+                             "barriers": 1, "shared_bytes": 256, "constant_bytes": 408}),
+        ("_Z1gv", "sm_90", {"stack_frame_bytes": 0, "spill_store_bytes": 0, "spill_load_bytes": 0, "registers": 21,
+                            "barriers": 0, "shared_bytes": 0, "constant_bytes": 0}),
+    ]
+    with pytest.raises(cuda_build.CudaCheckError, match="incomplete"):
+        cuda_build.parse_ptxas_report(SAMPLE_REPORT.replace("Used 21 registers", "Used registers"))
+
+
+# --- the real compile ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def check(tmp_path_factory):
+    return cuda_build.compile_check(tmp_path_factory.mktemp("cuda"))
+
+
+@needs_nvcc
+def test_kernels_compile_for_every_pinned_target(check):
+    expected = [t.name for t in cuda_build.arch_targets(pinned_cuda_arch_list())]
+    objects = {o["target"]: o["path"] for o in check.report["objects"]}
+    assert sorted(objects) == sorted(expected)
+    for target, path in objects.items():
+        assert Path(path).stat().st_size > 0, target
+    assert check.log_path.read_text().count("Compiling entry function") == len(check.report["kernels"])
+
+
+@needs_nvcc
+def test_every_variant_is_compiled_for_every_machine_target(check, variants):
+    machine = check.report["summary"]["machine_code_targets"]
+    assert machine, "no machine-code target in the pinned list"
+    expected = set().union(*(kernel_names(variants, dtype) for dtype in KERNEL_TYPES))
+    for arch in machine:
+        compiled = {k["kernel"] for k in check.report["kernels"] if k["arch"] == arch}
+        assert compiled == expected, f"{arch}: missing {sorted(expected - compiled)}, unexpected {sorted(compiled - expected)}"
+
+
+@needs_nvcc
+def test_no_kernel_spills_or_uses_local_memory(check):
+    offenders = [
+        f"{k['kernel']} [{k['arch']}]: {k['spill_store_bytes']} B spill stores, {k['spill_load_bytes']} B spill "
+        f"loads, {k['stack_frame_bytes']} B stack frame"
+        for k in check.report["kernels"]
+        if k["spill_store_bytes"] or k["spill_load_bytes"] or k["stack_frame_bytes"]
+    ]
+    assert not offenders, "\n".join(offenders)
+    assert check.report["summary"]["spilling_kernels"] == []
+
+
+@needs_nvcc
+def test_every_kernel_fits_its_largest_launch(check, variants):
+    # An SM has 64K registers; a block of 1024 threads may use 64 each at
+    # most, or the launch fails with "too many resources requested".
+    # Shared memory is the 2 x 32 reduction slots, far under 48 KB.
+    for k in check.report["kernels"]:
+        threads = variants["max_threads"] if not k["kernel"].startswith("warp_rows") else 128
+        assert k["registers"] * threads <= 65536, k
+        assert k["registers"] <= 255 and k["shared_bytes"] <= 48 * 1024, k
+
+
+@needs_nvcc
+def test_adapters_compile_against_the_available_headers(check):
+    adapters = check.report["adapters"]
+    assert adapters["torch_cuda_impl"]["status"] == "compiled", adapters["torch_cuda_impl"]
+    ort = adapters["ort_cuda_op"]
+    if ort["status"] == "skipped":
+        pytest.skip(f"ORT CUDA op not compiled: {ort['reason']}")
+    assert ort["status"] == "compiled", ort

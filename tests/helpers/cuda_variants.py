@@ -1,0 +1,51 @@
+"""The CUDA kernel variants, as the launch plan defines them (csrc/core/fused_norm_cuda_plan.h).
+
+Read through tests/helpers/cuda_plan_probe.cpp, compiled with the host C++ compiler,
+so the compile test (every variant in the ptxas report) and the GPU test
+(every variant launched) check against the same table the kernels use.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from env.paths import REPO_ROOT, csrc_dir
+from env.build.toolchain import cxx_compiler
+
+# Element type -> (name in the demangled kernel names, bytes).
+KERNEL_TYPES = {"float32": ("float", 4), "float64": ("double", 8), "float16": ("Half", 2), "bfloat16": ("BFloat16", 2)}
+
+
+def build_probe(directory: Path) -> Path:
+    exe = directory / "cuda_plan_probe"
+    source = REPO_ROOT / "tests" / "helpers" / "cuda_plan_probe.cpp"
+    subprocess.run([cxx_compiler(), "-std=c++17", "-O1", f"-I{csrc_dir()}", str(source), "-o", str(exe)], check=True)
+    return exe
+
+
+def read_variants(probe: Path) -> dict:
+    """{"warp_rows_kernel": [1, 2, 4], "block_rows_kernel": [4], "streaming_rows_kernel": [None], ...}"""
+    return json.loads(subprocess.run([str(probe), "--variants"], capture_output=True, text=True, check=True).stdout)
+
+
+def plans(probe: Path, cases: list[tuple[int, int, int, int]]) -> list[dict]:
+    """make_plan() for each (rows, hidden, elem_bytes, aligned) case."""
+    text = "".join(f"{r} {h} {b} {a}\n" for r, h, b, a in cases)
+    out = subprocess.run([str(probe)], input=text, capture_output=True, text=True, check=True).stdout
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def kernel_names(variants: dict, dtype: str) -> set[str]:
+    """Short names (as env.build.cuda.short_kernel_name writes them) of every variant for ``dtype``."""
+    type_name, size = KERNEL_TYPES[dtype]
+    names = set()
+    for kernel, chunk_list in variants.items():
+        if not kernel.endswith("_kernel"):
+            continue
+        for vec in (variants["vector_bytes"] // size, 1):
+            for chunks in chunk_list:
+                args = [type_name, str(vec)] + ([str(chunks)] if chunks is not None else [])
+                names.add(f"{kernel}<{', '.join(args)}>")
+    return names

@@ -1,0 +1,281 @@
+"""myops::fused_norm on a CUDA device: values against float64 for every dtype and
+every kernel variant, opcheck, the out variant, strides, streams, errors, and
+ONNX Runtime's CUDA route against torch.
+
+All tests are marked ``gpu`` and skip, saying why, where torch sees no CUDA
+device or the library was built without its CUDA kernels.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import ops
+from tests.helpers.cuda_variants import build_probe, kernel_names, read_variants
+from env.build.cuda import short_kernel_name
+from tests.helpers.op_reference import FLOAT_DTYPES, TOLERANCES, make_inputs, reference_norm
+
+
+def _skip_reason() -> str | None:
+    if not torch.cuda.is_available():
+        return (f"no CUDA device: torch {torch.__version__} (CUDA {torch.version.cuda}) sees none; "
+                "these tests run on a GPU machine (scripts/gpu_check.py)")
+    if not torch._C._dispatch_has_kernel_for_dispatch_key("myops::fused_norm", "CUDA"):
+        from env.build import toolchain
+
+        try:
+            why = toolchain.read_record()["build"].get("torch_cuda_kernels_reason", "unknown")
+        except (OSError, KeyError, ValueError):
+            why = "no toolchain record"
+        return f"the fused_norm library was built without CUDA kernels ({why}); rebuild with `invoke build`"
+    return None
+
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))]
+
+DEVICE = "cuda"
+DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+ROWS = (3, 7)  # 21 rows: not a multiple of the 4 rows a warp-per-row block takes
+
+
+def vector_width(dtype: torch.dtype) -> int:
+    return 16 // torch.empty((), dtype=dtype).element_size()
+
+
+def hidden_sizes(dtype: torch.dtype) -> list[int]:
+    """Row lengths that reach every kernel variant (fused_norm_cuda_plan.h) on both paths.
+
+    16-byte path, in vectors of 16 / sizeof(T) elements: 1 and 32 (a warp,
+    one vector per lane), 33 and 64 (two), 65 and 128 (four), 129 (a block of
+    64 threads), 1000, 4096 (1024 threads x 4), 4097 (the two-pass kernel).
+    Scalar path (odd lengths, never a multiple of the vector width): the same
+    thresholds counted in elements. test_every_variant_is_launched checks
+    that these really reach every variant."""
+    w = vector_width(dtype)
+    vectorised = [w * n for n in (1, 32, 33, 64, 65, 128, 129, 1000, 4096, 4097)]
+    scalar = [1, 3, 31, 33, 63, 65, 127, 129, 1001, 4095, 4097, 5001]
+    return vectorised + scalar
+
+
+CASES = [(dtype, hidden) for dtype in FLOAT_DTYPES for hidden in hidden_sizes(dtype)]
+CASE_IDS = [f"{DTYPE_NAMES[d]}-{h}" for d, h in CASES]
+
+
+def cuda_inputs(shape, dtype, generator, requires_grad=False):
+    return tuple(t.detach().to(DEVICE).requires_grad_(requires_grad) for t in make_inputs(shape, dtype, generator))
+
+
+def misaligned_copy(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of ``t`` whose data pointer is one element past a 16-byte boundary."""
+    buffer = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+    view = buffer[1:].view(t.shape)
+    view.copy_(t)
+    assert view.is_contiguous() and view.data_ptr() % 16 != 0
+    return view
+
+
+def nan_like(t: torch.Tensor) -> torch.Tensor:
+    return torch.full_like(t, float("nan"), memory_format=torch.contiguous_format)
+
+
+@pytest.mark.parametrize("dtype,hidden", CASES, ids=CASE_IDS)
+def test_values_match_float64_reference(dtype, hidden, generator):
+    x, w, b = cuda_inputs((*ROWS, hidden), dtype, generator)
+    expected = reference_norm(x, w, b, 1e-6)
+
+    y = ops.fused_norm(x, w, b, 1e-6)
+    assert y.dtype == dtype and y.shape == x.shape and y.is_contiguous() and y.device == x.device
+    torch.testing.assert_close(y.double(), expected, **TOLERANCES[dtype])
+
+    # Out variant into a NaN-poisoned buffer: every element must be written,
+    # and by the same kernel (bitwise equal to the allocating call).
+    out = nan_like(x)
+    ops.fused_norm_out(x, w, b, 1e-6, out)
+    assert not out.isnan().any(), f"{int(out.isnan().sum())} output elements never written"
+    assert torch.equal(out, y)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("units", [32, 129, 4097], ids=lambda n: f"{n}vectors")
+def test_misaligned_pointers_fall_back_correctly(dtype, units, generator):
+    # A row length that would take the 16-byte path, with x and out one
+    # element off alignment: the launcher must choose the scalar path.
+    hidden = vector_width(dtype) * units
+    x, w, b = cuda_inputs((*ROWS, hidden), dtype, generator)
+    x_off, out = misaligned_copy(x), misaligned_copy(nan_like(x))
+    ops.fused_norm_out(x_off, w, b, 1e-6, out)
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.double(), reference_norm(x, w, b, 1e-6), **TOLERANCES[dtype])
+    # Misaligned weight / bias alone also forbid the vector path.
+    y = ops.fused_norm(x, misaligned_copy(w), misaligned_copy(b), 1e-6)
+    torch.testing.assert_close(y.double(), reference_norm(x, w, b, 1e-6), **TOLERANCES[dtype])
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory) -> dict:
+    return read_variants(build_probe(tmp_path_factory.mktemp("probe")))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_every_variant_is_launched(dtype, variants, generator):
+    # The profiler names each kernel launched: the value tests above must
+    # reach every compiled variant, or some kernel goes untested.
+    from torch.profiler import ProfilerActivity, profile
+
+    inputs = [cuda_inputs((*ROWS, h), dtype, generator) for h in hidden_sizes(dtype)]
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for x, w, b in inputs:
+            ops.fused_norm(x, w, b, 1e-6)
+        torch.cuda.synchronize()
+    launched = {short_kernel_name(e.name) for e in prof.events() if "rows_kernel" in e.name}
+    assert launched == kernel_names(variants, DTYPE_NAMES[dtype])
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(8, 64), (2, 3, 127), (1, 1), (5, 4097)], ids=str)
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_opcheck_on_cuda(shape, dtype, requires_grad, generator):
+    x, w, b = cuda_inputs(shape, dtype, generator, requires_grad=requires_grad)
+    torch.library.opcheck(torch.ops.myops.fused_norm.default, (x, w, b, 1e-6))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_opcheck_out_variant_on_cuda(dtype, generator):
+    x, w, b = cuda_inputs((6, 1000), dtype, generator)
+    torch.library.opcheck(torch.ops.myops.fused_norm_out.default, (x, w, b, 1e-5, torch.empty_like(x)))
+
+
+def test_gradcheck_float64_on_cuda(generator):
+    x, w, b = cuda_inputs((3, 4, 9), torch.float64, generator, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w, b: ops.fused_norm(x, w, b, 1e-5), (x, w, b))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_non_contiguous_inputs_equal_contiguous_copy(dtype, generator):
+    x, w, b = cuda_inputs((6, 1024, 2), dtype, generator)
+    x_t = x.transpose(1, 2)
+    assert not x_t.is_contiguous()
+    w2, b2 = cuda_inputs((1, 2048), dtype, generator)[1:]
+    w_s, b_s = w2[::2], b2[1::2]
+    expected = ops.fused_norm(x_t.contiguous(), w_s.contiguous(), b_s.contiguous(), 1e-6)
+    assert torch.equal(ops.fused_norm(x_t, w_s, b_s, 1e-6), expected)
+
+
+@pytest.mark.parametrize("shape", [(0, 512), (2, 0, 64), (4, 0)])
+def test_empty_inputs(shape, generator):
+    x = torch.empty(shape, device=DEVICE)
+    w, b = cuda_inputs((1, shape[-1]), torch.float32, generator)[1:]
+    y = ops.fused_norm(x, w, b, 1e-6)
+    assert y.shape == x.shape and y.device == x.device
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_nan_stays_in_its_row(dtype, generator):
+    x, w, b = cuda_inputs((4, 8, 1024), dtype, generator)
+    x[1, 3, 17] = float("nan")
+    y = ops.fused_norm(x, w, b, 1e-6)
+    assert y[1, 3].isnan().all()
+    rows_without = torch.ones(4, 8, dtype=torch.bool, device=DEVICE)
+    rows_without[1, 3] = False
+    assert not y[rows_without].isnan().any()
+
+
+def test_runs_on_the_callers_current_stream(generator):
+    # Queue a ~50 ms spin on a side stream, then the op on that stream. If
+    # the op ignored the current stream it would run at once on the default
+    # stream; on the side stream it waits behind the spin, so a copy made on
+    # the default stream meanwhile still sees the NaN poison.
+    x, w, b = cuda_inputs((64, 4096), torch.float32, generator)
+    out = nan_like(x)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(100_000_000)  # cycles: 50 ms at 2 GHz
+        ops.fused_norm_out(x, w, b, 1e-6, out)
+    snapshot = out.clone()  # default stream: not ordered after `side`
+    torch.cuda.current_stream().synchronize()
+    still_poisoned = bool(snapshot.isnan().all())
+    side.synchronize()
+    assert still_poisoned, "the kernel did not wait for work queued on the current (side) stream"
+    torch.testing.assert_close(out.double(), reference_norm(x, w, b, 1e-6), **TOLERANCES[torch.float32])
+
+
+@pytest.mark.parametrize("name", ["weight", "bias"])
+def test_mismatched_devices(name, generator):
+    x, w, b = cuda_inputs((4, 64), torch.float32, generator)
+    args = {"weight": w, "bias": b}
+    args[name] = args[name].cpu()
+    with pytest.raises(RuntimeError, match=rf"{name} must be on the device of x \(cuda:0\), got cpu"):
+        ops.fused_norm(x, args["weight"], args["bias"], 1e-6)
+    # And the other way round: x on the CPU, one parameter on the GPU.
+    with pytest.raises(RuntimeError, match=rf"must be on the device of x \(cpu\), got cuda:0"):
+        ops.fused_norm(x.cpu(), w if name == "weight" else w.cpu(), b if name == "bias" else b.cpu(), 1e-6)
+
+
+def test_out_on_another_device(generator):
+    x, w, b = cuda_inputs((4, 64), torch.float32, generator)
+    with pytest.raises(RuntimeError, match=r"out must be on the device of x \(cuda:0\), got cpu"):
+        ops.fused_norm_out(x, w, b, 1e-6, torch.empty(4, 64))
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_second_device_runs_there(generator):
+    x, w, b = (t.to("cuda:1") for t in cuda_inputs((16, 768), torch.float32, generator))
+    y = ops.fused_norm(x, w, b, 1e-6)  # current device stays cuda:0
+    assert y.device == torch.device("cuda:1")
+    torch.testing.assert_close(y.double(), reference_norm(x, w, b, 1e-6), **TOLERANCES[torch.float32])
+
+
+# --- ONNX Runtime's CUDA route ----------------------------------------------------------
+
+
+def _ort_cuda_skip_reason() -> str | None:
+    try:
+        from env.build import toolchain
+        from env.build.ort_runtime import cuda_provider_status
+    except ImportError as error:
+        return f"onnxruntime not importable: {error}"
+    usable, why = cuda_provider_status()
+    if not usable:
+        return f"onnxruntime cannot run CUDA here: {why}"
+    try:
+        build = toolchain.read_record()["build"]
+    except (OSError, ValueError):
+        return "no toolchain record: run `invoke build`"
+    if not build.get("ort_cuda_kernels"):
+        return f"the ORT library was built without its CUDA kernel: {build.get('ort_cuda_kernels_reason')}"
+    return None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("hidden", [512, 4097])
+def test_ort_cuda_route_equals_torch(dtype, hidden, generator):
+    reason = _ort_cuda_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    import onnxruntime as ort
+
+    from ops.ort.session import OrtConfig, create_session
+    from tests.helpers.ort_test_models import single_node_model
+
+    x, w, b = cuda_inputs((*ROWS, hidden), dtype, generator)
+    model = single_node_model(DTYPE_NAMES[dtype], epsilon=1e-5)
+    session = create_session(model, OrtConfig(provider="cuda"))
+    # Same kernel, same inputs: ORT's output must equal torch's bit for bit.
+    # (epsilon is a float attribute in ONNX: pass torch the same float32 value.)
+    eps = float(torch.tensor(1e-5, dtype=torch.float32))
+    expected = ops.fused_norm(x, w, b, eps).cpu()
+    binding = session.io_binding()
+    np_dtype = {torch.float32: "float32", torch.float16: "float16"}[dtype]
+    for name, t in (("X", x), ("weight", w), ("bias", b)):
+        binding.bind_input(name, "cuda", 0, np_dtype, list(t.shape), t.data_ptr())
+    out = nan_like(x)
+    binding.bind_output("Y", "cuda", 0, np_dtype, list(out.shape), out.data_ptr())
+    torch.cuda.synchronize()
+    session.run_with_iobinding(binding)
+    assert torch.equal(out.cpu(), expected)
+    assert math.isfinite(float(out.float().abs().max()))
+    assert "CUDAExecutionProvider" in session.get_providers() and ort.get_device() == "GPU"

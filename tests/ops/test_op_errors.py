@@ -1,0 +1,89 @@
+"""Bad input gets an error that names the argument and the expectation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ops
+from tests.helpers.op_reference import make_inputs
+
+
+@pytest.fixture
+def good(generator):
+    return make_inputs((4, 16), torch.float32, generator)
+
+
+def test_integer_x(good):
+    _, w, b = good
+    with pytest.raises(TypeError, match="x must be float32, float64, float16 or bfloat16, got Int"):
+        ops.fused_norm(torch.ones(4, 16, dtype=torch.int32), w.int(), b.int(), 1e-6)
+
+
+def test_zero_dim_x(good):
+    with pytest.raises(ValueError, match="x must have at least 1 dimension"):
+        ops.fused_norm(torch.tensor(1.0), torch.ones(1), torch.zeros(1), 1e-6)
+
+
+@pytest.mark.parametrize("name", ["weight", "bias"])
+@pytest.mark.parametrize("bad_shape", [(15,), (17,), (1, 16), ()])
+def test_parameter_length(good, name, bad_shape):
+    x, w, b = good
+    args = {"weight": w, "bias": b}
+    args[name] = torch.ones(bad_shape)
+    with pytest.raises(ValueError, match=rf"{name} must be a 1-D tensor of length x.size\(-1\) = 16, got shape"):
+        ops.fused_norm(x, args["weight"], args["bias"], 1e-6)
+
+
+@pytest.mark.parametrize("name", ["weight", "bias"])
+def test_parameter_dtype(good, name):
+    x, w, b = good
+    args = {"weight": w, "bias": b}
+    args[name] = args[name].double()
+    with pytest.raises(TypeError, match=rf"{name} must have the dtype of x \(Float\), got Double"):
+        ops.fused_norm(x, args["weight"], args["bias"], 1e-6)
+
+
+@pytest.mark.parametrize("name", ["weight", "bias"])
+def test_parameter_device(good, name):
+    # No GPU here; the meta device is a second real device for the dispatcher.
+    x, w, b = good
+    args = {"weight": w, "bias": b}
+    args[name] = args[name].to("meta")
+    with pytest.raises(RuntimeError, match=rf"{name} must be on the device of x \(cpu\), got meta"):
+        ops.fused_norm(x, args["weight"], args["bias"], 1e-6)
+
+
+@pytest.mark.parametrize("eps", [-1e-6, float("nan"), float("inf")])
+def test_eps(good, eps):
+    with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
+        ops.fused_norm(*good, eps)
+
+
+def test_out_wrong_shape(good):
+    with pytest.raises(ValueError, match=r"out must have the shape of x \[4, 16\], got \[4, 15\]"):
+        ops.fused_norm_out(*good, 1e-6, torch.empty(4, 15))
+
+
+def test_out_wrong_dtype(good):
+    with pytest.raises(TypeError, match=r"out must have the dtype of x \(Float\), got Half"):
+        ops.fused_norm_out(*good, 1e-6, torch.empty(4, 16, dtype=torch.half))
+
+
+def test_out_not_contiguous(good):
+    with pytest.raises(ValueError, match="out must be contiguous"):
+        ops.fused_norm_out(*good, 1e-6, torch.empty(16, 4).t())
+
+
+def test_out_aliasing_x(good):
+    x, w, b = good
+    with pytest.raises(ValueError, match="out must not share memory with x, weight or bias"):
+        ops.fused_norm_out(x, w, b, 1e-6, x)
+
+
+def test_process_survives_and_next_call_works(good):
+    for _ in range(3):
+        with pytest.raises(ValueError):
+            ops.fused_norm(good[0], torch.ones(3), good[2], 1e-6)
+    y = ops.fused_norm(*good, 1e-6)
+    assert torch.isfinite(y).all()
