@@ -86,7 +86,7 @@ class Case:
         return "x".join(map(str, self.shape)) + f" {self.dtype}"
 
 
-# Order = priority: the two targets first, so a time limit cuts the rest.
+# Order = priority: the two headline targets first, so a time limit cuts the rest.
 GPU_CASES = [
     Case((1, 8, 512), "bfloat16"),  # latency target: within 1.3x of an empty launch
     Case((4096, 8192), "bfloat16"),  # bandwidth target: >= 85 % of copy, >= native

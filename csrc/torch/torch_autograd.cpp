@@ -10,7 +10,8 @@
 //   dL/dw = sum over rows of g * x_hat
 //   dL/dx_i = r * g_hat_i + sum_j g_hat_j * x_j * dr/dx_i,  dr/dx_i = -r^3 x_i / H
 //   =>  dL/dx = r * (g_hat - x_hat * mean_j(g_hat_j * x_hat_j))
-// (The seed write-up drops the leading r on g_hat.) The backward is built
+// (Dropping the leading r on g_hat is a common derivation slip; gradcheck
+// catches it.) The backward is built
 // from differentiable ATen ops, so double backward works too; r is recomputed
 // from x (one row reduction) so the forward kernel keeps a single output.
 // 16-bit inputs are differentiated in float32, float64 in float64.

@@ -1,4 +1,4 @@
-"""Block-by-block comparison (seed 6.2, step two): expose each block's output in the ONNX graph.
+"""Block-by-block comparison: expose each block's output in the ONNX graph.
 
 A block's output is the input X of the next norm (the next block's norm1, or
 the final norm after the last block), whatever the route; the exported file

@@ -1,4 +1,4 @@
-"""Post-export checks: is the file what its route promised? (seed 4.4 / 6.1)
+"""Post-export checks: is the file what its route promised?
 
 ``check_export`` runs all of them and raises ``ExportCheckError`` listing every
 failure, so one run shows all that is wrong:

@@ -1,4 +1,4 @@
-"""A short, readable text summary of an exported graph, one line per norm (seed 4.4, third step).
+"""A short, readable text summary of an exported graph, one line per norm.
 
 Meant for a person to eyeball: the node order of each norm with its constants
 inline, so a wrong axis, a missing square or a swapped weight shows even when

@@ -203,7 +203,7 @@ def _set_initializer(model: onnx.ModelProto, name: str, value: np.ndarray) -> No
 
 
 def _edit_axes(model):
-    # The seed's bug: ReduceMean over the wrong axis; a fresh axes constant so only this norm changes.
+    # A classic export bug: ReduceMean over the wrong axis; a fresh axes constant so only this norm changes.
     model.graph.initializer.append(numpy_helper.from_array(np.array([1], dtype=np.int64), "wrong_axes"))
     _first(model, "ReduceMean").input[1] = "wrong_axes"
 
