@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cuda_launch.h"
 #include "fused_norm.h"
 #include "fused_norm_cuda_plan.h"
 #include "numeric_types.h"
@@ -352,13 +353,13 @@ cudaError_t launch_variant(const Operands& o, const cuda_plan::LaunchPlan& plan,
     case cuda_plan::Kernel::kWarpRows:
       switch (plan.chunks) {
         case 1:
-          warp_rows_kernel<T, VEC, 1><<<grid, block, 0, stream>>>(x, w, b, y, o.rows, hidden, eps);
+          launch_kernel(warp_rows_kernel<T, VEC, 1>, grid, block, 0, stream, x, w, b, y, o.rows, hidden, eps);
           break;
         case 2:
-          warp_rows_kernel<T, VEC, 2><<<grid, block, 0, stream>>>(x, w, b, y, o.rows, hidden, eps);
+          launch_kernel(warp_rows_kernel<T, VEC, 2>, grid, block, 0, stream, x, w, b, y, o.rows, hidden, eps);
           break;
         case 4:
-          warp_rows_kernel<T, VEC, 4><<<grid, block, 0, stream>>>(x, w, b, y, o.rows, hidden, eps);
+          launch_kernel(warp_rows_kernel<T, VEC, 4>, grid, block, 0, stream, x, w, b, y, o.rows, hidden, eps);
           break;
         default:
           return cudaErrorInvalidConfiguration;
@@ -366,10 +367,10 @@ cudaError_t launch_variant(const Operands& o, const cuda_plan::LaunchPlan& plan,
       break;
     case cuda_plan::Kernel::kBlockRows:
       static_assert(cuda_plan::kBlockRowsChunks == 4, "block_rows_kernel is instantiated for 4 chunks");
-      block_rows_kernel<T, VEC, 4><<<grid, block, 0, stream>>>(x, w, b, y, o.rows, hidden, eps);
+      launch_kernel(block_rows_kernel<T, VEC, 4>, grid, block, 0, stream, x, w, b, y, o.rows, hidden, eps);
       break;
     case cuda_plan::Kernel::kStreamingRows:
-      streaming_rows_kernel<T, VEC><<<grid, block, 0, stream>>>(x, w, b, y, o.rows, o.hidden, eps);
+      launch_kernel(streaming_rows_kernel<T, VEC>, grid, block, 0, stream, x, w, b, y, o.rows, o.hidden, eps);
       break;
   }
   // A launch error (bad configuration, no kernel image for this GPU) is
