@@ -66,6 +66,3 @@ def register_custom_schema() -> None:
         return
     defs.register_schema(_schema())
 
-
-def custom_schema_registered() -> bool:
-    return defs.has(CUSTOM_OP_TYPE, CUSTOM_DOMAIN)
