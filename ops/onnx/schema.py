@@ -65,4 +65,3 @@ def register_custom_schema() -> None:
     if defs.has(CUSTOM_OP_TYPE, CUSTOM_DOMAIN):
         return
     defs.register_schema(_schema())
-
