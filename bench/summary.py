@@ -37,7 +37,7 @@ def print_summary(outcome, console: Console) -> None:
         console.print(summary_table(outcome.frame))
         targets = evaluate_targets(outcome.frame)
         if targets:
-            console.print("[bold]issue 4 targets[/] (ratios from this run)")
+            console.print("[bold]targets[/] (ratios within this run, fp32 rows)")
             for target in targets:
                 mark = "[green]met[/]" if target.met else ("[red]MISSED[/]" if target.met is False else "[yellow]not measured[/]")
                 console.print(f"  {mark}  {target.name}: {target.detail}")

@@ -1,7 +1,8 @@
 // The op's schema, written once. Kernels for each device live in their own
 // files (torch_cpu_impl.cpp, torch_cuda_impl.cpp) and register with
-// TORCH_LIBRARY_IMPL; fake kernels and autograd are registered from Python
-// (ops/op.py), which set_python_module points the dispatcher at.
+// TORCH_LIBRARY_IMPL, as does the autograd kernel (torch_autograd.cpp). Only
+// the fake kernels are registered from Python (ops/op.py), which
+// set_python_module points the dispatcher at.
 #include <torch/library.h>
 
 TORCH_LIBRARY(myops, m) {

@@ -65,7 +65,3 @@ def register_custom_schema() -> None:
     if defs.has(CUSTOM_OP_TYPE, CUSTOM_DOMAIN):
         return
     defs.register_schema(_schema())
-
-
-def custom_schema_registered() -> bool:
-    return defs.has(CUSTOM_OP_TYPE, CUSTOM_DOMAIN)
