@@ -7,27 +7,34 @@ import sys
 from invoke import Collection, Exit, task
 
 
-@task(help={"aot": "ahead-of-time build with setup.py (delivery) instead of the JIT build (default)"})
-def build(c, aot=False):
-    """Record the toolchain, then build the torch op library and the ONNX Runtime custom-op library."""
+@task(help={
+    "aot": "ahead-of-time build with setup.py (delivery) instead of the JIT build (default)",
+    "verbose": "also print the toolchain table and the CUDA kernels' ptxas resource table",
+})
+def build(c, aot=False, verbose=False):
+    """Record the toolchain, then rebuild each library and check whose inputs changed (else: up to date)."""
     from env.build.steps import build as run_build
     from env.build.torch_library import BuildError
 
     try:
-        run_build("aot" if aot else "jit")
+        run_build("aot" if aot else "jit", verbose=verbose)
     except BuildError as error:
         raise Exit(f"build failed - {error}") from error
 
 
 @task
 def toolchain(c):
-    """Print the toolchain table of the last build (build/toolchain.json)."""
-    from env.build import toolchain as tc
+    """Print the toolchain table of the last build (build/toolchain.json) and its CUDA resource table."""
+    from env.build import cuda, toolchain as tc
     from env.paths import toolchain_record_path
 
     if not toolchain_record_path().exists():
         raise Exit(f"no toolchain record at {toolchain_record_path()} - run `invoke build` first")
-    print(tc.format_summary(tc.read_record()))
+    record = tc.read_record()
+    print(tc.format_summary(record))
+    table = cuda.report_table(record.get("build", {}).get("cuda_resource_report", {}))
+    if table:
+        print(table)
 
 
 @task(

@@ -19,4 +19,5 @@ def toolchain_record_path() -> Path:
 
 
 def csrc_dir() -> Path:
-    return REPO_ROOT / "csrc"
+    """The C++/CUDA sources; FUSEDBENCH_CSRC_DIR overrides ``<repo>/csrc`` (to build a modified copy)."""
+    return Path(os.environ.get("FUSEDBENCH_CSRC_DIR", REPO_ROOT / "csrc")).resolve()

@@ -115,9 +115,8 @@ def cuda_build_possible() -> tuple[bool, str]:
     return True, f"torch {torch.__version__} with CUDA {torch.version.cuda}"
 
 
-def torch_extension_spec(with_cuda: bool | None = None) -> TorchExtensionSpec:
-    if with_cuda is None:
-        with_cuda, _ = cuda_build_possible()
+def torch_sources(with_cuda: bool) -> list[Path]:
+    """The torch op library's sources (with the CUDA kernels and their adapter when ``with_cuda``)."""
     torch_dir = csrc_dir() / "torch"
     sources = core_cpu_sources() + [
         torch_dir / "torch_schema.cpp",
@@ -125,6 +124,32 @@ def torch_extension_spec(with_cuda: bool | None = None) -> TorchExtensionSpec:
         torch_dir / "torch_cpu_impl.cpp",
         torch_dir / "torch_autograd.cpp",
     ]
+    if with_cuda:
+        sources += core_cuda_sources() + [torch_dir / "torch_cuda_impl.cpp"]
+    return sources
+
+
+# -fopenmp: at::parallel_for is inline and only splits work when the caller is
+# compiled with OpenMP; without it the op silently runs on one thread. The
+# resulting libgomp.so.1 dependency resolves to the copy torch already loaded
+# (same soname), so there is one OpenMP runtime and torch.set_num_threads
+# governs the op.
+TORCH_LD_FLAGS = ("-fopenmp",)
+
+
+def torch_cxx_flags() -> list[str]:
+    """The torch adapter's C++ flags, less the defines that come from torch itself."""
+    return [f"-std={CXX_STANDARD_TORCH}", *cxx_opt_flags(), "-fopenmp"]
+
+
+def torch_nvcc_flags() -> list[str]:
+    """The torch extension's nvcc flags, less the defines that come from torch itself."""
+    return [f"-std={CXX_STANDARD_PORTABLE}", "-O3", "--ptxas-options=-v"]
+
+
+def torch_extension_spec(with_cuda: bool | None = None) -> TorchExtensionSpec:
+    if with_cuda is None:
+        with_cuda, _ = cuda_build_possible()
     import torch
 
     # torch 2.13's cpp_extension no longer passes the libstdc++ ABI flag; pass
@@ -132,19 +157,13 @@ def torch_extension_spec(with_cuda: bool | None = None) -> TorchExtensionSpec:
     # produce a library that fails with "undefined symbol" at load time.
     defines = [f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
     if with_cuda:
-        sources += core_cuda_sources() + [torch_dir / "torch_cuda_impl.cpp"]
         defines.append("-DFUSED_NORM_WITH_CUDA")
         use_pinned_cuda_arch_list()  # JIT and setup.py both build from this spec
     return TorchExtensionSpec(
-        sources=sources,
+        sources=torch_sources(with_cuda),
         include_dirs=[csrc_dir()],
-        # -fopenmp: at::parallel_for is inline and only splits work when the
-        # caller is compiled with OpenMP; without it the op silently runs on
-        # one thread. The resulting libgomp.so.1 dependency resolves to the
-        # copy torch already loaded (same soname), so there is one OpenMP
-        # runtime and torch.set_num_threads governs the op.
-        cxx_flags=[f"-std={CXX_STANDARD_TORCH}", *cxx_opt_flags(), "-fopenmp", *defines],
-        ld_flags=["-fopenmp"],
-        nvcc_flags=[f"-std={CXX_STANDARD_PORTABLE}", "-O3", "--ptxas-options=-v", *defines] if with_cuda else [],
+        cxx_flags=[*torch_cxx_flags(), *defines],
+        ld_flags=list(TORCH_LD_FLAGS),
+        nvcc_flags=[*torch_nvcc_flags(), *defines] if with_cuda else [],
         with_cuda=with_cuda,
     )

@@ -83,11 +83,16 @@ def nvcc_version(nvcc: Path) -> str:
     return f"{match.group(1)} ({match.group(2)})" if match else out.strip().splitlines()[-1]
 
 
+def kernel_nvcc_base_flags() -> list[str]:
+    """The project's own part of :func:`kernel_nvcc_flags` (the rest is torch's, keyed by its version)."""
+    return [f"-std={CXX_STANDARD_PORTABLE}", "-O3"]
+
+
 def kernel_nvcc_flags() -> list[str]:
     """The flags the torch extension compiles the .cu with (build_config + cpp_extension's defaults)."""
     from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
 
-    return [f"-std={CXX_STANDARD_PORTABLE}", "-O3", *COMMON_NVCC_FLAGS, f"-I{csrc_dir() / 'core'}"]
+    return [*kernel_nvcc_base_flags(), *COMMON_NVCC_FLAGS, f"-I{csrc_dir() / 'core'}"]
 
 
 # --- ptxas resource report --------------------------------------------------------
@@ -350,7 +355,6 @@ def run_in_build(record: dict[str, Any]) -> None:
     """The `invoke build` step: run the check when nvcc exists, store its results in ``record``."""
     if find_nvcc() is None:
         record["build"]["cuda_resource_report"] = {"status": "skipped", "reason": "nvcc not found"}
-        print("CUDA compile check: skipped (nvcc not found)", flush=True)
         return
     start = time.perf_counter()
     result = compile_check()
@@ -367,16 +371,29 @@ def run_in_build(record: dict[str, Any]) -> None:
         "summary": report["summary"],
         "adapters": {name: a["status"] for name, a in report.get("adapters", {}).items()},
     }
-    print(f"CUDA compile check ({seconds} s, nvcc {report['nvcc_version']}, "
-          f"targets {', '.join(t['name'] for t in report['targets'])}): ptxas resources per kernel", flush=True)
-    print(format_table(report), flush=True)
-    adapters = ", ".join(f"{n} {a['status']}" for n, a in report.get("adapters", {}).items())
-    spills = report["summary"]["spilling_kernels"]
-    print(f"spilling kernels: {', '.join(spills) if spills else 'none'}; adapters: {adapters}; "
-          f"report {result.report_path}", flush=True)
     failed = [n for n, a in report.get("adapters", {}).items() if a["status"] == "failed"]
     if failed:
         raise CudaCheckError("; ".join(report["adapters"][n]["error"] for n in failed))
+
+
+def describe(entry: dict[str, Any]) -> str:
+    """One line for the record's ``cuda_resource_report`` entry: targets, kernels, registers, spills, adapters."""
+    if entry.get("status") != "compiled":
+        return f"{entry.get('status', 'not run')} ({entry.get('reason', 'no reason recorded')})"
+    summary = entry["summary"]
+    registers = ", ".join(f"{arch} {n}" for arch, n in summary["max_registers"].items())
+    spills = summary["spilling_kernels"]
+    adapters = ", ".join(f"{name} {status}" for name, status in sorted(entry.get("adapters", {}).items()))
+    return (f"{', '.join(entry['targets'])}: {summary['kernels']} kernels, max registers {registers}, "
+            f"{'spills in ' + ', '.join(spills) if spills else 'no spills'}; adapters: {adapters or 'none'}")
+
+
+def report_table(entry: dict[str, Any]) -> str | None:
+    """The ptxas table of the report the record's entry points at (None when there is none)."""
+    path = Path(entry.get("json", "")) if entry.get("json") else None
+    if path is None or not path.is_file():
+        return None
+    return format_table(json.loads(path.read_text()))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from env.files import write_text_atomic
 from env.paths import toolchain_record_path
@@ -115,6 +115,79 @@ def runtime_facts() -> dict[str, Any]:
     }
 
 
+def quick_facts() -> dict[str, Any]:
+    """The toolchain facts a build depends on, found without importing torch (milliseconds).
+
+    They key both the build steps and the cache of the full record
+    (:func:`collect_cached`): torch is identified by its installed
+    ``version.py`` (version, git commit, CUDA), not by importing it.
+    """
+    from env.build.cuda import find_nvcc  # cuda.py imports this module
+
+    compiler = cxx_compiler()
+    compiler_path = shutil.which(compiler)
+    nvcc = find_nvcc()
+    return {
+        "python": {"version": platform.python_version(), "build": sys.version, "executable": sys.executable},
+        "compiler": {
+            "command": compiler,
+            "path": compiler_path,
+            "resolved": str(Path(compiler_path).resolve()) if compiler_path else None,
+            "version": _run_first_line([compiler, "--version"]),
+        },
+        "torch": _torch_install(),
+        "nvcc": {"path": str(nvcc) if nvcc else None, "version": _nvcc_release(str(nvcc)) if nvcc else None},
+        "cuda_home": os.environ.get("CUDA_HOME"),
+        "onnxruntime": package_version("onnxruntime"),
+    }
+
+
+def _torch_install() -> dict[str, Any]:
+    """torch's version and the hash of its ``version.py`` (version, git commit, CUDA), without importing it."""
+    import hashlib
+    from importlib.util import find_spec
+
+    spec = find_spec("torch")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    if not locations:
+        return {"version": None}
+    version_py = Path(locations[0]) / "version.py"
+    text = version_py.read_text() if version_py.is_file() else ""
+    cuda = re.search(r"^cuda\b[^=\n]*=\s*'([^']*)'", text, re.M)  # "cuda: Optional[str] = '13.0'" or None
+    return {
+        "version": package_version("torch"),
+        "location": locations[0],
+        "cuda": cuda.group(1) if cuda else None,
+        "version_py_sha256": hashlib.sha256(text.encode()).hexdigest(),
+    }
+
+
+def quick_summary(facts: dict[str, Any]) -> str:
+    """One line naming the toolchain, for a normal ``invoke build``."""
+    compiler = facts["compiler"]["version"] or f"{facts['compiler']['command']} (not found)"
+    nvcc = facts["nvcc"]["version"] or "none"
+    return (f"toolchain: {compiler}; torch {facts['torch'].get('version')}; Python {facts['python']['version']}; "
+            f"nvcc {nvcc}; onnxruntime {facts['onnxruntime']}")
+
+
+def collect_cached(key: str, build_settings: Callable[[], dict[str, Any]], cache_path: Path) -> dict[str, Any]:
+    """:func:`collect` for these settings, reused while ``key`` (the facts it depends on) is unchanged.
+
+    Collecting imports torch and runs ``torch.utils.collect_env`` (seconds);
+    a build with an unchanged toolchain reads the cached record instead.
+    """
+    if cache_path.is_file():
+        try:
+            cached = json.loads(cache_path.read_text())
+        except ValueError:
+            cached = {}
+        if cached.get("key") == key and isinstance(cached.get("record"), dict):
+            return cached["record"]
+    record = collect(build_settings())
+    write_text_atomic(cache_path, json.dumps({"key": key, "record": record}, indent=2, sort_keys=True) + "\n")
+    return record
+
+
 def collect(build_settings: dict[str, Any]) -> dict[str, Any]:
     """Full toolchain record for a build with ``build_settings`` (flags, standards, arch list)."""
     from torch.utils import collect_env
@@ -137,10 +210,10 @@ def collect(build_settings: dict[str, Any]) -> dict[str, Any]:
     return facts
 
 
-def _nvcc_release() -> str | None:
-    if shutil.which("nvcc") is None:
+def _nvcc_release(nvcc: str = "nvcc") -> str | None:
+    if shutil.which(nvcc) is None:
         return None
-    out = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=False).stdout
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
     match = re.search(r"release ([\d.]+), (V[\d.]+)", out)
     return f"{match.group(1)} ({match.group(2)})" if match else None
 
