@@ -1,0 +1,172 @@
+"""The incremental build: a step reruns exactly when a hashed input changed.
+
+Hash-level tests change one input at a time (a header of a copied csrc/, a
+flag, the compiler) and compare the three steps' keys; one test really
+rebuilds the ONNX Runtime library after a source edit and checks that the
+other steps stayed untouched.
+"""
+
+from __future__ import annotations
+
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from env.build import config, cuda, fingerprint, steps, toolchain
+from env.paths import REPO_ROOT
+
+STEP_NAMES = ("torch_jit", "ort_library", "cuda_compile_check")
+
+
+@pytest.fixture(scope="module")
+def facts() -> dict:
+    return toolchain.quick_facts()
+
+
+@pytest.fixture
+def csrc_copy(tmp_path, monkeypatch) -> Path:
+    copy = tmp_path / "csrc"
+    shutil.copytree(REPO_ROOT / "csrc", copy)
+    monkeypatch.setenv("FUSEDBENCH_CSRC_DIR", str(copy))
+    return copy
+
+
+def keys(facts: dict) -> dict[str, str]:
+    return {step.name: fingerprint.key_of(step.inputs(facts)) for step in steps.steps("jit")}
+
+
+def changed_steps(before: dict[str, str], after: dict[str, str]) -> set[str]:
+    return {name for name in before if before[name] != after[name]}
+
+
+def test_include_closure_follows_project_headers_only():
+    csrc = REPO_ROOT / "csrc"
+    closure = fingerprint.include_closure([csrc / "ort" / "ort_cpu_op.cc"], [csrc, csrc / "core", csrc / "ort"])
+    names = {p.relative_to(csrc).as_posix() for p in closure}
+    assert {"ort/ort_cpu_op.cc", "ort/ort_ops.h", "ort/ort_norm_op.h", "core/fused_norm.h"} <= names
+    assert all(p.is_file() and p.is_relative_to(csrc) for p in closure)  # <onnxruntime_cxx_api.h> etc. are toolchain
+
+
+def test_keys_are_stable_when_nothing_changed(facts, csrc_copy):
+    assert keys(facts) == keys(facts)
+    (csrc_copy / "core" / "fused_norm.h").touch()  # a new mtime, the same bytes
+    assert not changed_steps(keys(toolchain.quick_facts()), keys(facts))
+
+
+@pytest.mark.parametrize(
+    "header, expected",
+    [
+        # every step compiles the core
+        ("core/fused_norm.h", {"torch_jit", "ort_library", "cuda_compile_check"}),
+        # the ORT library, and the compile check of the ORT CUDA adapter
+        ("ort/ort_ops.h", {"ort_library", "cuda_compile_check"}),
+        # the torch library, and the compile check of the torch CUDA adapter
+        ("torch/torch_adapter.h", {"torch_jit", "cuda_compile_check"}),
+    ],
+)
+def test_a_changed_header_reruns_exactly_the_steps_that_include_it(facts, csrc_copy, header, expected):
+    before = keys(facts)
+    path = csrc_copy / header
+    path.write_text(path.read_text() + "\n// changed\n")
+    assert changed_steps(before, keys(facts)) == expected
+
+
+def test_a_file_no_step_includes_changes_nothing(facts, csrc_copy):
+    before = keys(facts)
+    (csrc_copy / "core" / "unused_notes.h").write_text("// included by nothing\n")
+    assert not changed_steps(before, keys(facts))
+
+
+def test_a_changed_flag_reruns_the_steps_that_use_it(facts, monkeypatch):
+    before = keys(facts)
+    monkeypatch.setattr(config, "OPT_FLAGS", [*config.OPT_FLAGS, "-fno-strict-aliasing"])
+    assert changed_steps(before, keys(facts)) == {"torch_jit", "ort_library"}
+    monkeypatch.undo()
+    monkeypatch.setattr(cuda, "kernel_nvcc_base_flags", lambda: ["-std=c++17", "-O2"])
+    assert changed_steps(before, keys(facts)) == {"cuda_compile_check"}
+    monkeypatch.undo()
+    monkeypatch.setenv("FUSEDBENCH_MARCH_NATIVE", "1")
+    assert changed_steps(before, keys(facts)) >= {"torch_jit", "ort_library"}
+
+
+def test_a_changed_compiler_reruns_every_step(facts, tmp_path, monkeypatch):
+    before = keys(facts)
+    # The same g++ behind another name and another version line: what an upgrade looks like.
+    wrapper = tmp_path / "c++-next"
+    wrapper.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo "c++ (next) 99.1.0"; exit 0; fi\nexec c++ "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("CXX", str(wrapper))
+    now = toolchain.quick_facts()
+    assert now["compiler"]["version"] == "c++ (next) 99.1.0" and now["compiler"]["path"] == str(wrapper)
+    assert changed_steps(before, keys(now)) == set(STEP_NAMES)
+
+
+def test_changed_toolchain_facts_rerun_every_step(facts):
+    before = keys(facts)
+    for group, field, value in (("compiler", "version", "c++ (Debian 12.3.0-1) 12.3.0"),  # upgraded in place
+                                ("torch", "version_py_sha256", "0" * 64), ("nvcc", "version", "13.9 (V13.9.1)"),
+                                ("python", "version", "3.11.99")):
+        changed = {**facts, group: {**facts[group], field: value}}
+        assert changed_steps(before, keys(changed)) == set(STEP_NAMES), group
+
+
+def test_toolchain_record_is_collected_once_per_facts(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_collect(settings):
+        calls.append(settings)
+        return {"torch": {"version": "x"}, "build": settings}
+
+    monkeypatch.setattr(toolchain, "collect", fake_collect)
+    cache = tmp_path / "cache.json"
+    first = toolchain.collect_cached("key-a", lambda: {"mode": "jit"}, cache)
+    again = toolchain.collect_cached("key-a", lambda: {"mode": "jit"}, cache)
+    assert first == again == {"torch": {"version": "x"}, "build": {"mode": "jit"}} and len(calls) == 1
+    toolchain.collect_cached("key-b", lambda: {"mode": "jit"}, cache)
+    assert len(calls) == 2
+
+
+@pytest.mark.slow
+def test_editing_an_ort_source_rebuilds_only_the_ort_library(tmp_path, csrc_copy, monkeypatch, capsys):
+    # The ORT step runs for real; the torch library and the CUDA check are
+    # stood in for by recorders (their real runs take minutes), but their keys
+    # and skip decisions are the real ones.
+    monkeypatch.setenv("FUSEDBENCH_BUILD_DIR", str(tmp_path / "build"))
+    ran: list[str] = []
+
+    def fake_torch(mode):
+        def run(fragment):
+            ran.append(f"torch_{mode}")
+            library = tmp_path / "build" / "fake_torch.so"
+            library.write_bytes(b"")
+            fragment["artifacts"]["torch_library"] = str(library)
+        return run
+
+    def fake_cuda(fragment):
+        ran.append("cuda_compile_check")
+        fragment["build"]["cuda_resource_report"] = {"status": "skipped", "reason": "stood in for by the test"}
+
+    monkeypatch.setattr(steps, "_run_torch", fake_torch)
+    monkeypatch.setattr(cuda, "run_in_build", fake_cuda)
+
+    first = steps.build("jit")
+    library = Path(first.record["artifacts"]["ort_library"])
+    assert ran == ["torch_jit", "cuda_compile_check"] and library.is_file()
+    built = library.stat()
+    capsys.readouterr()
+
+    steps.build("jit")
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and sum("up to date" in line for line in lines) == 3, lines
+    assert ran == ["torch_jit", "cuda_compile_check"] and library.stat().st_ino == built.st_ino
+
+    source = csrc_copy / "ort" / "ort_cpu_op.cc"
+    source.write_text(source.read_text() + "\n// edited\n")
+    record = steps.build("jit").record
+    out = capsys.readouterr().out
+    assert ran == ["torch_jit", "cuda_compile_check"], "only the ORT library depends on that file"
+    assert "ONNX Runtime custom-op library: built in" in out and "ort/ort_cpu_op.cc" in out, out
+    assert library.stat().st_ino != built.st_ino  # linked anew and renamed into place
+    assert record["artifacts"]["torch_library"] == first.record["artifacts"]["torch_library"]
