@@ -71,3 +71,18 @@ def test_same_toolchain_points_at_the_library(tmp_path, library_with_undefined_s
     assert result.returncode != 0
     assert "matches the running one" in result.stderr
     assert "undefined symbol" in result.stderr
+
+
+def test_import_ops_does_not_import_the_build_system():
+    # The op package only finds and loads the library (env.paths); the build
+    # system is imported lazily, and only to explain a failed load.
+    script = (
+        "import sys, ops, ops.op, ops.norms, ops.model\n"
+        "print(' '.join(sorted(m for m in sys.modules if m == 'env' or m.startswith('env.'))))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEDBENCH_")}
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=120, check=True)
+    loaded = done.stdout.split()
+    assert "env.paths" in loaded, loaded  # the check itself sees env modules
+    assert not [m for m in loaded if m == "env.build" or m.startswith("env.build.")], loaded
