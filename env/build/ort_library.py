@@ -147,26 +147,6 @@ def ort_cxx_flags() -> list[str]:
     return [f"-std={CXX_STANDARD_PORTABLE}", *cxx_opt_flags(), "-fPIC", "-Wall", "-Wextra", "-DORT_API_MANUAL_INIT"]
 
 
-def cuda_possible() -> bool:
-    """Whether :func:`decide_cuda` could choose CUDA, answered without probing the runtime (cheap).
-
-    Automatic CUDA needs onnxruntime's CUDA provider, which only the
-    onnxruntime-gpu distribution ships.
-    """
-    from importlib import metadata
-
-    forced = os.environ.get("FUSEDBENCH_ORT_CUDA", "")
-    if forced == "0" or shutil.which("nvcc") is None:
-        return False
-    if forced == "1":
-        return True
-    try:
-        metadata.version("onnxruntime-gpu")
-    except metadata.PackageNotFoundError:
-        return False
-    return True
-
-
 def _plan(headers: OrtHeaders, with_cuda: bool, out: Path, library_tmp: Path) -> tuple[list[Step], Step, list[str]]:
     """Compile steps (independent, run in parallel), the link step, and the C++ flags used."""
     objects, logs = out / "obj", out / "logs"
@@ -258,4 +238,4 @@ def build_ort_library(record: dict[str, Any], with_cuda: bool | None = None) -> 
     return library
 
 
-__all__ = ["LIBRARY_NAME", "build_ort_library", "cuda_possible", "decide_cuda", "find_cuda_toolkit", "nvcc_arch_flags", "ort_build_dir"]
+__all__ = ["LIBRARY_NAME", "build_ort_library", "decide_cuda", "find_cuda_toolkit", "nvcc_arch_flags", "ort_build_dir"]

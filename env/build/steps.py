@@ -37,7 +37,7 @@ from env.build.config import (
     torch_nvcc_flags,
     torch_sources,
 )
-from env.build.ort_library import build_ort_library, common_sources, cuda_possible, ort_cxx_flags
+from env.build.ort_library import build_ort_library, common_sources, decide_cuda, ort_cxx_flags
 from env.build.torch_library import build_aot, build_jit
 from env.files import write_text_atomic
 from env.paths import REPO_ROOT, build_dir, csrc_dir, toolchain_record_path
@@ -123,7 +123,7 @@ def torch_inputs(mode: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
 def ort_inputs(facts: dict[str, Any]) -> dict[str, Any]:
     from env.build.ort_headers import NPM_PACKAGE, NPM_VERSION
 
-    with_cuda = cuda_possible()
+    with_cuda = ort_with_cuda(facts)
     sources = common_sources() + [csrc_dir() / "ort" / ("ort_cuda_op.cc" if with_cuda else "ort_cuda_op_stub.cc")]
     sources += core_cuda_sources() if with_cuda else []
     return {
@@ -134,6 +134,27 @@ def ort_inputs(facts: dict[str, Any]) -> dict[str, Any]:
                   "cuda_arch_list": pinned_cuda_arch_list() if with_cuda else None},
         "ort_headers": _ort_headers_identity(NPM_PACKAGE, NPM_VERSION),
     }
+
+
+def ort_with_cuda(facts: dict[str, Any]) -> bool:
+    """:func:`env.build.ort_library.decide_cuda`, cached under the facts it depends on.
+
+    Deciding probes onnxruntime's CUDA provider in a child process (seconds);
+    the answer only changes with the toolchain, the environment variables or
+    the presence of the CUDA sources.
+    """
+    key = fingerprint.key_of({"toolchain": facts, "variables": {n: os.environ.get(n) for n in _BUILD_VARIABLES},
+                              "cuda_sources": [p.is_file() for p in core_cuda_sources()]})
+    path = state_dir() / "ort_cuda_decision.json"
+    try:
+        cached = json.loads(path.read_text())
+        if cached.get("key") == key:
+            return bool(cached["with_cuda"])
+    except (OSError, ValueError, KeyError):
+        pass
+    with_cuda, reason = decide_cuda()
+    write_text_atomic(path, json.dumps({"key": key, "with_cuda": with_cuda, "reason": reason}) + "\n")
+    return with_cuda
 
 
 def _ort_headers_identity(package: str, version: str) -> dict[str, Any]:

@@ -128,7 +128,9 @@ def quick_facts() -> dict[str, Any]:
     compiler_path = shutil.which(compiler)
     nvcc = find_nvcc()
     return {
-        "python": {"version": platform.python_version(), "build": sys.version, "executable": sys.executable},
+        # Not the executable's path: `invoke`, `python -m invoke` and a symlinked
+        # environment name the same interpreter differently.
+        "python": {"version": platform.python_version(), "build": sys.version},
         "compiler": {
             "command": compiler,
             "path": compiler_path,
@@ -156,7 +158,7 @@ def _torch_install() -> dict[str, Any]:
     cuda = re.search(r"^cuda\b[^=\n]*=\s*'([^']*)'", text, re.M)  # "cuda: Optional[str] = '13.0'" or None
     return {
         "version": package_version("torch"),
-        "location": locations[0],
+        "location": str(Path(locations[0]).resolve()),
         "cuda": cuda.group(1) if cuda else None,
         "version_py_sha256": hashlib.sha256(text.encode()).hexdigest(),
     }
