@@ -1,4 +1,8 @@
-"""fusedbench tasks (``invoke --list``). Each task calls one module function; no logic here."""
+"""fusedbench tasks (``invoke --list``). Each task calls one module function; no logic here.
+
+Numeric options have string defaults: env/cli.py converts and checks them, so
+a bad value ends with a message naming the option instead of a traceback.
+"""
 
 from __future__ import annotations
 
@@ -6,35 +10,31 @@ import sys
 
 from invoke import Collection, Exit, task
 
+from env import cli
+
+_BUILD_ERRORS = ("env.build.torch_library:BuildError", "env.lock.lockfile:LockError")
+_EXPORT_ERRORS = (ValueError, "ops.onnx.export:ExportError", "ops.onnx.checks:ExportCheckError")
+
 
 @task(help={
     "aot": "ahead-of-time build with setup.py (delivery) instead of the JIT build (default)",
     "verbose": "also print the toolchain table and the CUDA kernels' ptxas resource table",
 })
+@cli.fails_with(*_BUILD_ERRORS)
 def build(c, aot=False, verbose=False):
     """Record the toolchain, then rebuild each library and check whose inputs changed (else: up to date)."""
     from env.build.steps import build as run_build
-    from env.build.torch_library import BuildError
 
-    try:
-        run_build("aot" if aot else "jit", verbose=verbose)
-    except BuildError as error:
-        raise Exit(f"build failed - {error}") from error
+    run_build("aot" if aot else "jit", verbose=verbose)
 
 
 @task
 def toolchain(c):
     """Print the toolchain table of the last build (build/toolchain.json) and its CUDA resource table."""
-    from env.build import cuda, toolchain as tc
-    from env.paths import toolchain_record_path
+    from env.build.steps import print_toolchain
 
-    if not toolchain_record_path().exists():
-        raise Exit(f"no toolchain record at {toolchain_record_path()} - run `invoke build` first")
-    record = tc.read_record()
-    print(tc.format_summary(record))
-    table = cuda.report_table(record.get("build", {}).get("cuda_resource_report", {}))
-    if table:
-        print(table)
+    if not print_toolchain():
+        raise Exit("no toolchain record yet - run `invoke build` first")
 
 
 @task(
@@ -46,29 +46,10 @@ def toolchain(c):
 )
 def test(c, k="", args=""):
     """Build, then run the test suite (pytest)."""
-    command = [sys.executable, "-m", "pytest"]
-    if k:
-        command += ["-k", k]
-    c.run(" ".join(_quote(a) for a in command) + (f" {args}" if args else ""), pty=False)
-
-
-@task(name="check")
-def env_check(c):
-    """Compare the installed environment with environment.lock.yml; fail on any drift."""
-    from env.lock.lockfile import drift, read_lock
-
-    lock = read_lock()
-    lines = drift(lock)
-    if lines:
-        listed = "\n".join(f"  {line}" for line in lines)
-        raise Exit(f"environment drifts from {lock.path.name}:\n{listed}\n- run scripts/create_env.sh to re-sync")
-    print(f"environment matches {lock.path.name}: python {lock.python}, {len(lock.pins)} pinned packages")
-
-
-def _quote(arg: str) -> str:
     import shlex
 
-    return shlex.quote(arg)
+    command = [sys.executable, "-m", "pytest", *(["-k", k] if k else [])]
+    c.run(" ".join(shlex.quote(a) for a in command) + (f" {args}" if args else ""), pty=False)
 
 
 @task(
@@ -76,22 +57,22 @@ def _quote(arg: str) -> str:
     help={
         "baseline": "all (default), one name, or a comma list: unfused, fused, native, compiled, ort",
         "quick": "small grid for CI (about 2 minutes)",
-        "warmup": "untimed calls before each measurement (default 50)",
-        "threads": "torch and ONNX Runtime intra-op threads (default: every core this process may use)",
+        "warmup": "untimed calls before each measurement, an integer >= 0 (default 50)",
+        "threads": "torch and ONNX Runtime intra-op threads, an integer >= 1 (default: every core this process may use)",
         "out": "report folder (default <repo>/reports; FUSEDBENCH_REPORTS_DIR overrides the default)",
         "dtype": "float32 (default), or a comma list of float32, float64, float16, bfloat16",
     },
 )
-def bench(c, baseline="all", quick=False, warmup=50, threads=0, out="", dtype="float32"):
+@cli.fails_with(ValueError)
+def bench(c, baseline="all", quick=False, warmup="50", threads="", out="", dtype="float32"):
     """Benchmark the baselines; write reports/<UTC time>-<host>.csv (+ samples, plot) and print a summary."""
     from bench.run import BenchOptions, main
 
-    options = BenchOptions(baseline=baseline, quick=quick, warmup=warmup, threads=threads or None, out_dir=out or None, dtype=dtype)
-    try:
-        code = main(options)
-    except ValueError as error:
-        raise Exit(f"bench: {error}") from error
-    if code:
+    options = BenchOptions(
+        baseline=baseline, quick=quick, warmup=cli.integer("--warmup", warmup, minimum=0),
+        threads=cli.integer("--threads", threads, minimum=1) if threads else None, out_dir=out or None, dtype=dtype,
+    )
+    if code := main(options):
         raise Exit("bench: some baselines failed (listed above) - their rows are not in the report", code=code)
 
 
@@ -99,75 +80,16 @@ def bench(c, baseline="all", quick=False, warmup=50, threads=0, out="", dtype="f
     help={
         "base": "the earlier report CSV",
         "new": "the later report CSV",
-        "threshold": "slowdown that counts as a regression when significant (default 0.10 = 10%)",
-        "alpha": "significance level of the one-sided Mann-Whitney U test (default 0.002, as asv)",
+        "threshold": "slowdown that counts as a regression when significant, in (0, 1) (default 0.10 = 10%)",
+        "alpha": "significance level of the one-sided Mann-Whitney U test, in (0, 1) (default 0.002, as asv)",
     },
 )
-def compare(c, base, new, threshold=0.10, alpha=0.002):
+def compare(c, base, new, threshold="0.10", alpha="0.002"):
     """Compare two bench reports row by row; exit non-zero when NEW has a significant regression."""
     from bench.compare import main
 
-    code = main(base, new, threshold=threshold, alpha=alpha)
-    if code:
+    if code := main(base, new, threshold=cli.fraction("--threshold", threshold), alpha=cli.fraction("--alpha", alpha)):
         raise Exit(code=code)
-
-
-@task(help={"variant": "cpu: rewrite the pip list (a CPU machine); cuda: rewrite cuda-pip (in the image). "
-                       "Default: $FUSEDBENCH_TORCH_VARIANT, else cpu"})
-def lock(c, variant=""):
-    """Regenerate environment.lock.yml from this environment (exact pins; hashes for cuda-pip)."""
-    from env.lock.lockfile import LockError, regenerate
-
-    try:
-        update = regenerate(variant=variant or None)
-    except LockError as error:
-        raise Exit(f"lock: {error}") from error
-    print(update.summary())
-
-
-@task(
-    name="build",
-    help={
-        "tag": "image tag (default fusedbench:local)",
-        "max_jobs": "parallel compile jobs in the image build (default: the Dockerfile's 4)",
-        "base_digest": "sha256:... of the CUDA base image, instead of the Dockerfile's",
-    },
-)
-def docker_build(c, tag="", max_jobs=0, base_digest=""):
-    """Build the Docker image: pinned CUDA base, env from the lock, `invoke build --aot` baked in."""
-    from env.lock import docker
-
-    _docker(docker.build_command(tag or docker.DEFAULT_TAG, max_jobs or None, base_digest or None))
-
-
-@task(
-    name="run",
-    help={
-        "tag": "image tag (default fusedbench:local)",
-        "reports": "host folder mounted as the image's reports folder (default <repo>/reports)",
-        "gpus": "pass --gpus all (default: when nvidia-smi lists a GPU here)",
-    },
-)
-def docker_run(c, tag="", reports="", gpus=None):
-    """Run an invoke task in the image: `invoke docker.run -- bench --baseline all`."""
-    import shlex
-    from pathlib import Path
-
-    from env.lock import docker
-
-    task_line = shlex.split(c.remainder)
-    _docker(docker.run_command(task_line, tag or docker.DEFAULT_TAG, Path(reports) if reports else None, gpus))
-
-
-def _docker(command):
-    from env.lock import docker
-
-    try:
-        result = docker.run(command)
-    except docker.DockerError as error:
-        raise Exit(f"docker: {error}") from error
-    if result.returncode:
-        raise Exit(f"docker: `{' '.join(command[:2])}` failed (exit {result.returncode})", code=result.returncode)
 
 
 @task(
@@ -178,15 +100,12 @@ def _docker(command):
         "torchscript": "use the deprecated TorchScript exporter (dynamo=False) instead of the dynamo one",
     },
 )
+@cli.fails_with(*_EXPORT_ERRORS)
 def export(c, route="all", out="", torchscript=False):
     """Export the sequence model to ONNX by each route; check each file and print its graph summary."""
-    from ops.onnx.export import ExportError, export_routes
-    from ops.onnx.checks import ExportCheckError
+    from ops.onnx.export import export_routes
 
-    try:
-        export_routes(route, out or None, torchscript=torchscript)
-    except (ValueError, ExportError, ExportCheckError) as error:
-        raise Exit(f"export failed - {error}") from error
+    export_routes(route, out or None, torchscript=torchscript)
 
 
 @task(
@@ -199,35 +118,90 @@ def export(c, route="all", out="", torchscript=False):
         "dtype": "op-level dtypes, comma list of float32, float16, float64 (default float32,float16)",
     },
 )
-def check(c, route="all", out="", layers=False, optimization="all", dtype="float32,float16"):
+@cli.fails_with(*_EXPORT_ERRORS, "ops.alignment.check:AlignmentError", "ops._library:LibraryNotBuiltError",
+                "ops.ort.session:CustomOpsNotRegisteredError")
+def align(c, route="all", out="", layers=False, optimization="all", dtype="float32,float16"):
     """Align PyTorch and ONNX Runtime per route (op alone and model); fail past the dtype's tolerance."""
-    from ops._library import LibraryNotBuiltError
-    from ops.alignment.check import AlignmentError, check_alignment
-    from ops.onnx.export import ExportError
-    from ops.onnx.checks import ExportCheckError
-    from ops.ort.session import CustomOpsNotRegisteredError
+    from ops.alignment.check import check_alignment
 
-    try:
-        check_alignment(route, out or None, layers=layers, optimization=optimization, dtypes=dtype.split(","))
-    except (ValueError, ExportError, ExportCheckError, AlignmentError, LibraryNotBuiltError, CustomOpsNotRegisteredError) as error:
-        raise Exit(f"check failed - {error}") from error
+    check_alignment(route, out or None, layers=layers, optimization=optimization, dtypes=dtype.split(","))
 
 
-# --- namespace: one add_task line per task ---------------------------------
-env_namespace = Collection("env")
-env_namespace.add_task(env_check)
+# --- env: the environment against its lock ------------------------------------------
 
+
+@task(name="check")
+@cli.fails_with("env.lock.lockfile:LockError")
+def env_check(c):
+    """Compare the installed environment with environment.lock.yml; fail listing every drift."""
+    from env.lock.lockfile import drift, read_lock
+
+    lock = read_lock()
+    if lines := drift(lock):
+        listed = "\n".join(f"  {line}" for line in lines)
+        raise Exit(f"environment drifts from {lock.path.name}:\n{listed}\n- run scripts/create_env.sh to re-sync")
+    print(f"environment matches {lock.path.name}: python {lock.python}, {len(lock.pins)} pinned packages")
+
+
+@task(name="lock", help={"variant": "cpu: rewrite the pip list (a CPU machine); cuda: rewrite cuda-pip (in the image). "
+                                    "Default: $FUSEDBENCH_TORCH_VARIANT, else cpu"})
+@cli.fails_with("env.lock.lockfile:LockError")
+def env_lock(c, variant=""):
+    """Regenerate environment.lock.yml from this environment (exact pins; hashes for cuda-pip)."""
+    from env.lock.lockfile import regenerate
+
+    print(regenerate(variant=variant or None).summary())
+
+
+# --- docker ----------------------------------------------------------------------------
+
+
+@task(
+    name="build",
+    help={
+        "tag": "image tag (default fusedbench:local)",
+        "max_jobs": "parallel compile jobs in the image build, an integer >= 1 (default: the Dockerfile's 4)",
+        "base_digest": "sha256:... of the CUDA base image, instead of the Dockerfile's",
+    },
+)
+@cli.fails_with("env.lock.docker:DockerError")
+def docker_build(c, tag="", max_jobs="", base_digest=""):
+    """Build the Docker image: pinned CUDA base, env from the lock, `invoke build --aot` baked in."""
+    from env.lock import docker
+
+    jobs = cli.integer("--max-jobs", max_jobs, minimum=1) if max_jobs else None
+    _docker(docker.build_command(tag or docker.DEFAULT_TAG, jobs, base_digest or None))
+
+
+@task(
+    name="run",
+    help={
+        "tag": "image tag (default fusedbench:local)",
+        "reports": "host folder mounted as the image's reports folder (default <repo>/reports)",
+        "gpus": "pass --gpus all (default: when nvidia-smi lists a GPU here)",
+    },
+)
+@cli.fails_with("env.lock.docker:DockerError")
+def docker_run(c, tag="", reports="", gpus=None):
+    """Run an invoke task in the image: `invoke docker.run -- bench --baseline all`."""
+    import shlex
+    from pathlib import Path
+
+    from env.lock import docker
+
+    _docker(docker.run_command(shlex.split(c.remainder), tag or docker.DEFAULT_TAG, Path(reports) if reports else None, gpus))
+
+
+def _docker(command: list[str]) -> None:
+    from env.lock import docker
+
+    if code := docker.run(command).returncode:
+        raise Exit(f"docker: `{' '.join(command[:2])}` failed (exit {code}) - see its output above", code=code)
+
+
+# --- namespace: one add_task line per task ---------------------------------------------
 ns = Collection()
-ns.add_task(build)
-ns.add_task(toolchain)
-ns.add_task(test)
-ns.add_task(bench)
-ns.add_task(compare)
-ns.add_collection(env_namespace)
-ns.add_task(lock)
-docker_namespace = Collection("docker")
-docker_namespace.add_task(docker_build)
-docker_namespace.add_task(docker_run)
-ns.add_collection(docker_namespace)
-ns.add_task(export)
-ns.add_task(check)
+for _task in (build, toolchain, test, bench, compare, export, align):
+    ns.add_task(_task)
+ns.add_collection(Collection("env", env_check, env_lock))
+ns.add_collection(Collection("docker", docker_build, docker_run))

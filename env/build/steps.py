@@ -342,3 +342,15 @@ def build(mode: str = "jit", verbose: bool = False) -> BuildResult:
                 print(table, flush=True)
     _write_record(record)
     return BuildResult(record=record, record_path=toolchain_record_path())
+
+
+def print_toolchain() -> bool:
+    """Print the last build's toolchain table and CUDA resource table; False when nothing was built yet."""
+    if not toolchain_record_path().is_file():
+        return False
+    record = toolchain.read_record()
+    print(toolchain.format_summary(record))
+    table = cuda.report_table(record.get("build", {}).get("cuda_resource_report", {}))
+    if table:
+        print(table)
+    return True

@@ -1,0 +1,76 @@
+"""What every invoke task shares: numeric options checked with a clear message,
+and expected failures ended as ``invoke.Exit`` instead of a traceback.
+
+Numeric options are declared with string defaults in tasks.py and converted
+here: invoke converts an int or float default itself, and a value such as
+``--threads two`` would then die in invoke's parser with a traceback.
+Unexpected exceptions (bugs) keep their traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import math
+from typing import Callable
+
+from invoke import Exit
+
+
+
+def integer(option: str, value: object, minimum: int, meaning: str = "") -> int:
+    """``value`` as an int >= ``minimum``; else Exit naming ``option`` and what it accepts."""
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = None
+    if number is None or number < minimum:
+        raise Exit(f"{option} must be an integer >= {minimum}{meaning}, got {value!r} - pass e.g. {option} {max(minimum, 1)}")
+    return number
+
+
+def fraction(option: str, value: object, meaning: str = "") -> float:
+    """``value`` as a float strictly between 0 and 1; else Exit naming ``option``."""
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        number = math.nan
+    if not 0.0 < number < 1.0:  # NaN fails too
+        raise Exit(f"{option} must be a number between 0 and 1, exclusive{meaning}, got {value!r} - pass e.g. {option} 0.1")
+    return number
+
+
+def _resolve(spec) -> type[BaseException] | None:
+    if isinstance(spec, type):
+        return spec
+    module, _, name = spec.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+
+
+def fails_with(*errors) -> Callable:
+    """Decorator for a task: the listed exceptions end it with ``Exit("<task>: <message>")``.
+
+    ``errors`` are classes or "module:Class" strings; strings are imported only
+    when something was raised, so ``invoke --list`` never imports torch.
+    """
+
+    def decorate(body: Callable) -> Callable:
+        task_name = body.__name__.replace("_", ".")
+
+        @functools.wraps(body)
+        def run(*args, **kwargs):
+            try:
+                return body(*args, **kwargs)
+            except Exit:
+                raise
+            except Exception as error:
+                if any(cls is not None and isinstance(error, cls) for cls in map(_resolve, errors)):
+                    raise Exit(f"{task_name}: {error}") from error
+                raise
+
+        return run
+
+    return decorate

@@ -1,0 +1,78 @@
+"""The invoke CLI: renamed tasks, numeric options checked with a clear message, expected errors without a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from invoke import Exit
+
+from env import cli
+from env.paths import REPO_ROOT
+
+
+def invoke(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEDBENCH_")}
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_task_names():
+    listed = invoke("--complete").stdout.split()
+    assert {"align", "build", "bench", "compare", "export", "test", "toolchain", "env.check", "env.lock"} <= set(listed)
+    assert "check" not in listed and "lock" not in listed  # now align and env.lock
+
+
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (("compare", "a.csv", "b.csv", "--threshold", "0"), "--threshold"),
+        (("compare", "a.csv", "b.csv", "--threshold", "1"), "--threshold"),
+        (("compare", "a.csv", "b.csv", "--threshold", "-0.1"), "--threshold"),
+        (("compare", "a.csv", "b.csv", "--threshold", "ten"), "--threshold"),
+        (("compare", "a.csv", "b.csv", "--alpha", "1.5"), "--alpha"),
+        (("docker.build", "--max-jobs", "0"), "--max-jobs"),
+        (("bench", "--threads", "-3"), "--threads"),
+        (("bench", "--threads", "two"), "--threads"),
+        (("bench", "--warmup", "-1"), "--warmup"),
+    ],
+)
+def test_bad_numeric_option_names_the_option(args, option):
+    done = invoke(*args)
+    assert done.returncode != 0
+    assert option in done.stderr, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr, done.stderr
+
+
+def test_an_expected_module_error_ends_without_traceback():
+    done = invoke("bench", "--dtype", "int8", "--baseline", "fused")
+    assert done.returncode != 0
+    assert done.stderr.startswith("bench: ") and "--dtype" in done.stderr, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_option_converters_accept_good_values():
+    assert cli.integer("--warmup", "0", minimum=0) == 0
+    assert cli.integer("--threads", " 12 ", minimum=1) == 12
+    assert cli.fraction("--threshold", "0.1") == pytest.approx(0.1)
+    for bad in ("nan", "inf", "", "1e-400x"):
+        with pytest.raises(Exit, match="--alpha"):
+            cli.fraction("--alpha", bad)
+
+
+def test_fails_with_turns_listed_errors_into_exit_and_keeps_bugs_loud():
+    @cli.fails_with(ValueError, "env.build.torch_library:BuildError", "no.such.module:Error")
+    def env_check(c, fail):
+        raise fail
+
+    from env.build.torch_library import BuildError
+
+    with pytest.raises(Exit) as stopped:
+        env_check(None, ValueError("--dtype must be float32 - pick one"))
+    assert stopped.value.message == "env.check: --dtype must be float32 - pick one"
+    with pytest.raises(Exit, match="^env.check: link failed"):
+        env_check(None, BuildError("link failed"))
+    with pytest.raises(KeyError):  # not listed: a bug, its traceback stays
+        env_check(None, KeyError("x"))
