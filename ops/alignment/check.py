@@ -1,4 +1,4 @@
-"""``invoke check``: numerical alignment of PyTorch and ONNX Runtime, per route.
+"""``invoke align``: numerical alignment of PyTorch and ONNX Runtime, per route.
 
 For each route, on the op alone (``Norm``, several hidden sizes including odd
 ones, each dtype) and on the sequence model (float32), at several batch sizes

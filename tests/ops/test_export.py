@@ -110,7 +110,7 @@ def test_standard_route_fuses_one_node_per_norm(exported, tmp_path, generator):
 def test_ort_float64_fusion_uses_its_default_epsilon(tmp_path):
     """Measured ORT 1.31 behaviour, documented here: in a float64 graph SimplifiedLayerNormFusion
     writes epsilon=1e-5 (its default) instead of the graph's eps; float32 keeps the graph's eps.
-    So the standard route in float64 must run with optimisation below 'extended' (invoke check
+    So the standard route in float64 must run with optimisation below 'extended' (invoke align
     --dtype float64 shows the error). If this fails, ORT changed: update the README."""
     eps_of = {}
     for dtype in (torch.float32, torch.float64):
