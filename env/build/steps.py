@@ -322,7 +322,8 @@ def build(mode: str = "jit", verbose: bool = False) -> BuildResult:
         state = states[step.name]
         if is_up_to_date(step, key, state):
             fragment = state["fragment"]
-            print(f"{step.title}: up to date - {step.describe(fragment)}", flush=True)
+            detail = step.describe(fragment)
+            print(f"{step.title}: {detail if detail.startswith('skipped') else 'up to date - ' + detail}", flush=True)
         else:
             changed = fingerprint.changed_inputs((state or {}).get("inputs"), inputs)
             fragment = {"build": {}, "artifacts": {}, "timings_s": {}}

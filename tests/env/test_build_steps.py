@@ -20,6 +20,13 @@ from env.paths import REPO_ROOT
 STEP_NAMES = ("torch_jit", "ort_library", "cuda_compile_check")
 
 
+@pytest.fixture(autouse=True)
+def private_build_dir(tmp_path, monkeypatch) -> Path:
+    """Steps keep small caches under build/state; these tests keep theirs apart from the real build."""
+    monkeypatch.setenv("FUSEDBENCH_BUILD_DIR", str(tmp_path / "build"))
+    return tmp_path / "build"
+
+
 @pytest.fixture(scope="module")
 def facts() -> dict:
     return toolchain.quick_facts()
@@ -133,7 +140,6 @@ def test_editing_an_ort_source_rebuilds_only_the_ort_library(tmp_path, csrc_copy
     # The ORT step runs for real; the torch library and the CUDA check are
     # stood in for by recorders (their real runs take minutes), but their keys
     # and skip decisions are the real ones.
-    monkeypatch.setenv("FUSEDBENCH_BUILD_DIR", str(tmp_path / "build"))
     ran: list[str] = []
 
     def fake_torch(mode):
