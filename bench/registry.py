@@ -1,12 +1,14 @@
 """The one place baselines are registered and selected.
 
 A baseline is a small object with a ``name``, the ``workloads`` it runs
-("op", "model") and ``variants(case)``: the ways it can be called on that case.
-Each variant's ``prepare()`` does the one-off work (compile, export, session)
-and returns the call that is verified and then timed.
+("op", "model"), the ``devices`` it runs on ("cpu", "cuda"), its ``order`` in
+the report (lower first; ties by name) and ``variants(case)``: the ways it can
+be called on that case. Each variant's ``prepare()`` does the one-off work
+(compile, export, session) and returns the call that is verified and then timed.
 
-Adding a baseline is one file: a module in bench/baselines/ whose class is
-decorated with ``@register``; :func:`all_baselines` imports every module there.
+Adding a baseline is one file: a module in bench/baselines/ that decorates its
+class with ``@register`` (or passes instances to ``register``, for a class
+that serves several baselines); :func:`all_baselines` imports every module there.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from bench.workloads import Case
 
@@ -45,30 +47,36 @@ class Variant:
 class Baseline(Protocol):
     name: str
     workloads: frozenset[str]
+    devices: frozenset[str]
+    order: int  # position in the report: lower first (the speed-up reference, unfused, is 0)
 
     def variants(self, case: Case) -> list[Variant]: ...
 
 
 _REGISTRY: dict[str, Baseline] = {}
+T = TypeVar("T")
 
 
-def register(cls: type) -> type:
-    """Class decorator: instantiate and register a baseline under its ``name``."""
-    instance = cls()
-    if instance.name in _REGISTRY and type(_REGISTRY[instance.name]) is not cls:
-        raise ValueError(f"baseline name {instance.name!r} registered twice ({type(_REGISTRY[instance.name]).__name__}, {cls.__name__})")
+def register(baseline: T) -> T:
+    """Register a baseline under its ``name``: a class (instantiated with no arguments; usable as a decorator) or an instance."""
+    instance = baseline() if isinstance(baseline, type) else baseline
+    for attribute in ("name", "workloads", "devices", "order", "variants"):
+        if not hasattr(instance, attribute):
+            raise TypeError(f"baseline {instance!r} has no {attribute!r}: see bench.registry.Baseline")
+    known = _REGISTRY.get(instance.name)
+    if known is not None and type(known) is not type(instance):
+        raise ValueError(f"baseline name {instance.name!r} registered twice ({type(known).__name__}, {type(instance).__name__})")
     _REGISTRY[instance.name] = instance
-    return cls
+    return baseline
 
 
 def all_baselines() -> dict[str, Baseline]:
-    """Every registered baseline, in registration order (imports bench/baselines/*)."""
+    """Every registered baseline (imports bench/baselines/*), by each one's declared order, then name."""
     import bench.baselines as package
 
-    for module in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+    for module in pkgutil.iter_modules(package.__path__):
         importlib.import_module(f"{package.__name__}.{module.name}")
-    order = ("unfused", "fused", "native", "compiled", "ort")  # unfused first: the speed-up reference
-    return dict(sorted(_REGISTRY.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+    return dict(sorted(_REGISTRY.items(), key=lambda kv: (kv[1].order, kv[0])))
 
 
 def select(spec: str) -> list[Baseline]:

@@ -1,9 +1,15 @@
 """``invoke bench``: measure the limits and every selected baseline, then write the report.
 
-Order of work: dispatch floor; then per case (shape x dtype) the copy limit and
-every baseline back to back, so ratios within a case share the machine's state;
-then the model-level cases. Every variant is prepared (outside the timed loop),
-verified against the float64 reference, warmed up and timed (bench/timing.py).
+The run is three plain steps, each a public function so other drivers (an A/B
+run of two builds) can compose them:
+  1. :func:`plan_jobs` - the ordered list of jobs: the dispatch floor; then per
+     case (shape x dtype) the copy limit and every baseline back to back, so
+     ratios within a case share the machine's state; then the model-level cases;
+  2. :func:`run_round` - one pass over the jobs. Every variant is prepared
+     (outside the timed loop), verified against the float64 reference, warmed
+     up and timed (bench/timing.py); its timing is added to :class:`Results`;
+  3. :func:`record_results` - pool each row's rounds, add the ratios and write
+     the report (CSV, samples, plot).
 
 The whole grid is passed over ROUNDS times, each round taking 1/ROUNDS of every
 variant's time budget (asv's "rounds"): a variant's samples are then spread over
@@ -70,6 +76,10 @@ class BenchOptions:
     model_batches: tuple[tuple[str, int, int], ...] | None = None
     rounds: int = ROUNDS
 
+    @property
+    def mode(self) -> str:
+        return "quick" if self.quick else "full"
+
 
 @dataclass
 class Outcome:
@@ -89,77 +99,99 @@ def default_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+# --- step 1: plan ---------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
-class _Job:
-    """One (case, baseline) unit of work; the case is built lazily so big inputs live one at a time."""
+class Job:
+    """One unit of work: a limit, or one baseline on one case. ``measurements()`` yields what to time."""
 
     label: str
-    run: Callable[[], Iterator[tuple[object, str, Variant]]]
+    measurements: Callable[[], Iterator[tuple[object, str, Variant]]]
 
 
-def _jobs(options: BenchOptions, baselines: list[Baseline], workdir: Path) -> list[_Job]:
-    dtypes = parse_dtypes(options.dtype)
-    op_shapes = options.op_shapes or (OP_SHAPES_QUICK if options.quick else OP_SHAPES_FULL)
-    batches = options.model_batches if options.model_batches is not None else (MODEL_BATCHES_QUICK if options.quick else MODEL_BATCHES_FULL)
-    jobs = [_Job("limit dispatch floor", lambda: iter(dispatch_floor(workdir)))]
-    op_baselines = [b for b in baselines if "op" in b.workloads]
-    model_baselines = [b for b in baselines if "model" in b.workloads]
-    for dtype in dtypes:
-        for shape in op_shapes:
-            cache: dict[str, OpCase] = {}
+class _LazyCase:
+    """Builds a case on first use and drops it on release, so big inputs live one case at a time."""
 
-            def case(shape=shape, dtype=dtype, cache=cache) -> OpCase:
-                if "case" not in cache:
-                    cache["case"] = OpCase.create(shape, dtype, workdir)
-                return cache["case"]
+    def __init__(self, make: Callable[[], object]) -> None:
+        self._make, self._case = make, None
 
-            def release(cache=cache) -> None:
-                cache.clear()
+    def get(self) -> object:
+        if self._case is None:
+            self._case = self._make()
+        return self._case
 
-            label = f"op {shape_label(shape)} {dtype_name(dtype)}"
-            jobs.append(_Job(f"{label} copy", lambda case=case: iter([copy_limit(case())])))
-            for i, baseline in enumerate(op_baselines):
-                last = i == len(op_baselines) - 1
-                jobs.append(_Job(f"{label} {baseline.name}", _baseline_work(baseline, case, release if last else None)))
-        for name, batch, seq in batches:
-            holder: dict[str, ModelCase] = {}
-
-            def model_case(name=name, batch=batch, seq=seq, dtype=dtype, holder=holder) -> ModelCase:
-                if "case" not in holder:
-                    holder["case"] = ModelCase.create(name, batch, seq, dtype, workdir)
-                return holder["case"]
-
-            label = f"model {name} {batch}x{seq} {dtype_name(dtype)}"
-            for baseline in model_baselines:
-                jobs.append(_Job(f"{label} {baseline.name}", _baseline_work(baseline, model_case, None)))
-    return jobs
+    def release(self) -> None:
+        self._case = None
 
 
-def _baseline_work(baseline: Baseline, case: Callable[[], object], release: Callable[[], None] | None):
-    def work() -> Iterator[tuple[object, str, Variant]]:
-        current = case()
+def _baseline_job(label: str, baseline: Baseline, case: _LazyCase, release: bool) -> Job:
+    def measurements() -> Iterator[tuple[object, str, Variant]]:
+        current = case.get()
         try:
             for variant in baseline.variants(current):
                 yield current, baseline.name, variant
         finally:
-            if release is not None:
-                release()
+            if release:  # the case group's last job: free its tensors before the next case allocates
+                case.release()
 
-    return work
+    return Job(f"{label} {baseline.name}", measurements)
 
 
-def _measure(case, variant: Variant, config: TimingConfig, resolution_ns: float, block: int | None) -> tuple[Timing, float, str]:
-    started = time.perf_counter()
-    prepared = variant.prepare()
-    setup_s = time.perf_counter() - started
-    if not isinstance(prepared, Prepared):
-        prepared = Prepared(prepared, variant.note)
-    verify(prepared.call(), case.reference(), case.tolerance, "output")  # every round: a wrong call is never timed
-    return measure(prepared.call, config, resolution_ns, block), setup_s + prepared.reused_setup_s, prepared.note or variant.note
+def _op_jobs(shape: tuple[int, int, int], dtype: torch.dtype, baselines: list[Baseline], workdir: Path) -> list[Job]:
+    case = _LazyCase(lambda: OpCase.create(shape, dtype, workdir))
+    label = f"op {shape_label(shape)} {dtype_name(dtype)}"
+    jobs = [Job(f"{label} copy", lambda: iter([copy_limit(case.get())]))]
+    jobs += [_baseline_job(label, b, case, release=i == len(baselines) - 1) for i, b in enumerate(baselines)]
+    return jobs
+
+
+def _model_jobs(name: str, batch: int, seq: int, dtype: torch.dtype, baselines: list[Baseline], workdir: Path) -> list[Job]:
+    case = _LazyCase(lambda: ModelCase.create(name, batch, seq, dtype, workdir))
+    label = f"model {name} {batch}x{seq} {dtype_name(dtype)}"
+    return [_baseline_job(label, b, case, release=i == len(baselines) - 1) for i, b in enumerate(baselines)]
+
+
+def plan_jobs(options: BenchOptions, workdir: Path) -> list[Job]:
+    """Every job of a run, in order; no case is built until its first job runs."""
+    baselines = select(options.baseline)
+    dtypes = parse_dtypes(options.dtype)
+    op_shapes = options.op_shapes or (OP_SHAPES_QUICK if options.quick else OP_SHAPES_FULL)
+    batches = options.model_batches if options.model_batches is not None else (MODEL_BATCHES_QUICK if options.quick else MODEL_BATCHES_FULL)
+    op_baselines = [b for b in baselines if "op" in b.workloads]
+    model_baselines = [b for b in baselines if "model" in b.workloads]
+    jobs = [Job("limit dispatch floor", lambda: iter(dispatch_floor(workdir)))]
+    for dtype in dtypes:
+        for shape in op_shapes:
+            jobs += _op_jobs(shape, dtype, op_baselines, workdir)
+        for name, batch, seq in batches:
+            jobs += _model_jobs(name, batch, seq, dtype, model_baselines, workdir)
+    return jobs
+
+
+# --- step 2: run a round --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What every round of one run shares: the timing method and the timer's measured resolution."""
+
+    config: TimingConfig
+    rounds: int
+    resolution_ns: float
+
+    def round_config(self, round_index: int) -> TimingConfig:
+        """Round 0 warms up fully; later rounds re-warm caches only. Each round takes 1/rounds of the budget."""
+        return replace(
+            self.config,
+            warmup=self.config.warmup if round_index == 0 else min(self.config.warmup, REWARM_CALLS),
+            budget_s=self.config.budget_s / self.rounds,
+            min_samples=max(1, -(-self.config.min_samples // self.rounds)),
+        )
 
 
 @dataclass
-class _Row:
+class MeasuredRow:
     """One variant's measurements, accumulated over the rounds."""
 
     case: metrics.CaseInfo  # not the case itself: its tensors must not live for the whole run
@@ -178,89 +210,91 @@ class _Row:
         return Timing(values, self.block, warmup, others, wall), RowSamples(values, rounds)
 
 
-def run_bench(options: BenchOptions, console: Console | None = None) -> Outcome:
-    """Measure, write the report (CSV, samples, plot) and return it; the caller prints the summary."""
-    threads_before = torch.get_num_threads()
-    try:
-        return _run_bench(options, console or Console())
-    finally:
-        torch.set_num_threads(threads_before)  # a run inside a larger process leaves its thread count as it was
+@dataclass
+class Results:
+    """Everything measured so far; a row that fails or is skipped in any round is dropped for good."""
+
+    measured: dict[tuple[str, ...], MeasuredRow] = field(default_factory=dict)
+    dropped: set[tuple[str, ...]] = field(default_factory=set)
+    failures: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    def drop(self, key: tuple[str, ...]) -> None:
+        self.dropped.add(key)
+        self.measured.pop(key, None)
 
 
-def _run_bench(options: BenchOptions, console: Console) -> Outcome:
+def _measure(case, variant: Variant, config: TimingConfig, resolution_ns: float, block: int | None) -> tuple[Timing, float, str]:
     started = time.perf_counter()
-    threads = options.threads or default_threads()
-    torch.set_num_threads(threads)
-    mode = "quick" if options.quick else "full"
-    config = TimingConfig(warmup=options.warmup, budget_s=options.budget_s or BUDGET_S[mode], min_samples=MIN_SAMPLES)
-    baselines = select(options.baseline)
-    timestamp = utc_timestamp()
-    env = environment_columns(threads, "cpu", timestamp)
-    resolution_ns = timer_resolution_ns()
-    console.print(
-        f"[bold]fusedbench[/] {mode} run: baselines {[b.name for b in baselines]}, dtype {options.dtype}, "
-        f"{threads} threads, warm-up {config.warmup} calls, {config.budget_s:g} s per variant over {options.rounds} rounds, "
-        f"timer resolution {resolution_ns:.0f} ns"
-    )
-    if options.rounds < 1:
-        raise ValueError(f"rounds must be >= 1, got {options.rounds}")
-    measured: dict[tuple[str, ...], _Row] = {}
-    dropped: set[tuple[str, ...]] = set()  # failed or skipped in some round: no row at all
-    failures, skipped = [], []
-    with tempfile.TemporaryDirectory(prefix="fusedbench-") as tmp:
-        jobs = _jobs(options, baselines, Path(tmp))
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=console, transient=True) as progress:
-            task = progress.add_task("", total=len(jobs) * options.rounds)
-            for round_index in range(options.rounds):
-                round_config = replace(
-                    config,
-                    warmup=config.warmup if round_index == 0 else min(config.warmup, REWARM_CALLS),
-                    budget_s=config.budget_s / options.rounds,
-                    min_samples=max(1, -(-config.min_samples // options.rounds)),
-                )
-                for job in jobs:
-                    progress.update(task, description=f"round {round_index + 1}/{options.rounds}: {job.label}")
-                    try:
-                        for case, baseline, variant in job.run():
-                            key = (case.workload, shape_label(case.shape), dtype_name(case.dtype), baseline, variant.name)
-                            if key in dropped:
-                                continue
-                            where = " ".join(key[:3]) + f" {baseline}/{variant.name}" + (f" (round {round_index + 1})" if round_index else "")
-                            row = measured.get(key)
-                            try:
-                                timing, setup_s, note = _measure(case, variant, round_config, resolution_ns, row.block if row else None)
-                            except Unsupported as reason:
-                                skipped.append(f"{where}: {reason}")
-                            except VerificationError as error:
-                                failures.append(f"{where}: WRONG OUTPUT - {error}")
-                            except Exception as error:  # one broken variant must not hide the others' results
-                                failures.append(f"{where}: {type(error).__name__}: {error}")
-                            else:
-                                if row is None:
-                                    row = measured[key] = _Row(metrics.CaseInfo.of(case), baseline, variant.name, note, setup_s, timing.block)
-                                row.timings.append(timing)
-                                continue
-                            dropped.add(key)
-                            measured.pop(key, None)
-                    except Unsupported as reason:
-                        skipped.append(f"{job.label}: {reason}")
-                    except Exception as error:
-                        failures.append(f"{job.label}: {type(error).__name__}: {error}")
-                    finally:
-                        gc.collect()  # free the job's buffers/sessions before the next one allocates
-                    progress.advance(task)
-    skipped = list(dict.fromkeys(skipped))  # a job-level skip repeats every round
-    failures = list(dict.fromkeys(failures))
+    prepared = variant.prepare()
+    setup_s = time.perf_counter() - started
+    if not isinstance(prepared, Prepared):
+        prepared = Prepared(prepared, variant.note)
+    verify(prepared.call(), case.reference(), case.tolerance, "output")  # every round: a wrong call is never timed
+    return measure(prepared.call, config, resolution_ns, block), setup_s + prepared.reused_setup_s, prepared.note or variant.note
+
+
+def _run_variant(case, baseline: str, variant: Variant, round_index: int, config: TimingConfig, settings: RunSettings, results: Results) -> None:
+    key = (case.workload, shape_label(case.shape), dtype_name(case.dtype), baseline, variant.name)
+    if key in results.dropped:
+        return
+    where = " ".join(key[:3]) + f" {baseline}/{variant.name}" + (f" (round {round_index + 1})" if round_index else "")
+    row = results.measured.get(key)
+    try:
+        timing, setup_s, note = _measure(case, variant, config, settings.resolution_ns, row.block if row else None)
+    except Unsupported as reason:
+        results.skipped.append(f"{where}: {reason}")
+    except VerificationError as error:
+        results.failures.append(f"{where}: WRONG OUTPUT - {error}")
+    except Exception as error:  # one broken variant must not hide the others' results
+        results.failures.append(f"{where}: {type(error).__name__}: {error}")
+    else:
+        if row is None:
+            row = results.measured[key] = MeasuredRow(metrics.CaseInfo.of(case), baseline, variant.name, note, setup_s, timing.block)
+        row.timings.append(timing)
+        return
+    results.drop(key)
+
+
+def run_round(
+    jobs: list[Job],
+    round_index: int,
+    settings: RunSettings,
+    results: Results,
+    on_job: Callable[[Job], None] | None = None,
+) -> None:
+    """One pass over ``jobs``, adding to ``results``; ``on_job`` is called before each job (progress)."""
+    config = settings.round_config(round_index)
+    for job in jobs:
+        if on_job is not None:
+            on_job(job)
+        try:
+            for case, baseline, variant in job.measurements():
+                _run_variant(case, baseline, variant, round_index, config, settings, results)
+        except Unsupported as reason:
+            results.skipped.append(f"{job.label}: {reason}")
+        except Exception as error:
+            results.failures.append(f"{job.label}: {type(error).__name__}: {error}")
+        finally:
+            gc.collect()  # free the job's buffers/sessions before the next one allocates
+
+
+# --- step 3: record -------------------------------------------------------------------------
+
+
+def record_results(results: Results, settings: RunSettings, env: dict[str, object], out_dir: Path | None, started: float) -> Outcome:
+    """Pool each row's rounds, add the ratios, write the report (CSV, samples, plot)."""
+    skipped = list(dict.fromkeys(results.skipped))  # a job-level skip repeats every round
+    failures = list(dict.fromkeys(results.failures))
     rows, samples = [], {}
-    for key, row in measured.items():
-        timing, row_samples = row.pooled(config.warmup)
-        rows.append(metrics.measurement_row(row.case, row.baseline, row.variant, row.note, timing, row.setup_s, resolution_ns, env, options.rounds))
+    for key, row in results.measured.items():
+        timing, row_samples = row.pooled(settings.config.warmup)
+        rows.append(metrics.measurement_row(row.case, row.baseline, row.variant, row.note, timing, row.setup_s, settings.resolution_ns, env, settings.rounds))
         samples[key] = row_samples
     if not rows:
         return Outcome(paths=None, frame=None, failures=failures or ["nothing was measured"], skipped=skipped, seconds=time.perf_counter() - started)
     frame = to_frame(metrics.add_ratios(to_frame(rows)))
-    paths = write_report(_unique_csv(reports_dir(options.out_dir), timestamp, str(env["host"])), frame, samples)
+    paths = write_report(_unique_csv(reports_dir(out_dir), str(env["timestamp_utc"]), str(env["host"])), frame, samples)
     from bench.plot import write_plot
 
     write_plot(frame, paths.plot)
@@ -277,6 +311,52 @@ def _unique_csv(directory: Path, timestamp: str, host: str) -> Path:
     return path
 
 
+# --- the run --------------------------------------------------------------------------------
+
+
+def run_settings(options: BenchOptions) -> RunSettings:
+    if options.rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {options.rounds}")
+    config = TimingConfig(warmup=options.warmup, budget_s=options.budget_s or BUDGET_S[options.mode], min_samples=MIN_SAMPLES)
+    return RunSettings(config=config, rounds=options.rounds, resolution_ns=timer_resolution_ns())
+
+
+def run_bench(options: BenchOptions, console: Console | None = None) -> Outcome:
+    """Measure, write the report (CSV, samples, plot) and return it; the caller prints the summary."""
+    threads_before = torch.get_num_threads()
+    try:
+        return _run_bench(options, console or Console())
+    finally:
+        torch.set_num_threads(threads_before)  # a run inside a larger process leaves its thread count as it was
+
+
+def _run_bench(options: BenchOptions, console: Console) -> Outcome:
+    started = time.perf_counter()
+    threads = options.threads or default_threads()
+    torch.set_num_threads(threads)
+    baselines = select(options.baseline)  # before anything is measured: a bad name fails at once
+    settings = run_settings(options)
+    env = environment_columns(threads, "cpu", utc_timestamp())
+    console.print(
+        f"[bold]fusedbench[/] {options.mode} run: baselines {[b.name for b in baselines]}, dtype {options.dtype}, "
+        f"{threads} threads, warm-up {settings.config.warmup} calls, {settings.config.budget_s:g} s per variant over "
+        f"{settings.rounds} rounds, timer resolution {settings.resolution_ns:.0f} ns"
+    )
+    results = Results()
+    with tempfile.TemporaryDirectory(prefix="fusedbench-") as tmp:
+        jobs = plan_jobs(options, Path(tmp))
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=True) as progress:
+            task = progress.add_task("", total=len(jobs) * settings.rounds)
+            for round_index in range(settings.rounds):
+
+                def on_job(job: Job, round_index=round_index) -> None:
+                    progress.update(task, advance=1, description=f"round {round_index + 1}/{settings.rounds}: {job.label}")
+
+                run_round(jobs, round_index, settings, results, on_job)
+    return record_results(results, settings, env, options.out_dir, started)
+
+
 def main(options: BenchOptions) -> int:
     """Run, print the summary and where the files are; return the process exit code."""
     from bench.summary import print_summary
@@ -285,4 +365,3 @@ def main(options: BenchOptions) -> int:
     outcome = run_bench(options, console)
     print_summary(outcome, console)
     return 1 if outcome.failures else 0
-

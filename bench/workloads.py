@@ -167,10 +167,3 @@ class ModelCase:
 
 Case = OpCase | ModelCase
 
-
-def op_cases(shapes, dtypes, workdir: Path) -> list[OpCase]:
-    return [OpCase.create(shape, dtype, workdir) for dtype in dtypes for shape in shapes]
-
-
-def model_cases(batches, dtypes, workdir: Path) -> list[ModelCase]:
-    return [ModelCase.create(label, b, s, dtype, workdir) for dtype in dtypes for label, b, s in batches]

@@ -43,6 +43,8 @@ def _inductor_cache(folder: Path) -> Iterator[None]:
 class Compiled:
     name = "compiled"
     workloads = frozenset({"op"})
+    devices = frozenset({"cpu"})
+    order = 30
 
     def variants(self, case: Case) -> list[Variant]:
         assert isinstance(case, OpCase)

@@ -13,6 +13,8 @@ from bench.workloads import Case, OpCase
 class Fused:
     name = "fused"
     workloads = frozenset({"op", "model"})
+    devices = frozenset({"cpu"})
+    order = 10
 
     def variants(self, case: Case) -> list[Variant]:
         if not isinstance(case, OpCase):

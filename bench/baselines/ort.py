@@ -76,6 +76,8 @@ def _norm_nodes(optimized: Path) -> str:
 class Ort:
     name = "ort"
     workloads = frozenset({"op", "model"})
+    devices = frozenset({"cpu"})
+    order = 40
 
     def __init__(self) -> None:
         self._exports: dict = {}  # _export_key -> _Exported: one export per run and module

@@ -10,9 +10,11 @@ import pytest
 import torch
 from rich.console import Console
 
-from bench.registry import select
+from bench.limits import LimitCase
+from bench.registry import Variant, all_baselines, register, select
 from bench.report import KEY_COLUMNS, ReportPaths, read_report, read_samples
-from bench.run import MIN_SAMPLES, ROUNDS, BenchOptions, reports_dir, run_bench
+from bench.run import MIN_SAMPLES, ROUNDS, BenchOptions, Job, Results, RunSettings, plan_jobs, reports_dir, run_bench, run_round
+from bench.timing import TimingConfig, timer_resolution_ns
 from bench.summary import print_summary
 
 TINY_SHAPES = ((1, 4, 64), (2, 8, 128))
@@ -122,6 +124,49 @@ def test_dtype_a_runtime_cannot_take_is_skipped_with_its_reason(tmp_path):
     assert outcome.failures == []
     assert len(outcome.skipped) == 1 and "bfloat16" in outcome.skipped[0]
     assert set(outcome.frame.workload) == {"limit"}
+
+
+def test_plan_jobs_limits_first_then_each_case_with_every_baseline(tmp_path):
+    options = BenchOptions(baseline="native,unfused", dtype="float32,float16", op_shapes=TINY_SHAPES, model_batches=TINY_MODEL)
+    labels = [job.label for job in plan_jobs(options, tmp_path)]
+    expected = ["limit dispatch floor"]
+    for dtype in ("float32", "float16"):
+        for shape in ("1x4x64", "2x8x128"):
+            expected += [f"op {shape} {dtype} copy", f"op {shape} {dtype} native", f"op {shape} {dtype} unfused"]
+        expected += [f"model tiny 1x4 {dtype} native", f"model tiny 1x4 {dtype} unfused"]
+    assert labels == expected
+    assert not list(tmp_path.iterdir())  # planning builds no case and writes nothing
+
+
+def test_a_round_adds_timings_and_drops_a_row_that_fails_in_a_later_round(tmp_path):
+    calls = {"n": 0}
+
+    def flaky():
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise RuntimeError("device lost")
+        return torch.zeros(1, dtype=torch.float64)
+
+    case = LimitCase(shape=(1,), dtype=torch.float64, x=torch.zeros(1, dtype=torch.float64), bytes_moved=8.0, workdir=tmp_path)
+    job = Job("flaky", lambda: iter([(case, "test", Variant("v", lambda: flaky))]))
+    settings = RunSettings(TimingConfig(warmup=0, budget_s=0.001, min_samples=2), rounds=2, resolution_ns=timer_resolution_ns())
+    results = Results()
+    run_round([job], 0, settings, results)
+    # prepare() returned the call; verify called it once, then the timing loop raised on the second call
+    assert results.measured == {} and ("limit", "1", "float64", "test", "v") in results.dropped
+    assert results.failures == ["limit 1 float64 test/v: RuntimeError: device lost"]
+    run_round([job], 1, settings, results)
+    assert len(results.failures) == 1  # a dropped row is not retried
+
+
+def test_every_baseline_declares_its_order_and_devices():
+    baselines = all_baselines()
+    assert list(baselines) == sorted(baselines, key=lambda n: (baselines[n].order, n))
+    assert list(baselines)[0] == "unfused"  # the speed-up reference leads the report
+    for baseline in baselines.values():
+        assert baseline.devices and baseline.devices <= {"cpu", "cuda"}, baseline.name
+    with pytest.raises(TypeError, match="has no 'devices'"):
+        register(type("NoDevices", (), {"name": "x", "workloads": frozenset({"op"}), "order": 1, "variants": None}))
 
 
 def test_baseline_selection_and_errors():

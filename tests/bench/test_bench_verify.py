@@ -56,6 +56,8 @@ class _WrongBaselines:
 
     name = "test_wrong"
     workloads = frozenset({"op"})
+    devices = frozenset({"cpu"})
+    order = 100
 
     def variants(self, case):
         x, w, b, eps = case.x, case.weight, case.bias, case.eps
