@@ -47,15 +47,14 @@ def test(c, k="", args=""):
 
 @task(name="check")
 def env_check(c):
-    """Compare the installed environment with environment.lock.yml; fail on any drift."""
-    from env.lock.lockfile import drift, read_lock
+    """Compare the installed packages with requirements/<variant>.txt; fail listing every drift."""
+    from env.lock.drift import check
+    from env.lock.lockfile import LockError
 
-    lock = read_lock()
-    lines = drift(lock)
-    if lines:
-        listed = "\n".join(f"  {line}" for line in lines)
-        raise Exit(f"environment drifts from {lock.path.name}:\n{listed}\n- run scripts/create_env.sh to re-sync")
-    print(f"environment matches {lock.path.name}: python {lock.python}, {len(lock.pins)} pinned packages")
+    try:
+        print(check())
+    except LockError as error:
+        raise Exit(f"env.check: {error}") from error
 
 
 def _quote(arg: str) -> str:
@@ -105,17 +104,16 @@ def compare(c, base, new, threshold=0.10, alpha=0.002):
         raise Exit(code=code)
 
 
-@task(help={"variant": "cpu: rewrite the pip list (a CPU machine); cuda: rewrite cuda-pip (in the image). "
-                       "Default: $FUSEDBENCH_TORCH_VARIANT, else cpu"})
-def lock(c, variant=""):
-    """Regenerate environment.lock.yml from this environment (exact pins; hashes for cuda-pip)."""
-    from env.lock.lockfile import LockError, regenerate
+@task(help={"upgrade": "move every pin to the newest version requirements/*.in allow (default: keep them)"})
+def lock(c, upgrade=False):
+    """Compile requirements/{cpu,cuda}.in into hashed requirements/{cpu,cuda}.txt (uv pip compile)."""
+    from env.lock.compile import regenerate
+    from env.lock.lockfile import LockError
 
     try:
-        update = regenerate(variant=variant or None)
+        print("\n".join(compiled.summary() for compiled in regenerate(upgrade=upgrade)))
     except LockError as error:
-        raise Exit(f"lock: {error}") from error
-    print(update.summary())
+        raise Exit(f"env.lock: {error} - fix requirements/*.in and re-run") from error
 
 
 @task(
