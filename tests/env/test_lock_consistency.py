@@ -119,9 +119,9 @@ def test_each_variant_has_its_torch_build_and_its_own_packages():
     assert Version(cpu["torch"].version).local == "cpu" and len(cpu["torch"].hashes) == 1
     assert Version(cuda["torch"].version).local is None
     assert Version(cpu["torch"].version).public == cuda["torch"].version
-    # the CUDA binary tools that read compiled objects without a GPU
+    # the CUDA binary tools that read compiled objects without a GPU, in both
     for tool in ("nvidia-cuda-cuobjdump", "nvidia-cuda-nvdisasm"):
-        assert Version(cpu[tool].version).major == 13 and tool not in cuda
+        assert Version(cpu[tool].version).major == 13 and cuda[tool] == cpu[tool]
     assert "liger-kernel" in cuda and "triton" in cuda and "triton" not in cpu
     assert not any(name.startswith("nvidia-") and name not in ("nvidia-cuda-cuobjdump", "nvidia-cuda-nvdisasm")
                    for name in cpu), "the CPU variant pulls in CUDA libraries"
@@ -184,12 +184,8 @@ def test_pip_reads_the_locks_pip_section_as_this_variants_requirements(tmp_path)
         section.unlink()
 
 
-def test_installed_linker_tools_run():
-    # cuobjdump and nvdisasm come from the CPU variant's wheels.
-    from env.lock.lockfile import current_variant
-
-    if current_variant() != "cpu":
-        pytest.skip("the CUDA variant's image has the CUDA toolkit's own cuobjdump and nvdisasm")
+def test_installed_cuda_binary_tools_run():
+    # cuobjdump and nvdisasm come from the pinned wheels, on every variant.
     import nvidia
 
     for tool in ("cuobjdump", "nvdisasm"):
@@ -197,3 +193,29 @@ def test_installed_linker_tools_run():
         result = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=False)
         assert result.returncode == 0 and "Cuda compilation tools, release 13" in result.stdout, result.stdout
     assert "nvidia-cuda-cuobjdump" in installed_versions()
+
+
+# --- `invoke env.lock` -------------------------------------------------------------
+
+
+def test_compile_command_targets_the_locks_python_on_linux_with_hashes(monkeypatch):
+    monkeypatch.setenv("PIP_FIND_LINKS", "/srv/wheels /srv/more-wheels")
+    command = lock_compile.compile_command("cpu", "out.txt", upgrade=True)
+    assert command[1:5] == ["pip", "compile", "requirements/cpu.in", "--output-file"]
+    assert "--generate-hashes" in command and "--upgrade" in command
+    assert command[command.index("--python-version") + 1] == read_lock().python
+    assert command[command.index("--python-platform") + 1] == "x86_64-manylinux_2_28"
+    assert [command[i + 1] for i, word in enumerate(command) if word == "--find-links"] == ["/srv/wheels",
+                                                                                            "/srv/more-wheels"]
+    monkeypatch.setenv("PIP_FIND_LINKS", "")
+    assert "--find-links" not in lock_compile.compile_command("cuda", "out.txt")
+
+
+def test_a_failed_compile_leaves_the_pins_alone(monkeypatch):
+    before = {variant: requirements_path(variant).read_bytes() for variant in VARIANTS}
+    monkeypatch.setattr(lock_compile, "compile_command",
+                        lambda variant, output, upgrade=False: ["bash", "-c", f"echo broken > {output}; echo no >&2; exit 1"])
+    with pytest.raises(LockError, match="uv could not compile requirements/cpu.in"):
+        lock_compile.regenerate()
+    assert {variant: requirements_path(variant).read_bytes() for variant in VARIANTS} == before
+    assert sorted(p.name for p in REQUIREMENTS_DIR.iterdir()) == ["common.in", "cpu.in", "cpu.txt", "cuda.in", "cuda.txt"]
