@@ -7,9 +7,10 @@ asked to upgrade. Written here by hand, because no tool does it:
 
 - the Python version and target platform come from the lock, so the pins
   and the conda part cannot disagree;
-- pip's configured find-links are passed on (uv does not read pip's
-  configuration): that is where a machine offers torch's ``+cpu`` wheel,
-  which the public index does not carry;
+- for the cpu variant, pip's configured find-links are passed on (uv does
+  not read pip's configuration): that is where a machine offers torch's
+  ``+cpu`` wheel, which the public index does not carry. Never for cuda,
+  where that wheel would satisfy ``torch==2.13.0`` in place of the CUDA build;
 - the packages both variants pin must be pinned alike, checked after both
   are compiled.
 """
@@ -67,7 +68,7 @@ def compile_command(variant: str, output: str, upgrade: bool = False) -> list[st
     command = [uv_binary(), "pip", "compile", f"requirements/{variant}.in", "--output-file", output,
                "--generate-hashes", "--python-version", read_lock().python, "--python-platform", PLATFORM,
                "--custom-compile-command", COMPILE_COMMAND, "--quiet"]
-    for link in pip_find_links():
+    for link in pip_find_links() if variant == "cpu" else []:
         command += ["--find-links", link]
     return command + (["--upgrade"] if upgrade else [])
 
