@@ -2,9 +2,8 @@
 # Create (or re-sync) the fusedbench environment from environment.lock.yml
 # and requirements/<variant>.txt.
 #
-#   micromamba or conda on PATH: a conda env at $FUSEDBENCH_ENV made from
-#                                environment.lock.yml itself (the exact Python
-#                                build and native libraries, then its pip section)
+#   micromamba or conda on PATH: a conda env at $FUSEDBENCH_ENV holding exactly
+#                                the lock's conda builds (Python + native libs)
 #   otherwise:                   a venv at $FUSEDBENCH_ENV made by the Python
 #                                version the lock pins
 # Then, on both paths, the variant's hashed requirements are installed with
@@ -13,6 +12,11 @@
 # `invoke env.check`'s comparison proves nothing else is installed. A stamp
 # holding the sha256 of the lock and of the requirements file makes re-runs
 # free until either changes. The Dockerfile, .ci/run and CI call this script.
+#
+# The solver gets the lock's conda specs (its `  - name=version=build` lines),
+# not the file itself: micromamba's handling of an environment file's pip
+# section differs between versions (where it writes the requirements, whether
+# it adds pip), so pip is run here, the same way on both paths.
 #
 #   FUSEDBENCH_ENV            prefix (default <repo>/.venv)
 #   FUSEDBENCH_TORCH_VARIANT  cpu (default): requirements/cpu.txt, torch's CPU build
@@ -39,25 +43,24 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+# The lock's exact conda specs, one per line, and the Python version among them.
+grep -E '^  - [A-Za-z0-9_][A-Za-z0-9._-]*=[^=[:space:]]+=[^=[:space:]]+$' "$lock" | sed 's/^  - //' >"$tmp/conda-specs.txt" || true
+python_version=$(sed -n 's/^python=\([0-9.]*\)=.*$/\1/p' "$tmp/conda-specs.txt")
+[ -n "$python_version" ] || { echo "create_env: no '  - python=VERSION=BUILD' line in $lock" >&2; exit 1; }
+
 if [ ! -x "$prefix/bin/python" ]; then
   if command -v micromamba >/dev/null 2>&1 || command -v conda >/dev/null 2>&1; then
     solver=$(command -v micromamba || command -v conda)
-    echo "create_env: conda env at $prefix from $(basename "$lock") with $solver"
+    echo "create_env: conda env at $prefix ($(wc -l <"$tmp/conda-specs.txt") exact builds) with $solver"
     # Without this, the solver makes pip (and so setuptools and wheel) a
     # dependency of python: packages outside the pins.
     export MAMBA_ADD_PIP_AS_PYTHON_DEPENDENCY=false CONDA_ADD_PIP_AS_PYTHON_DEPENDENCY=false
-    # From the repository root, so the pip section's relative
-    # `-r requirements/...` finds the file wherever the solver writes its
-    # temporary requirements file.
-    if [ "$(basename "$solver")" = micromamba ]; then
-      (cd "$repo" && "$solver" create --yes --prefix "$prefix" --file "$lock")
-    else
-      (cd "$repo" && "$solver" env create --prefix "$prefix" --file "$lock")
-    fi
+    "$solver" create --yes --prefix "$prefix" --override-channels -c conda-forge --strict-channel-priority \
+      --file "$tmp/conda-specs.txt"
+    # pip from Python's own bundled wheel (the version the pins hold, as in a venv).
+    "$prefix/bin/python" -m ensurepip --default-pip >"$tmp/ensurepip.log" 2>&1 \
+      || { cat "$tmp/ensurepip.log" >&2; exit 1; }
   else
-    # The one line of the lock that names the Python build: python=VERSION=BUILD.
-    python_version=$(sed -n 's/^ *- python=\([0-9.]*\)=.*$/\1/p' "$lock")
-    [ -n "$python_version" ] || { echo "create_env: no python=VERSION=BUILD line in $lock" >&2; exit 1; }
     interpreter=$(command -v "python${python_version%.*}" || true)
     [ -n "$interpreter" ] || { echo "create_env: python${python_version%.*} not found; install Python $python_version" >&2; exit 1; }
     found=$("$interpreter" -c 'import platform; print(platform.python_version())')

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from env.lock.docker import DOCKERFILE, lock_sha256
 from env.lock.lockfile import LOCK_PATH, read_lock, requirements_path
@@ -65,13 +66,17 @@ def test_create_env_refuses_an_unknown_variant(tmp_path):
     assert not calls.exists()
 
 
-def test_create_env_reads_the_python_version_from_the_lock(tmp_path):
-    # The venv path (no conda) takes the version from the lock's python=VERSION=BUILD line.
-    lock = read_lock()
+def test_create_env_gives_the_solver_exactly_the_locks_conda_specs(tmp_path):
+    # The lines of create_env.sh that list the conda specs (solver input) and
+    # the Python version (venv path), run against the lock; YAML is the reference.
     script = CREATE_ENV.read_text()
-    extract = re.search(r"python_version=\$\((sed .*?)\)\n", script).group(1).replace('"$lock"', str(LOCK_PATH))
-    result = subprocess.run(["bash", "-c", extract], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == lock.python
+    step = script[script.index("# The lock's exact conda specs"):script.index('[ -n "$python_version" ]')]
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", step + 'echo "$python_version"'], capture_output=True,
+                            text=True, env={"PATH": "/usr/bin:/bin", "lock": str(LOCK_PATH), "tmp": str(tmp_path)},
+                            check=True)
+    conda = [d for d in yaml.safe_load(LOCK_PATH.read_text())["dependencies"] if isinstance(d, str)]
+    assert (tmp_path / "conda-specs.txt").read_text().splitlines() == conda
+    assert result.stdout.strip() == read_lock().python
 
 
 def test_dockerfile_installs_the_cuda_pins_through_create_env():
