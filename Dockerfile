@@ -6,8 +6,9 @@
 #   docker run --rm --gpus all -v "$PWD/reports:/reports" IMAGE bench --baseline all
 #
 # The environment is installed by scripts/create_env.sh, the same script
-# .ci/run and README use (FUSEDBENCH_ENV picks the prefix,
-# FUSEDBENCH_TORCH_VARIANT=cuda adds the lock's hashed CUDA wheels).
+# .ci/run and README use: micromamba makes the conda part of
+# environment.lock.yml, then pip installs requirements/cuda.txt
+# (FUSEDBENCH_TORCH_VARIANT=cuda) with --require-hashes --no-deps.
 
 # Base images by tag AND digest. The digests come from public projects that
 # pin them; no registry is reachable where this file was written, so they were
@@ -22,9 +23,8 @@ ARG MICROMAMBA_IMAGE_DIGEST=sha256:800e7ade3ffe29c9a9ac2026163131495f8197c3852e5
 # Ubuntu 24.04 packages at exact versions. An apt pin fails the build when
 # Ubuntu replaces the version with a security update: update it here then.
 ARG GCC_VERSION=13.3.0-6ubuntu2~24.04.1
-# Ubuntu's python3 only reads environment.lock.yml before the locked Python
-# exists (scripts/lock_pins.py) and fetches the ORT headers; nothing it has
-# reaches the environment. Not python3-minimal: json, dataclasses and tarfile
+# Ubuntu's python3 only fetches the ORT headers, in their own stage; nothing
+# it has reaches the image. Not python3-minimal: json, dataclasses and tarfile
 # live in the full standard library. Its python3.12 follows Ubuntu's updates.
 ARG PYTHON3_VERSION=3.12.3-0ubuntu2.1
 ARG NODEJS_VERSION=18.19.1+dfsg-6ubuntu5
@@ -59,7 +59,6 @@ FROM ${CUDA_IMAGE}@${CUDA_IMAGE_DIGEST}
 ARG CUDA_IMAGE
 ARG CUDA_IMAGE_DIGEST
 ARG GCC_VERSION
-ARG PYTHON3_VERSION
 ARG FUSEDBENCH_CACHE
 ARG DEBIAN_FRONTEND=noninteractive
 # Defaults equal the lock; `invoke docker.build` passes the lock's value, and a
@@ -68,8 +67,9 @@ ARG DEBIAN_FRONTEND=noninteractive
 ARG TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"
 # nvcc needs ~2 GiB per job; raise on a large build host.
 ARG MAX_JOBS=4
-# The sha256 of environment.lock.yml and the git commit, for the labels;
-# checked against the copied lock when given.
+# The pins' sha256 (of environment.lock.yml followed by requirements/cuda.txt,
+# as scripts/create_env.sh stamps them) and the git commit, for the labels;
+# checked against the copied files when given.
 ARG LOCK_SHA256=""
 ARG GIT_COMMIT=unknown
 # The uid of the non-root user: `invoke docker.build` passes the host user's,
@@ -85,7 +85,6 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends \
         gcc-13="${GCC_VERSION}" \
         g++-13="${GCC_VERSION}" \
-        python3="${PYTHON3_VERSION}" \
     && rm -rf /var/lib/apt/lists/*
 ENV CC=gcc-13 \
     CXX=g++-13 \
@@ -111,17 +110,24 @@ ENV MAMBA_ROOT_PREFIX=/opt/micromamba \
 
 WORKDIR /opt/fusedbench
 
-# 1. The environment, from the lock and the scripts that read it only, so a
-# source change does not reinstall the CUDA wheels.
+# 1. The environment, from the pins and the scripts that install them only,
+# so a source change does not reinstall the CUDA wheels (env/lock: the drift
+# check that ends create_env.sh, and the lock reader of the arch list check).
 COPY environment.lock.yml ./
+COPY requirements/ requirements/
+COPY env/__init__.py env/paths.py env/
+COPY env/lock/ env/lock/
 COPY scripts/ scripts/
-RUN if [ -n "${LOCK_SHA256}" ]; then echo "${LOCK_SHA256}  environment.lock.yml" | sha256sum --check --strict; fi \
-    && locked=$(python3 scripts/lock_pins.py var TORCH_CUDA_ARCH_LIST environment.lock.yml) \
-    && if [ "${locked}" != "${TORCH_CUDA_ARCH_LIST}" ]; then \
-         echo "TORCH_CUDA_ARCH_LIST build arg '${TORCH_CUDA_ARCH_LIST}' differs from the lock's '${locked}'" >&2; exit 1; \
+RUN pins=$(cat environment.lock.yml requirements/cuda.txt | sha256sum | cut -d' ' -f1) \
+    && if [ -n "${LOCK_SHA256}" ] && [ "${pins}" != "${LOCK_SHA256}" ]; then \
+         echo "the copied pins hash to ${pins}, the build arg LOCK_SHA256 is ${LOCK_SHA256}" >&2; exit 1; \
        fi \
     && scripts/create_env.sh \
-    && micromamba clean --all --yes
+    && micromamba clean --all --yes \
+    && locked=$(python -c 'from env.lock.lockfile import read_lock; print(read_lock().variables["TORCH_CUDA_ARCH_LIST"])') \
+    && if [ "${locked}" != "${TORCH_CUDA_ARCH_LIST}" ]; then \
+         echo "TORCH_CUDA_ARCH_LIST build arg '${TORCH_CUDA_ARCH_LIST}' differs from the lock's '${locked}'" >&2; exit 1; \
+       fi
 
 ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
     MAX_JOBS=${MAX_JOBS}

@@ -133,24 +133,19 @@ def align(c, route="all", out="", layers=False, optimization="all", dtype="float
 @task(name="check")
 @cli.fails_with("env.lock.lockfile:LockError")
 def env_check(c):
-    """Compare the installed environment with environment.lock.yml; fail listing every drift."""
-    from env.lock.lockfile import drift, read_lock
+    """Compare the installed packages with requirements/<variant>.txt; fail listing every drift."""
+    from env.lock.drift import check
 
-    lock = read_lock()
-    if lines := drift(lock):
-        listed = "\n".join(f"  {line}" for line in lines)
-        raise Exit(f"environment drifts from {lock.path.name}:\n{listed}\n- run scripts/create_env.sh to re-sync")
-    print(f"environment matches {lock.path.name}: python {lock.python}, {len(lock.pins)} pinned packages")
+    print(check())
 
 
-@task(name="lock", help={"variant": "cpu: rewrite the pip list (a CPU machine); cuda: rewrite cuda-pip (in the image). "
-                                    "Default: $FUSEDBENCH_TORCH_VARIANT, else cpu"})
+@task(name="lock", help={"upgrade": "move every pin to the newest version requirements/*.in allow (default: keep them)"})
 @cli.fails_with("env.lock.lockfile:LockError")
-def env_lock(c, variant=""):
-    """Regenerate environment.lock.yml from this environment (exact pins; hashes for cuda-pip)."""
-    from env.lock.lockfile import regenerate
+def env_lock(c, upgrade=False):
+    """Compile requirements/{cpu,cuda}.in into hashed requirements/{cpu,cuda}.txt (uv pip compile)."""
+    from env.lock.compile import regenerate
 
-    print(regenerate(variant=variant or None).summary())
+    print("\n".join(compiled.summary() for compiled in regenerate(upgrade=upgrade)))
 
 
 # --- docker ----------------------------------------------------------------------------

@@ -1,72 +1,72 @@
 #!/usr/bin/env bash
-# Create (or re-sync) the fusedbench environment from environment.lock.yml.
+# Create (or re-sync) the fusedbench environment from environment.lock.yml
+# and requirements/<variant>.txt.
 #
 #   micromamba or conda on PATH: a conda env at $FUSEDBENCH_ENV holding exactly
 #                                the lock's conda builds (Python + native libs)
-#   otherwise:                   a venv at $FUSEDBENCH_ENV made by python<major.minor>
-# $FUSEDBENCH_ENV defaults to <repo>/.venv. Packages are installed with
-# `pip install --no-deps` from the lock's exact pins, then `pip check` proves
-# the set is self-consistent. A stamp holding the lock's sha256 makes re-runs
-# free until the lock changes. The Dockerfile and .ci/run call this same script.
+#   otherwise:                   a venv at $FUSEDBENCH_ENV made by the Python
+#                                version the lock pins
+# Then, on both paths, the variant's hashed requirements are installed with
+# `pip install --require-hashes --no-deps` (nothing is resolved, every file's
+# sha256 is checked), `pip check` proves the set is self-consistent and
+# `invoke env.check`'s comparison proves nothing else is installed. A stamp
+# holding the sha256 of the lock and of the requirements file makes re-runs
+# free until either changes. The Dockerfile, .ci/run and CI call this script.
 #
-# FUSEDBENCH_TORCH_VARIANT=cpu (default) installs the pip list only.
-# FUSEDBENCH_TORCH_VARIANT=cuda (the image) first installs the lock's cuda-pip
-# list with --require-hashes (torch's CUDA wheel and the nvidia-*/triton
-# wheels it needs), then the same pip list.
+# The solver gets the lock's conda specs (its `  - name=version=build` lines),
+# not the file itself: micromamba's handling of an environment file's pip
+# section differs between versions (where it writes the requirements, whether
+# it adds pip), so pip is run here, the same way on both paths.
 #
-# Nothing is solved by pip (--no-deps). The conda part is passed to the
-# solver as name=version=build specs with pip not added to Python, so it has
-# one candidate per package; the result is then compared with the lock and
-# any package the solver added fails the run.
+#   FUSEDBENCH_ENV            prefix (default <repo>/.venv)
+#   FUSEDBENCH_TORCH_VARIANT  cpu (default): requirements/cpu.txt, torch's CPU build
+#                             cuda: requirements/cuda.txt, torch's CUDA 13.0 build (the image)
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-lock=${FUSEDBENCH_LOCK:-$repo/environment.lock.yml}
+lock=$repo/environment.lock.yml
 prefix=${FUSEDBENCH_ENV:-$repo/.venv}
-variant=${FUSEDBENCH_TORCH_VARIANT:-cpu}
-stamp=$prefix/.fusedbench-lock.sha256
+export FUSEDBENCH_TORCH_VARIANT=${FUSEDBENCH_TORCH_VARIANT:-cpu}
+variant=$FUSEDBENCH_TORCH_VARIANT
 case "$variant" in
-  cpu) want=$(sha256sum "$lock" | cut -d' ' -f1) ;;
-  cuda) want="$(sha256sum "$lock" | cut -d' ' -f1) cuda" ;;
+  cpu | cuda) ;;
   *) echo "create_env: FUSEDBENCH_TORCH_VARIANT must be cpu or cuda, got '$variant'" >&2; exit 1 ;;
 esac
+requirements=$repo/requirements/$variant.txt
+stamp=$prefix/.fusedbench-lock.sha256
+want="$(cat "$lock" "$requirements" | sha256sum | cut -d' ' -f1) $variant"
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$prefix/bin/python" ]; then
   exit 0
 fi
 
-pins_tool=$repo/scripts/lock_pins.py
-bootstrap_python=$(command -v python3 || true)
-[ -n "$bootstrap_python" ] || { echo "create_env: python3 is needed to read the lock" >&2; exit 1; }
-python_version=$("$bootstrap_python" "$pins_tool" python "$lock")
-python_minor=${python_version%.*}
-
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+
+# The lock's exact conda specs, one per line, and the Python version among them.
+grep -E '^  - [A-Za-z0-9_][A-Za-z0-9._-]*=[^=[:space:]]+=[^=[:space:]]+$' "$lock" | sed 's/^  - //' >"$tmp/conda-specs.txt" || true
+python_version=$(sed -n 's/^python=\([0-9.]*\)=.*$/\1/p' "$tmp/conda-specs.txt")
+[ -n "$python_version" ] || { echo "create_env: no '  - python=VERSION=BUILD' line in $lock" >&2; exit 1; }
 
 if [ ! -x "$prefix/bin/python" ]; then
   if command -v micromamba >/dev/null 2>&1 || command -v conda >/dev/null 2>&1; then
     solver=$(command -v micromamba || command -v conda)
-    "$bootstrap_python" "$pins_tool" conda-specs "$lock" >"$tmp/conda-specs.txt"
     echo "create_env: conda env at $prefix ($(wc -l <"$tmp/conda-specs.txt") exact builds) with $solver"
-    # Without this, conda and micromamba make pip (and so setuptools and
-    # wheel) a dependency of python: packages outside the lock.
+    # Without this, the solver makes pip (and so setuptools and wheel) a
+    # dependency of python: packages outside the pins.
     export MAMBA_ADD_PIP_AS_PYTHON_DEPENDENCY=false CONDA_ADD_PIP_AS_PYTHON_DEPENDENCY=false
-    mapfile -t conda_specs <"$tmp/conda-specs.txt"
     "$solver" create --yes --prefix "$prefix" --override-channels -c conda-forge --strict-channel-priority \
-      "${conda_specs[@]}"
-    "$solver" list --prefix "$prefix" --json >"$tmp/conda-list.json"
-    "$bootstrap_python" "$pins_tool" check-conda "$lock" <"$tmp/conda-list.json"
-    # pip from Python's own bundled wheel: the version the lock pins, as in a venv.
+      --file "$tmp/conda-specs.txt"
+    # pip from Python's own bundled wheel (the version the pins hold, as in a venv).
     "$prefix/bin/python" -m ensurepip --default-pip >"$tmp/ensurepip.log" 2>&1 \
       || { cat "$tmp/ensurepip.log" >&2; exit 1; }
   else
-    interpreter=$(command -v "python$python_minor" || true)
-    [ -n "$interpreter" ] || { echo "create_env: python$python_minor not found; install Python $python_version" >&2; exit 1; }
+    interpreter=$(command -v "python${python_version%.*}" || true)
+    [ -n "$interpreter" ] || { echo "create_env: python${python_version%.*} not found; install Python $python_version" >&2; exit 1; }
     found=$("$interpreter" -c 'import platform; print(platform.python_version())')
     if [ "$found" != "$python_version" ]; then
       echo "create_env: the lock pins Python $python_version but $interpreter is $found." >&2
-      echo "create_env: install Python $python_version (or use conda/micromamba), or regenerate the lock with 'invoke lock'." >&2
+      echo "create_env: install Python $python_version (or use conda/micromamba)." >&2
       exit 1
     fi
     echo "create_env: venv at $prefix with $interpreter ($found)"
@@ -74,28 +74,13 @@ if [ ! -x "$prefix/bin/python" ]; then
   fi
 fi
 
-pip_install() {  # pip_install REQUIREMENTS [extra pip args]: quiet unless it fails
-  local requirements=$1
-  shift
-  if ! "$prefix/bin/python" -m pip install --no-deps "$@" -r "$requirements" >"$tmp/pip.log" 2>&1; then
-    grep -v "^WARNING: Location .* is ignored" "$tmp/pip.log" >&2
-    echo "create_env: pip install failed (output above)" >&2
-    exit 1
-  fi
-}
-
-if [ "$variant" = cuda ]; then
-  "$bootstrap_python" "$pins_tool" cuda-pins "$lock" >"$tmp/cuda-requirements.txt"
-  echo "create_env: installing $(wc -l <"$tmp/cuda-requirements.txt") hashed CUDA pins (--no-deps --require-hashes)"
-  pip_install "$tmp/cuda-requirements.txt" --require-hashes
+pins=$(grep -c '^[A-Za-z0-9]' "$requirements")
+echo "create_env: installing requirements/$variant.txt ($pins pins, --require-hashes --no-deps)"
+if ! "$prefix/bin/python" -m pip install --require-hashes --no-deps -r "$requirements" >"$tmp/pip.log" 2>&1; then
+  grep -v "^WARNING: Location .* is ignored" "$tmp/pip.log" >&2
+  echo "create_env: pip install failed (output above)" >&2
+  exit 1
 fi
-"$bootstrap_python" "$pins_tool" pins "$lock" >"$tmp/requirements.txt"
-echo "create_env: installing $(wc -l <"$tmp/requirements.txt") pinned packages (--no-deps)"
-pip_install "$tmp/requirements.txt"
 "$prefix/bin/python" -m pip check
+(cd "$repo" && "$prefix/bin/python" -m env.lock.drift)
 echo "$want" >"$stamp"
-if [ "$variant" = cuda ]; then
-  echo "create_env: $prefix matches $(basename "$lock") (CUDA variant)"
-else
-  echo "create_env: $prefix matches $(basename "$lock")"
-fi

@@ -1,6 +1,7 @@
 """`invoke docker.build` / `invoke docker.run`: the image from ./Dockerfile, built and run.
 
-The build args come from their one source each: the lock (its sha256 and
+The build args come from their one source each: the pins (the sha256 of
+environment.lock.yml followed by requirements/cuda.txt, and the lock's
 ``TORCH_CUDA_ARCH_LIST``), git (the commit) and the Dockerfile's own ARG
 defaults (the base image and its digest), so the labels say exactly what went
 in. Commands are built as lists here and only executed by :func:`run`.
@@ -17,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from env.lock.lockfile import LOCK_PATH, read_lock
+from env.lock.lockfile import LOCK_PATH, read_lock, requirements_path
 from env.paths import REPO_ROOT
 from env.repo import git_commit
 
@@ -43,8 +44,10 @@ def dockerfile_arg_defaults(dockerfile: Path = DOCKERFILE) -> dict[str, str]:
     return defaults
 
 
-def lock_sha256(lock: Path = LOCK_PATH) -> str:
-    return hashlib.sha256(lock.read_bytes()).hexdigest()
+def lock_sha256(lock: Path = LOCK_PATH, requirements: Path | None = None) -> str:
+    """sha256 of the lock followed by the image's requirements file (scripts/create_env.sh's stamp)."""
+    requirements = requirements or requirements_path("cuda")
+    return hashlib.sha256(lock.read_bytes() + requirements.read_bytes()).hexdigest()
 
 
 def build_args(max_jobs: int | None = None, base_digest: str | None = None) -> dict[str, str]:

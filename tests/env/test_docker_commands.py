@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from env.lock import docker
-from env.lock.lockfile import LOCK_PATH, read_lock
+from env.lock.lockfile import LOCK_PATH, read_lock, requirements_path
 from env.paths import REPO_ROOT
 
 
@@ -24,7 +24,9 @@ def test_build_command_passes_the_lock_the_commit_and_the_pinned_base():
     assert command[:2] == ["docker", "build"] and command[-1] == str(REPO_ROOT)
     assert command[command.index("--tag") + 1] == "fusedbench:test"
     args = _build_args(command)
-    assert args["LOCK_SHA256"] == hashlib.sha256(LOCK_PATH.read_bytes()).hexdigest()
+    # the pins the image installs: the lock, then the CUDA variant's requirements
+    pins = LOCK_PATH.read_bytes() + requirements_path("cuda").read_bytes()
+    assert args["LOCK_SHA256"] == hashlib.sha256(pins).hexdigest()
     assert args["TORCH_CUDA_ARCH_LIST"] == read_lock().variables["TORCH_CUDA_ARCH_LIST"]
     assert args["CUDA_IMAGE"] == "nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04"
     assert args["CUDA_IMAGE_DIGEST"] == docker.dockerfile_arg_defaults()["CUDA_IMAGE_DIGEST"]

@@ -1,0 +1,129 @@
+"""The Dockerfile, scripts/create_env.sh and CI install through the same pins: the lock and
+requirements/<variant>.txt, with `pip install --require-hashes --no-deps`."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from env.lock.docker import DOCKERFILE, lock_sha256
+from env.lock.lockfile import LOCK_PATH, read_lock, requirements_path
+from env.paths import REPO_ROOT
+
+CREATE_ENV = REPO_ROOT / "scripts" / "create_env.sh"
+
+
+def _fake_prefix(tmp_path: Path) -> tuple[Path, Path]:
+    """An environment prefix whose python only records how it was called."""
+    prefix = tmp_path / "env"
+    (prefix / "bin").mkdir(parents=True)
+    calls = tmp_path / "calls.log"
+    python = prefix / "bin" / "python"
+    python.write_text(f'#!/bin/sh\necho "$*" >> "{calls}"\n')
+    python.chmod(0o755)
+    return prefix, calls
+
+
+def _create_env(prefix: Path, variant: str) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin", "FUSEDBENCH_ENV": str(prefix), "FUSEDBENCH_TORCH_VARIANT": variant}
+    return subprocess.run(["bash", str(CREATE_ENV)], capture_output=True, text=True, env=env, check=False)
+
+
+@pytest.mark.parametrize("variant", ["cpu", "cuda"])
+def test_create_env_installs_the_variants_file_with_hashes_and_stamps_it(tmp_path, variant):
+    prefix, calls = _fake_prefix(tmp_path)
+    result = _create_env(prefix, variant)
+    assert result.returncode == 0, result.stderr
+    assert calls.read_text().splitlines() == [
+        f"-m pip install --require-hashes --no-deps -r {requirements_path(variant)}",
+        "-m pip check",
+        "-m env.lock.drift",  # the same comparison as `invoke env.check`
+    ]
+    # The stamp is the pins' sha256 (the image's build arg for cuda), so a
+    # re-run does nothing until the lock or the requirements file changes.
+    stamp = (prefix / ".fusedbench-lock.sha256").read_text().split()
+    pins = hashlib.sha256(LOCK_PATH.read_bytes() + requirements_path(variant).read_bytes()).hexdigest()
+    assert stamp == [pins, variant]
+    if variant == "cuda":
+        assert stamp[0] == lock_sha256()
+    calls.unlink()
+    assert _create_env(prefix, variant).returncode == 0 and not calls.exists()
+    (prefix / ".fusedbench-lock.sha256").write_text("0" * 64 + f" {variant}\n")
+    assert _create_env(prefix, variant).returncode == 0 and calls.exists()
+
+
+def test_create_env_refuses_an_unknown_variant(tmp_path):
+    prefix, calls = _fake_prefix(tmp_path)
+    result = _create_env(prefix, "rocm")
+    assert result.returncode == 1 and "FUSEDBENCH_TORCH_VARIANT must be cpu or cuda" in result.stderr
+    assert not calls.exists()
+
+
+def test_create_env_gives_the_solver_exactly_the_locks_conda_specs(tmp_path):
+    # The lines of create_env.sh that list the conda specs (solver input) and
+    # the Python version (venv path), run against the lock; YAML is the reference.
+    script = CREATE_ENV.read_text()
+    step = script[script.index("# The lock's exact conda specs"):script.index('[ -n "$python_version" ]')]
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", step + 'echo "$python_version"'], capture_output=True,
+                            text=True, env={"PATH": "/usr/bin:/bin", "lock": str(LOCK_PATH), "tmp": str(tmp_path)},
+                            check=True)
+    conda = [d for d in yaml.safe_load(LOCK_PATH.read_text())["dependencies"] if isinstance(d, str)]
+    assert (tmp_path / "conda-specs.txt").read_text().splitlines() == conda
+    assert result.stdout.strip() == read_lock().python
+
+
+def test_dockerfile_installs_the_cuda_pins_through_create_env():
+    text = DOCKERFILE.read_text()
+    assert re.search(r"^COPY environment\.lock\.yml \./$", text, re.M)
+    assert re.search(r"^COPY requirements/ requirements/$", text, re.M)
+    assert re.search(r"^ENV .*\n(?:\s+.*\n)*?\s+FUSEDBENCH_TORCH_VARIANT=cuda \\$", text, re.M)
+    assert re.search(r"^\s+&& scripts/create_env\.sh \\$", text, re.M)
+    assert not re.search(r"^(RUN|\s+&&).*\bpip\b", text, re.M)  # no second install path
+    # The environment layer gets the pins, the scripts and the lock reader only.
+    copies = re.findall(r"^COPY (?!--)(.+) \S+$", text[text.index("# 1. The environment"):text.index("scripts/create_env.sh \\")], re.M)
+    assert copies == ["environment.lock.yml", "requirements/", "env/__init__.py env/paths.py", "env/lock/", "scripts/"]
+
+
+def _dockerfile_step(start: str) -> str:
+    """The shell of one `&& ...` step of the environment RUN, from ``start`` to its closing `fi`."""
+    text = DOCKERFILE.read_text()
+    step = re.search(rf"({re.escape(start)}.*?\bfi)( \\)?\n", text, re.S)
+    assert step, f"the step starting {start!r} is missing from the Dockerfile"
+    return re.sub(r"\s*\\\n\s*&& ", "\n", step.group(1)).replace("\\\n", "\n")
+
+
+@pytest.mark.parametrize("good", [True, False])
+def test_dockerfile_checks_the_pins_build_arg(good):
+    script = _dockerfile_step("pins=$(cat")
+    value = lock_sha256() if good else "0" * 64
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=REPO_ROOT, capture_output=True, text=True,
+                            env={"PATH": "/usr/bin:/bin", "LOCK_SHA256": value}, check=False)
+    assert (result.returncode == 0) == good, result.stderr
+
+
+@pytest.mark.parametrize("good", [True, False])
+def test_dockerfile_checks_the_arch_list_build_arg(good):
+    # Run natively with this environment's python, as the image runs it with its own.
+    script = _dockerfile_step("locked=$(python")
+    value = read_lock().variables["TORCH_CUDA_ARCH_LIST"] if good else "9.0"
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "TORCH_CUDA_ARCH_LIST": value}
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=REPO_ROOT, capture_output=True, text=True,
+                            env=env, check=False)
+    assert (result.returncode == 0) == good, result.stderr
+    assert good or "differs from the lock's '8.0;9.0+PTX'" in result.stderr
+
+
+def test_ci_and_the_workflow_install_through_create_env():
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
+    assert "scripts/with_env.sh" in ci and "pip install" not in ci
+    assert "scripts/create_env.sh" in (REPO_ROOT / "scripts" / "with_env.sh").read_text()
+    workflow = (REPO_ROOT / ".github" / "workflows" / "bench.yml").read_text()
+    assert "run: scripts/create_env.sh" in workflow and "pip install" not in workflow
+    assert os.access(CREATE_ENV, os.X_OK)
