@@ -113,7 +113,6 @@ def torch_inputs(mode: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
                 "cxx": torch_cxx_flags(),
                 "ld": list(TORCH_LD_FLAGS),
                 "nvcc": torch_nvcc_flags() if with_cuda else [],
-                "cuda_arch_list": pinned_cuda_arch_list() if with_cuda else None,
             },
         }
 
@@ -130,8 +129,7 @@ def ort_inputs(facts: dict[str, Any]) -> dict[str, Any]:
         **_common_inputs(facts, _ORT_CODE),
         "sources": _sources_digest(sources),
         "exports": _sources_digest([csrc_dir() / "ort" / "exports.lds"]),
-        "flags": {"cxx": ort_cxx_flags(), "link": cxx_opt_flags(),
-                  "cuda_arch_list": pinned_cuda_arch_list() if with_cuda else None},
+        "flags": {"cxx": ort_cxx_flags(), "link": cxx_opt_flags()},
         "ort_headers": _ort_headers_identity(NPM_PACKAGE, NPM_VERSION),
     }
 
@@ -173,8 +171,7 @@ def cuda_check_inputs(facts: dict[str, Any]) -> dict[str, Any]:
     return {
         **_common_inputs(facts, _CUDA_CODE),
         "sources": _sources_digest(core_cuda_sources() + adapters),
-        "flags": {"nvcc": cuda.kernel_nvcc_base_flags(), "cuda_arch_list": pinned_cuda_arch_list(),
-                  "adapters": [CXX_STANDARD_TORCH, CXX_STANDARD_PORTABLE]},
+        "flags": {"nvcc": cuda.kernel_nvcc_base_flags(), "adapters": [CXX_STANDARD_TORCH, CXX_STANDARD_PORTABLE]},
         "ort_headers": _ort_headers_identity(NPM_PACKAGE, NPM_VERSION),
     }
 
@@ -280,7 +277,7 @@ def _settings(mode: str) -> dict[str, Any]:
 def _base_record(mode: str, facts: dict[str, Any]) -> dict[str, Any]:
     """The toolchain part of the record (no artifacts), from the cache while the facts are unchanged."""
     key = fingerprint.key_of({
-        "facts": facts, "mode": mode, "flags": cxx_opt_flags(), "arch_list": pinned_cuda_arch_list(),
+        "facts": facts, "mode": mode, "flags": cxx_opt_flags(),
         "code": _code_digest(("env/build/toolchain.py", "env/build/config.py", "env/build/steps.py")),
         "cuda_sources": [p.is_file() for p in torch_sources(True)],
     })

@@ -122,6 +122,7 @@ def quick_facts() -> dict[str, Any]:
     (:func:`collect_cached`): torch is identified by its installed
     ``version.py`` (version, git commit, CUDA), not by importing it.
     """
+    from env.build.config import pinned_cuda_arch_list
     from env.build.cuda import find_nvcc  # cuda.py imports this module
 
     compiler = cxx_compiler()
@@ -139,6 +140,7 @@ def quick_facts() -> dict[str, Any]:
         },
         "torch": _torch_install(),
         "nvcc": {"path": str(nvcc) if nvcc else None, "version": _nvcc_release(str(nvcc)) if nvcc else None},
+        "cuda_arch_list": pinned_cuda_arch_list(),  # every CUDA build's targets
         "cuda_home": os.environ.get("CUDA_HOME"),
         "onnxruntime": package_version("onnxruntime"),
     }

@@ -117,6 +117,7 @@ def test_changed_toolchain_facts_rerun_every_step(facts):
                                 ("python", "version", "3.11.99")):
         changed = {**facts, group: {**facts[group], field: value}}
         assert changed_steps(before, keys(changed)) == set(STEP_NAMES), group
+    assert changed_steps(before, keys({**facts, "cuda_arch_list": "9.0;10.0+PTX"})) == set(STEP_NAMES)
 
 
 def test_toolchain_record_is_collected_once_per_facts(tmp_path, monkeypatch):
