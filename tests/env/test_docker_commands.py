@@ -74,7 +74,8 @@ def test_invoke_tasks_report_the_missing_engine(tmp_path):
         result = subprocess.run([f"{sys.prefix}/bin/invoke", *args], cwd=REPO_ROOT, capture_output=True, text=True,
                                 env=env, check=False)
         assert result.returncode != 0
-        assert "docker: " in result.stderr and ("no Docker engine" in result.stderr or "not installed" in result.stderr)
+        assert f"{args[0]}: " in result.stderr, result.stderr  # the task's name, then what went wrong
+        assert "no Docker engine" in result.stderr or "not installed" in result.stderr
 
 
 def test_the_image_is_found_in_a_run_line_whatever_the_options():
