@@ -1,0 +1,71 @@
+"""The CUDA kernels of csrc/core/fused_norm_cuda.cu executed on the CPU by the
+SIMT emulator (csrc/emu), on every test run, GPU or not.
+
+Every variant the launch plan can pick runs for every dtype, on row lengths
+around each plan threshold, on the vector path (all pointers 16-byte aligned)
+and the scalar path (one operand one element off), with rows sharing blocks
+and grids capped below the row count, in two scheduling orders. Each case
+checks the kernel the plan picked, every output element against the float64
+reference, and the guard bytes around every buffer.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.helpers.cuda_variants import kernel_names, read_variants
+from tests.helpers.emulated_kernels import (DTYPE_NAMES, ORDERS, Case, _plan_probe, check_case, expected_launches,
+                                            load_emulated_kernels, standard_cases)
+from tests.helpers.op_reference import FLOAT_DTYPES
+
+pytestmark = pytest.mark.cuda_emulated
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    return load_emulated_kernels()
+
+
+@pytest.fixture(scope="module")
+def variants() -> dict:
+    return read_variants(_plan_probe())
+
+
+@pytest.mark.parametrize("order", list(ORDERS))
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_NAMES[d])
+def test_every_variant_matches_the_reference(kernels, variants, generator, dtype, order):
+    cases = standard_cases(dtype, variants)
+    problems, ran = [], set()
+    for case, expected in zip(cases, expected_launches(cases)):
+        found, launch = check_case(kernels, case, order, generator, expected)
+        problems += found
+        if launch is not None:
+            ran.add(launch.kernel)
+    assert not problems, f"{len(problems)} problems in {len(cases)} cases:\n" + "\n".join(problems[:20])
+    # The cases cover the whole table of variants for this dtype (vector and scalar paths).
+    assert ran == kernel_names(variants, DTYPE_NAMES[dtype])
+
+
+@pytest.mark.parametrize("order", list(ORDERS))
+def test_one_block_loops_over_all_rows(kernels, generator, order):
+    # gridDim.x = 1: each kernel's grid-stride loop covers 7 rows (warp kernels: 2 rows per warp,
+    # a fourth warp with one), reusing the shared-memory slots row after row.
+    cases = [Case(torch.float32, 7, hidden, None, 1) for hidden in (96, 1000, 4096, 16388)]
+    cases += [Case(torch.bfloat16, 7, hidden, "x", 1) for hidden in (33, 1000, 5000)]
+    problems = []
+    for case, expected in zip(cases, expected_launches(cases)):
+        assert expected.grid > 1 or case.rows <= 4, case  # the cap really shrinks the grid
+        problems += check_case(kernels, case, order, generator, expected)[0]
+    assert not problems, "\n".join(problems)
+
+
+def test_a_misaligned_pointer_takes_the_scalar_path(kernels, generator):
+    # Same shape: aligned runs 16-byte vectors, each operand off alignment runs one element at a time.
+    expected = expected_launches([Case(torch.float16, 3, 128)] + [Case(torch.float16, 3, 128, o) for o in
+                                                                     ("x", "weight", "bias", "y")])
+    assert expected[0].kernel == "warp_rows_kernel<Half, 8, 1>"
+    assert {e.kernel for e in expected[1:]} == {"warp_rows_kernel<Half, 1, 4>"}
+    for operand, launch in zip((None, "x", "weight", "bias", "y"), expected):
+        problems, ran = check_case(kernels, Case(torch.float16, 3, 128, operand), "warp_ahead", generator, launch)
+        assert not problems and ran == launch, problems
