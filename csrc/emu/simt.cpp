@@ -201,6 +201,14 @@ std::string kernel_name(const void* address) {
   char* demangled = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
   std::string name = status == 0 && demangled ? demangled : info.dli_sname;
   std::free(demangled);
+  // "void ns::kernel<float, 4, 2>(float const*, ...)" -> "ns::kernel<float, 4, 2>"
+  if (name.rfind("void ", 0) == 0) name.erase(0, 5);
+  int depth = 0;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (name[i] == '<') ++depth;
+    if (name[i] == '>') --depth;
+    if (name[i] == '(' && depth == 0) return name.substr(0, i);
+  }
   return name;
 }
 

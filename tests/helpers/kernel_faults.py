@@ -1,0 +1,96 @@
+"""Faults injected into a copy of csrc/core/fused_norm_cuda.cu by text edits.
+
+The delivered kernels carry no fault switches: each fault is a regular
+expression that must match exactly once in the current source, and its
+replacement. When the kernels are rewritten so that a pattern no longer
+matches (or matches twice), ``Fault.apply`` fails loudly naming the fault,
+rather than building an unchanged copy that would "pass" by catching nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class FaultPatternError(AssertionError):
+    """A fault's pattern did not match the kernel source exactly once."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    pattern: str  # regular expression, must match exactly once
+    replacement: str
+    symptom: str  # text the emulated tests report when they catch it
+
+    def apply(self, source: str) -> str:
+        edited, count = re.subn(self.pattern, self.replacement, source)
+        if count != 1:
+            raise FaultPatternError(
+                f"fault {self.name!r}: pattern {self.pattern!r} matches {count} times in fused_norm_cuda.cu "
+                "(expected exactly 1): the kernels changed; update the pattern in tests/helpers/kernel_faults.py"
+            )
+        return edited
+
+    def write_copy(self, source: Path, directory: Path) -> Path:
+        """The edited copy of ``source`` in ``directory``/<name>/ (its includes resolve via -I csrc/core)."""
+        out = directory / re.sub(r"\W+", "_", self.name) / source.name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(self.apply(source.read_text()))
+        return out
+
+
+# The four faults the emulated tests must catch.
+FAULTS = [
+    Fault(
+        "block barrier removed",
+        # the only barrier: between writing the per-warp partial sums and reading them
+        r"__syncthreads\(\);",
+        "",
+        "outside rtol",
+    ),
+    Fault(
+        "tail loop stops one element early",
+        # the streaming kernel's output loop over the row's vectors
+        r"(for \(int64_t c = threadIdx\.x; c < )nvec(; c \+= blockDim\.x\) \{\s*store_streaming)",
+        r"\1nvec - 1\2",
+        "never written",
+    ),
+    Fault(
+        "warp reduction skips a shuffle step",
+        r"(for \(int offset = kWarpSize / 2; )offset > 0(; offset /= 2\))",
+        r"\1offset > 1\2",
+        "outside rtol",
+    ),
+    Fault(
+        "vector path for a misaligned pointer",
+        # only x's alignment checked: weight, bias or y off a 16-byte boundary still get 16-byte accesses
+        r"const bool aligned = aligned16\(o\.x\)[^;]*;",
+        "const bool aligned = aligned16(o.x);",
+        "misaligned address",
+    ),
+]
+
+# Faults the emulator itself must turn into a clear error instead of a hang or a silent value.
+BARRIER_IN_A_BRANCH = Fault(
+    "barrier reached by lane 0 of each warp only",
+    r"if \(lane == 0\) partials\[warp\] = v;\s*__syncthreads\(\);",
+    "if (lane == 0) { partials[warp] = v; __syncthreads(); }",
+    "deadlock in",
+)
+HALF_WARP_SHUFFLE_MASK = Fault(
+    "warp reduction with a half-warp mask",
+    r"__shfl_xor_sync\(0xffffffffu, ",
+    "__shfl_xor_sync(0x0000ffffu, ",
+    "which is not in the mask",
+)
+
+# For the AddressSanitizer probe: the warp kernel loads one vector past the row's end.
+ROW_TAIL_OVERREAD = Fault(
+    "vector load past the row's end",
+    r"if \(c < nvec\) \{(\s*xv\[i\] = load_streaming\(xr \+ c\);\s*wr\[i\] = )",
+    r"if (c <= nvec) {\1",
+    "heap-buffer-overflow",
+)
