@@ -18,11 +18,11 @@ from tests.helpers.emulated_kernels import (ORDERS, Case, EmulatedKernels, _plan
                                             load_emulated_kernels, standard_cases)
 from tests.helpers.cuda_variants import read_variants
 from tests.helpers.kernel_faults import (BARRIER_IN_A_BRANCH, FAULTS, HALF_WARP_SHUFFLE_MASK, ROW_TAIL_OVERREAD,
-                                         Fault)
+                                         SHARED_SLOTS_REUSED, Fault)
 
 pytestmark = pytest.mark.cuda_emulated
 
-EMULATOR_CHECKS = [BARRIER_IN_A_BRANCH, HALF_WARP_SHUFFLE_MASK]
+EMULATOR_CHECKS = [BARRIER_IN_A_BRANCH, HALF_WARP_SHUFFLE_MASK, SHARED_SLOTS_REUSED]
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +46,8 @@ def detection_cases() -> list[tuple[Case, object]]:
     return list(zip(cases, expected_launches(cases)))
 
 
-def first_problem(kernels: EmulatedKernels, cases, generator) -> str | None:
-    for order in ORDERS:
+def first_problem(kernels: EmulatedKernels, cases, generator, orders=tuple(ORDERS)) -> str | None:
+    for order in orders:
         for case, expected in cases:
             problems, _ = check_case(kernels, case, order, generator, expected)
             if problems:
@@ -69,6 +69,16 @@ def test_injected_fault_is_caught(faulted, clean_problems, detection_cases, gene
     problem = first_problem(faulted[fault.name], detection_cases, generator)
     assert problem is not None, f"fault {fault.name!r} was not caught by any emulated case"
     assert fault.symptom in problem, problem
+
+
+def test_the_warp_ahead_order_exposes_a_race_round_robin_hides(faulted, clean_problems, detection_cases, generator):
+    # Why every case runs in two orders: with one set of shared slots per block, each thread reads its slot
+    # before any thread moves on when threads take turns, but a warp that runs ahead overwrites it.
+    assert not clean_problems, "\n".join(clean_problems[:10])
+    racy = faulted[SHARED_SLOTS_REUSED.name]
+    assert first_problem(racy, detection_cases, generator, orders=("round_robin",)) is None
+    problem = first_problem(racy, detection_cases, generator, orders=("warp_ahead",))
+    assert problem is not None and SHARED_SLOTS_REUSED.symptom in problem, problem
 
 
 def test_a_barrier_not_every_thread_reaches_is_reported(faulted, generator):

@@ -1,8 +1,8 @@
 """Faults injected into a copy of csrc/core/fused_norm_cuda.cu by text edits.
 
 The delivered kernels carry no fault switches: each fault is a regular
-expression that must match exactly once in the current source, and its
-replacement. When the kernels are rewritten so that a pattern no longer
+expression that must match a stated number of times (normally once) in the
+current source, and its replacement. When the kernels are rewritten so that a pattern no longer
 matches (or matches twice), ``Fault.apply`` fails loudly naming the fault,
 rather than building an unchanged copy that would "pass" by catching nothing.
 """
@@ -24,13 +24,14 @@ class Fault:
     pattern: str  # regular expression, must match exactly once
     replacement: str
     symptom: str  # text the emulated tests report when they catch it
+    matches: int = 1  # how many places the edit must change
 
     def apply(self, source: str) -> str:
         edited, count = re.subn(self.pattern, self.replacement, source)
-        if count != 1:
+        if count != self.matches:
             raise FaultPatternError(
                 f"fault {self.name!r}: pattern {self.pattern!r} matches {count} times in fused_norm_cuda.cu "
-                "(expected exactly 1): the kernels changed; update the pattern in tests/helpers/kernel_faults.py"
+                f"(expected {self.matches}): the kernels changed; update the pattern in tests/helpers/kernel_faults.py"
             )
         return edited
 
@@ -85,6 +86,18 @@ HALF_WARP_SHUFFLE_MASK = Fault(
     r"__shfl_xor_sync\(0xffffffffu, ",
     "__shfl_xor_sync(0x0000ffffu, ",
     "which is not in the mask",
+)
+
+# A race between consecutive rows of a block: both block kernels reuse one set of
+# shared-memory slots for every row instead of alternating two, so a warp that
+# runs ahead into the next row overwrites its partial sum before slower warps
+# have read the previous one. Hidden when every thread runs in turn.
+SHARED_SLOTS_REUSED = Fault(
+    "one set of shared slots for consecutive rows",
+    r"(row \+= gridDim\.x), parity \^= 1\)",
+    r"\1)",
+    "outside rtol",
+    matches=2,
 )
 
 # For the AddressSanitizer probe: the warp kernel loads one vector past the row's end.
