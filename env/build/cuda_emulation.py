@@ -46,8 +46,8 @@ COMMON_FLAGS = [
     "-std=c++17", "-fPIC", "-ffp-contract=off", "-fno-gnu-unique", "-Wall", "-Wno-unknown-pragmas",
     "-Wno-maybe-uninitialized",
 ]
-RELEASE_FLAGS = ["-O2"]
-SANITIZER_FLAGS = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+RELEASE_FLAGS = ["-O1"]
+SANITIZER_FLAGS = ["-O1", "-g1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                    "-fno-omit-frame-pointer"]
 
 
@@ -116,10 +116,11 @@ def _link(compiler: str, objects: list[Path], flags: list[str], name: str) -> Pa
     return out
 
 
-def build_emulated_kernels(kernel_source: Path | None = None, sanitize: bool = False) -> Path:
+def build_emulated_kernels(kernel_source: Path | None = None, sanitize: bool = False, workers: int = 2) -> Path:
     """Build the kernels of ``kernel_source`` (default: csrc/core/fused_norm_cuda.cu) for the emulator.
 
     Returns the shared library, or with ``sanitize`` the AddressSanitizer probe executable.
+    Up to ``workers`` translation units compile at a time.
     """
     compiler = cxx_compiler()
     if shutil.which(compiler) is None:
@@ -135,7 +136,8 @@ def build_emulated_kernels(kernel_source: Path | None = None, sanitize: bool = F
              (source, [*flags, "-include", str(emu_dir() / "simt.h"), "-x", "c++"], f"{tag}kernels")]
     if sanitize:
         units.append((emu_dir() / "asan_probe.cpp", flags, f"{tag}probe"))
-    objects = [_compile(compiler, *unit) for unit in units]
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        objects = list(pool.map(lambda unit: _compile(compiler, *unit), units))
     if sanitize:
         return _link(compiler, objects, SANITIZER_FLAGS, PROBE_NAME)
     # -Bsymbolic: each library calls its own kernels and runtime even when
@@ -146,10 +148,12 @@ def build_emulated_kernels(kernel_source: Path | None = None, sanitize: bool = F
 def build_many(sources: list[Path], sanitize: bool = False, workers: int = 2) -> list[Path]:
     """build_emulated_kernels for several sources, ``workers`` compilers at a time.
 
-    The first is built alone, so that the others find the runtime objects cached.
+    The first is built alone, so that the others find the runtime objects
+    cached and only compile their kernels.
     """
     if not sources:
         return []
-    first = build_emulated_kernels(sources[0], sanitize=sanitize)
+    first = build_emulated_kernels(sources[0], sanitize=sanitize, workers=workers)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return [first, *pool.map(lambda s: build_emulated_kernels(s, sanitize=sanitize), sources[1:])]
+        rest = pool.map(lambda s: build_emulated_kernels(s, sanitize=sanitize, workers=1), sources[1:])
+        return [first, *rest]

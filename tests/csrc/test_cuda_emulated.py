@@ -16,10 +16,16 @@ import torch
 
 from tests.helpers.cuda_variants import kernel_names, read_variants
 from tests.helpers.emulated_kernels import (DTYPE_NAMES, ORDERS, Case, _plan_probe, check_case, expected_launches,
-                                            load_emulated_kernels, standard_cases)
+                                            load_emulated_kernels, one_torch_thread, standard_cases)
 from tests.helpers.op_reference import FLOAT_DTYPES
 
 pytestmark = pytest.mark.cuda_emulated
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread():
+    with one_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="module")

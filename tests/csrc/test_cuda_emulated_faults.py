@@ -15,12 +15,18 @@ import torch
 from env.build.config import core_cuda_sources
 from env.build.cuda_emulation import build_many
 from tests.helpers.emulated_kernels import (ORDERS, Case, EmulatedKernels, _plan_probe, check_case, expected_launches,
-                                            load_emulated_kernels, standard_cases)
+                                            load_emulated_kernels, one_torch_thread, standard_cases)
 from tests.helpers.cuda_variants import read_variants
 from tests.helpers.kernel_faults import (BARRIER_IN_A_BRANCH, FAULTS, HALF_WARP_SHUFFLE_MASK, ROW_TAIL_OVERREAD,
                                          SHARED_SLOTS_REUSED, Fault)
 
 pytestmark = pytest.mark.cuda_emulated
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread():
+    with one_torch_thread():
+        yield
 
 EMULATOR_CHECKS = [BARRIER_IN_A_BRANCH, HALF_WARP_SHUFFLE_MASK, SHARED_SLOTS_REUSED]
 

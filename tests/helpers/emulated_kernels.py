@@ -11,6 +11,7 @@ outside the dtype's tolerance against the float64 reference.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 from dataclasses import dataclass
@@ -87,6 +88,18 @@ def load_emulated_kernels(kernel_source: Path | None = None) -> EmulatedKernels:
     except EmulationBuildError as error:
         pytest.skip(str(error))
     return EmulatedKernels(build_emulated_kernels(kernel_source))
+
+
+@contextlib.contextmanager
+def one_torch_thread():
+    """torch on one thread while cases run: each case is a few small tensor operations, for which
+    intra-op threads only add wake-ups (10x slower on a busy 2-core machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 # --- cases and the plan they must take ---------------------------------------------------------
