@@ -363,7 +363,19 @@ std::string deadlock_message(const dim3& block_idx) {
     return head + format("%zu of %d threads wait at __syncthreads(), which these never reach: ", at_barrier.size(),
                          rt.nthreads) + thread_list(elsewhere, 8);
   }
-  return head + "threads wait at warp collectives whose lanes never all arrive: " + thread_list(elsewhere, 8);
+  // Only warp collectives wait: name, for the first waiting lane, the lanes of its mask that never come.
+  for (int i = 0; i < rt.nthreads; ++i) {
+    const Fiber& f = rt.fibers[i];
+    if (f.state != State::kAtWarp) continue;
+    std::vector<int> missing;
+    for (unsigned m = f.mask; m; m &= m - 1) {
+      const Fiber& lane = rt.fibers[f.warp * kWarpSize + __builtin_ctz(m)];
+      if (lane.state != State::kAtWarp || lane.mask != f.mask || lane.kind != f.kind) missing.push_back(lane.linear);
+    }
+    return head + format("%s waits at %s(mask=0x%08x) for lanes that never arrive: ", thread_name(f).c_str(),
+                         collective_name(f.kind), f.mask) + thread_list(missing, 8);
+  }
+  return head + "no thread can continue";
 }
 
 // --- one block ------------------------------------------------------------------------------------------

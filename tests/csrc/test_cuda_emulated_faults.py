@@ -17,8 +17,9 @@ from env.build.cuda_emulation import build_many
 from tests.helpers.emulated_kernels import (ORDERS, Case, EmulatedKernels, _plan_probe, check_case, expected_launches,
                                             load_emulated_kernels, one_torch_thread, standard_cases)
 from tests.helpers.cuda_variants import read_variants
-from tests.helpers.kernel_faults import (BARRIER_IN_A_BRANCH, FAULTS, HALF_WARP_SHUFFLE_MASK, ROW_TAIL_OVERREAD,
-                                         SHARED_SLOTS_REUSED, Fault)
+from tests.helpers.kernel_faults import (BARRIER_IN_A_BRANCH, FAULTS, HALF_WARP_SHUFFLE_MASK,
+                                         LANE_EXITS_BEFORE_THE_REDUCTION, ROW_TAIL_OVERREAD, SHARED_SLOTS_REUSED,
+                                         Fault)
 
 pytestmark = pytest.mark.cuda_emulated
 
@@ -28,7 +29,7 @@ def _one_torch_thread():
     with one_torch_thread():
         yield
 
-EMULATOR_CHECKS = [BARRIER_IN_A_BRANCH, HALF_WARP_SHUFFLE_MASK, SHARED_SLOTS_REUSED]
+EMULATOR_CHECKS = [BARRIER_IN_A_BRANCH, LANE_EXITS_BEFORE_THE_REDUCTION, HALF_WARP_SHUFFLE_MASK, SHARED_SLOTS_REUSED]
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +96,15 @@ def test_a_barrier_not_every_thread_reaches_is_reported(faulted, generator):
     assert "deadlock in fused_norm::cuda_kernels::block_rows_kernel<float, 4, 4>" in problem, problem
     assert "block (0,0,0)" in problem and "2 of 64 threads wait at __syncthreads()" in problem, problem
     assert "thread (1,0,0) [warp 0 lane 1] waits at __shfl_xor_sync(mask=0xffffffff)" in problem, problem
+
+
+def test_a_shuffle_a_lane_never_reaches_is_reported(faulted, generator):
+    problems, _ = check_case(faulted[LANE_EXITS_BEFORE_THE_REDUCTION.name], Case(torch.float32, 1, 64), "warp_ahead",
+                             generator)
+    (problem,) = problems
+    assert "deadlock in fused_norm::cuda_kernels::warp_rows_kernel<float, 4, 1>, block (0,0,0): " in problem, problem
+    assert ("thread (0,0,0) [warp 0 lane 0] waits at __shfl_xor_sync(mask=0xffffffff) for lanes that never arrive: "
+            "thread (5,0,0) [warp 0 lane 5] exited") in problem, problem
 
 
 def test_a_shuffle_reading_outside_its_mask_is_reported(faulted, generator):

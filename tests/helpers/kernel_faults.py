@@ -81,6 +81,12 @@ BARRIER_IN_A_BRANCH = Fault(
     "if (lane == 0) { partials[warp] = v; __syncthreads(); }",
     "deadlock in",
 )
+LANE_EXITS_BEFORE_THE_REDUCTION = Fault(
+    "lane 5 of each warp exits before the warp reduction",
+    r"(const int64_t first = static_cast<int64_t>\(blockIdx\.x\) \* kWarpRowsPerBlock)",
+    r"if (lane == 5) return;\n  \1",
+    "deadlock in",
+)
 HALF_WARP_SHUFFLE_MASK = Fault(
     "warp reduction with a half-warp mask",
     r"__shfl_xor_sync\(0xffffffffu, ",
