@@ -75,3 +75,30 @@ def test_a_misaligned_pointer_takes_the_scalar_path(kernels, generator):
     for operand, launch in zip((None, "x", "weight", "bias", "y"), expected):
         problems, ran = check_case(kernels, Case(torch.float16, 3, 128, operand), "warp_ahead", generator, launch)
         assert not problems and ran == launch, problems
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=lambda d: DTYPE_NAMES[d])
+def test_16_bit_conversions_are_bit_exact(kernels, generator, dtype):
+    # Widening: every one of the 65,536 bit patterns (NaNs: any NaN, payloads may differ).
+    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)
+    expected = bits.view(dtype).float()
+    got = kernels.to_float(bits, dtype)
+    nan = torch.isnan(expected)
+    assert torch.equal(torch.isnan(got), nan)
+    assert torch.equal(got[~nan].view(torch.int32), expected[~nan].view(torch.int32))
+    # Narrowing, round to nearest even: random float32 patterns over every exponent, the exact midpoints
+    # between neighbouring 16-bit values (ties), and values around overflow and the subnormal range.
+    random_bits = torch.randint(-(2**31), 2**31, (1 << 20,), dtype=torch.int64, generator=generator)
+    lower = bits[~nan].view(dtype).float()
+    upper = (bits[~nan].to(torch.int32) + 1).to(torch.int16).view(dtype).float()
+    ties = ((lower.double() + upper.double()) / 2).float()
+    values = torch.cat([random_bits.to(torch.int32).view(torch.float32), ties, lower,
+                        torch.tensor([65504.0, 65519.996, 65520.0, 2.0**-24, 2.0**-25, 3 * 2.0**-26, 3.4e38, 0.0, -0.0,
+                                      float("inf"), float("-inf")])])
+    values = values[~torch.isnan(values)]
+    got = kernels.from_float(values, dtype)
+    expected = values.to(dtype)
+    nan = torch.isnan(expected)
+    assert not nan.any()  # NaN inputs were left out: a finite or infinite input never becomes NaN
+    mismatch = got != expected.view(torch.int16)
+    assert not mismatch.any(), f"{int(mismatch.sum())} mismatches, e.g. {values[mismatch][:5].tolist()}"

@@ -56,7 +56,23 @@ class EmulatedKernels:
         lib.simt_launch_count.restype = ctypes.c_int
         lib.simt_launch_info.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t] + [
             ctypes.POINTER(ctypes.c_int64)] * 3
+        for name in ("fused_norm_emulated_to_float", "fused_norm_emulated_from_float"):
+            getattr(lib, name).argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
         self.lib = lib
+
+    def to_float(self, bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The kernels' 16-bit -> float conversion of ``bits`` (int16 patterns of ``dtype``)."""
+        out = torch.empty(bits.shape, dtype=torch.float32)
+        assert self.lib.fused_norm_emulated_to_float(DTYPE_CODES[dtype], bits.data_ptr(), out.data_ptr(),
+                                                     bits.numel()) == 0
+        return out
+
+    def from_float(self, values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The kernels' float -> 16-bit conversion, as int16 bit patterns."""
+        out = torch.empty(values.shape, dtype=torch.int16)
+        assert self.lib.fused_norm_emulated_from_float(DTYPE_CODES[dtype], values.data_ptr(), out.data_ptr(),
+                                                       values.numel()) == 0
+        return out
 
     def forward(self, ptrs: dict[str, int], rows: int, hidden: int, eps: float, dtype: torch.dtype,
                 order: str, max_grid: int) -> tuple[int, str, list[Launch]]:
