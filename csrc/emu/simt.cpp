@@ -30,7 +30,12 @@
 #define SIMT_ASAN 0
 #endif
 
-#if !defined(__x86_64__)
+// x86-64 switches fibers with the few instructions below; other machines (or
+// -DSIMT_USE_UCONTEXT, to check that path) use ucontext.
+#if defined(__x86_64__) && !defined(SIMT_USE_UCONTEXT)
+#define SIMT_ASM_SWITCH 1
+#else
+#define SIMT_ASM_SWITCH 0
 #include <ucontext.h>
 #endif
 
@@ -43,7 +48,7 @@ namespace {
 // ABI says a callee must preserve: rbx, rbp, r12-r15, the stack pointer and
 // the SSE / x87 control words.
 
-#if defined(__x86_64__)
+#if SIMT_ASM_SWITCH
 extern "C" void simt_switch_context(void** save_sp, void* load_sp);
 extern "C" void simt_fiber_trampoline();
 asm(R"(
@@ -90,7 +95,7 @@ enum class State : uint8_t { kRunnable, kAtBarrier, kAtWarp, kDone };
 
 struct Fiber {
   void* sp = nullptr;  // saved stack pointer while switched out
-#if !defined(__x86_64__)
+#if !SIMT_ASM_SWITCH
   ucontext_t context;
 #endif
   char* stack = nullptr;  // lowest usable byte
@@ -134,7 +139,7 @@ struct Runtime {
   int at_barrier = 0;
   Fiber* running = nullptr;
   void* scheduler_sp = nullptr;
-#if !defined(__x86_64__)
+#if !SIMT_ASM_SWITCH
   ucontext_t scheduler_context;
 #endif
   const void* scheduler_stack = nullptr;  // ASan: the launching thread's stack
@@ -245,7 +250,7 @@ char* new_stack() {
 void switch_to_scheduler(bool exiting) {
   Fiber* f = rt.running;
   asan_start_switch(exiting ? nullptr : &f->fake_stack, rt.scheduler_stack, rt.scheduler_stack_size);
-#if defined(__x86_64__)
+#if SIMT_ASM_SWITCH
   simt_switch_context(&f->sp, rt.scheduler_sp);
 #else
   swapcontext(&f->context, &rt.scheduler_context);
@@ -261,7 +266,7 @@ void fiber_main(Fiber* f) {
   std::abort();  // a finished fiber is never resumed
 }
 
-#if !defined(__x86_64__)
+#if !SIMT_ASM_SWITCH
 void fiber_entry(unsigned hi, unsigned lo) {
   fiber_main(reinterpret_cast<Fiber*>((static_cast<uintptr_t>(hi) << 32) | lo));
 }
@@ -273,7 +278,7 @@ void prepare_fiber(Fiber& f) {
   ASAN_UNPOISON_MEMORY_REGION(f.stack, f.stack_size);
 #endif
   f.fake_stack = nullptr;
-#if defined(__x86_64__)
+#if SIMT_ASM_SWITCH
   auto* top = reinterpret_cast<uint64_t*>(f.stack + f.stack_size);  // 16-byte aligned
   uint64_t* sp = top - 8;
   uint32_t control[2] = {0, 0};
@@ -300,7 +305,7 @@ void prepare_fiber(Fiber& f) {
 void resume(Fiber& f) {
   rt.running = &f;
   asan_start_switch(&rt.scheduler_fake_stack, f.stack, f.stack_size);
-#if defined(__x86_64__)
+#if SIMT_ASM_SWITCH
   simt_switch_context(&rt.scheduler_sp, f.sp);
 #else
   swapcontext(&rt.scheduler_context, &f.context);
