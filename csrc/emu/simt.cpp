@@ -137,6 +137,7 @@ struct Runtime {
   uint64_t runnable[kMaxThreadsPerBlock / 64] = {};
   unsigned waiting_at_warp[kMaxWarps] = {};  // lanes parked at a collective, per warp
   int at_barrier = 0;
+  int barrier_count = 0;  // threads that arrived with a true predicate (__syncthreads_count)
   Fiber* running = nullptr;
   void* scheduler_sp = nullptr;
 #if !SIMT_ASM_SWITCH
@@ -390,6 +391,7 @@ void run_block(const dim3& grid, const dim3& block, const dim3& block_idx) {
   std::fill(std::begin(rt.runnable), std::end(rt.runnable), 0);
   std::fill(std::begin(rt.waiting_at_warp), std::end(rt.waiting_at_warp), 0u);
   rt.at_barrier = 0;
+  rt.barrier_count = 0;
   for (int i = 0; i < rt.nthreads; ++i) {
     Fiber& f = rt.fibers[i];
     f.stack = rt.stacks[i];
@@ -455,19 +457,23 @@ void check_alignment(const void* p, size_t bytes, const char* op) {
   }
 }
 
-void sync_threads() {
+int sync_threads(int predicate) {
   Fiber& f = *rt.running;
   f.state = State::kAtBarrier;
+  rt.barrier_count += predicate != 0;
   if (++rt.at_barrier == rt.nthreads) {
-    rt.at_barrier = 0;
     for (int i = 0; i < rt.nthreads; ++i) {
       if (rt.fibers[i].state == State::kAtBarrier) {
         rt.fibers[i].state = State::kRunnable;
+        rt.fibers[i].result = static_cast<uint64_t>(rt.barrier_count);
         set_runnable(i);
       }
     }
+    rt.at_barrier = 0;
+    rt.barrier_count = 0;
   }
   switch_to_scheduler(false);
+  return static_cast<int>(f.result);
 }
 
 uint64_t warp_collective(Collective kind, unsigned mask, uint64_t payload, int src_lane) {

@@ -28,9 +28,10 @@
 //     does (a misaligned 16-byte access is a fault there, not a slow load);
 //   * half / bfloat16 conversions: CUDA's own cuda_fp16.h / cuda_bf16.h,
 //     whose conversion functions are host-callable.
+//   * atomics and fences: trivially atomic, since one thread runs at a time.
 // Not emulated: timing, memory coalescing, real concurrency of warps, the
 // hardware memory model (there is one block in flight at a time), dynamic
-// shared memory, atomics.
+// (extern) shared memory, inline PTX.
 #pragma once
 
 #define SIMT_EMULATOR 1
@@ -75,7 +76,8 @@ void check_alignment(const void* p, size_t bytes, const char* op);
 enum class Collective : int { kShuffle, kShuffleXor, kShuffleDown, kShuffleUp, kBallot, kSyncWarp };
 uint64_t warp_collective(Collective kind, unsigned mask, uint64_t payload, int src_lane);
 
-void sync_threads();
+// Barrier of the block; returns how many threads arrived with a non-zero predicate.
+int sync_threads(int predicate);
 
 // Test controls (also exported with C linkage by simt.cpp, for ctypes).
 enum class Order : int {
@@ -164,7 +166,47 @@ inline int segment_lane(int lane, int target, int width) {
 
 // --- barriers and warp collectives ------------------------------------------------------
 
-inline void __syncthreads() { ::simt::sync_threads(); }
+inline void __syncthreads() { ::simt::sync_threads(0); }
+inline int __syncthreads_count(int predicate) { return ::simt::sync_threads(predicate); }
+inline int __syncthreads_and(int predicate) {
+  return ::simt::sync_threads(predicate) == static_cast<int>(blockDim.x * blockDim.y * blockDim.z);
+}
+inline int __syncthreads_or(int predicate) { return ::simt::sync_threads(predicate) != 0; }
+
+// One emulated thread runs at a time and only yields at barriers and warp
+// collectives, so memory is sequentially consistent and every read-modify-write is atomic.
+inline void __threadfence() {}
+inline void __threadfence_block() {}
+template <typename T>
+T atomicAdd(T* p, T v) {
+  const T old = *p;
+  *p = old + v;
+  return old;
+}
+template <typename T>
+T atomicMax(T* p, T v) {
+  const T old = *p;
+  *p = old < v ? v : old;
+  return old;
+}
+template <typename T>
+T atomicMin(T* p, T v) {
+  const T old = *p;
+  *p = v < old ? v : old;
+  return old;
+}
+template <typename T>
+T atomicExch(T* p, T v) {
+  const T old = *p;
+  *p = v;
+  return old;
+}
+template <typename T>
+T atomicCAS(T* p, T compare, T v) {
+  const T old = *p;
+  if (old == compare) *p = v;
+  return old;
+}
 
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
   ::simt::warp_collective(::simt::Collective::kSyncWarp, mask, 0, -1);
@@ -242,3 +284,11 @@ inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float __frsqrt_rn(float x) { return 1.0f / std::sqrt(x); }
+inline float __frcp_rn(float x) { return 1.0f / x; }
+inline float __fsqrt_rn(float x) { return std::sqrt(x); }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __fma_rn(double a, double b, double c) { return std::fma(a, b, c); }
