@@ -259,10 +259,13 @@ void switch_to_scheduler(bool exiting) {
   asan_finish_switch(f->fake_stack, nullptr, nullptr);
 }
 
+void complete_after_exit(int warp);
+
 void fiber_main(Fiber* f) {
   asan_finish_switch(nullptr, &rt.scheduler_stack, &rt.scheduler_stack_size);
   rt.body(rt.bound);
   f->state = State::kDone;
+  complete_after_exit(f->warp);
   switch_to_scheduler(/*exiting=*/true);
   std::abort();  // a finished fiber is never resumed
 }
@@ -337,6 +340,79 @@ int pick(int previous) {
   return after >= 0 ? after : next_runnable(0);
 }
 
+// --- warp collectives ----------------------------------------------------------------------------
+
+[[noreturn]] void fail_as(const Fiber& culprit, cudaError_t error, const char* what);
+
+// Lanes of `warp` that exist in the block and have not exited: as in CUDA,
+// a mask may name lanes that exited (or a partial warp's missing lanes);
+// only the others must arrive, and reading from one of them is undefined.
+unsigned live_lanes(int warp) {
+  unsigned live = 0;
+  const int base = warp * kWarpSize;
+  for (int l = 0; l < kWarpSize && base + l < rt.nthreads; ++l) {
+    if (rt.fibers[base + l].state != State::kDone) live |= 1u << l;
+  }
+  return live;
+}
+
+// Completes the collective (kind, mask) of `warp` when every live lane of the
+// mask waits at it: each lane reads the others' values as they were at this point.
+void complete_if_ready(int warp, unsigned mask, Collective kind) {
+  const int base = warp * kWarpSize;
+  const unsigned live = live_lanes(warp);
+  unsigned present = 0;
+  for (unsigned waiting = rt.waiting_at_warp[warp]; waiting; waiting &= waiting - 1) {
+    const Fiber& lane = rt.fibers[base + __builtin_ctz(waiting)];
+    if (lane.mask == mask && lane.kind == kind) present |= 1u << lane.lane;
+  }
+  if (present == 0 || present != (mask & live)) return;
+  unsigned ballot = 0;
+  for (unsigned m = present; m; m &= m - 1) {
+    const Fiber& lane = rt.fibers[base + __builtin_ctz(m)];
+    if (lane.payload != 0) ballot |= 1u << lane.lane;
+  }
+  for (unsigned m = present; m; m &= m - 1) {
+    Fiber& lane = rt.fibers[base + __builtin_ctz(m)];
+    if (kind == Collective::kBallot) {
+      lane.result = ballot;
+    } else if (lane.src < 0) {
+      lane.result = lane.payload;
+    } else if ((present >> lane.src & 1u) == 0) {
+      const char* why = (mask >> lane.src & 1u) == 0                ? "is not in the mask"
+                        : base + lane.src >= rt.nthreads            ? "does not exist in this block"
+                                                                    : "has exited";
+      fail_as(lane, cudaErrorIllegalInstruction,
+              format("%s(mask=0x%08x): lane %d reads lane %d, which %s (undefined on the GPU)", collective_name(kind),
+                     mask, lane.lane, lane.src, why).c_str());
+    } else {
+      lane.result = rt.fibers[base + lane.src].payload;
+    }
+  }
+  for (unsigned m = present; m; m &= m - 1) {
+    Fiber& lane = rt.fibers[base + __builtin_ctz(m)];
+    lane.state = State::kRunnable;
+    set_runnable(lane.linear);
+  }
+  rt.waiting_at_warp[warp] &= ~present;
+}
+
+// A lane that exits may be the last one its warp-mates' collectives wait for.
+void complete_after_exit(int warp) {
+  const int base = warp * kWarpSize;
+  unsigned tried = 0;
+  while (const unsigned candidates = rt.waiting_at_warp[warp] & ~tried) {
+    const Fiber& first = rt.fibers[base + __builtin_ctz(candidates)];
+    const unsigned mask = first.mask;
+    const Collective kind = first.kind;
+    for (unsigned w = rt.waiting_at_warp[warp]; w; w &= w - 1) {
+      const Fiber& lane = rt.fibers[base + __builtin_ctz(w)];
+      if (lane.mask == mask && lane.kind == kind) tried |= 1u << lane.lane;
+    }
+    complete_if_ready(warp, mask, kind);
+  }
+}
+
 // --- errors ------------------------------------------------------------------------------------------
 
 void record_error(cudaError_t error, const std::string& message) {
@@ -344,6 +420,14 @@ void record_error(cudaError_t error, const std::string& message) {
   rt.failed = true;
   rt.last_error = error;
   rt.last_message = message;
+}
+
+// Ends the launch for an error of thread `culprit`, from whichever fiber is running.
+[[noreturn]] void fail_as(const Fiber& culprit, cudaError_t error, const char* what) {
+  record_error(error, std::string(what) + " in " + where(culprit));
+  rt.running->state = State::kDone;
+  switch_to_scheduler(/*exiting=*/true);
+  std::abort();
 }
 
 std::string thread_list(const std::vector<int>& ids, size_t limit) {
@@ -374,7 +458,7 @@ std::string deadlock_message(const dim3& block_idx) {
     const Fiber& f = rt.fibers[i];
     if (f.state != State::kAtWarp) continue;
     std::vector<int> missing;
-    for (unsigned m = f.mask; m; m &= m - 1) {
+    for (unsigned m = f.mask & live_lanes(f.warp); m; m &= m - 1) {
       const Fiber& lane = rt.fibers[f.warp * kWarpSize + __builtin_ctz(m)];
       if (lane.state != State::kAtWarp || lane.mask != f.mask || lane.kind != f.kind) missing.push_back(lane.linear);
     }
@@ -443,12 +527,7 @@ int lane_id() {
   return rt.running->lane;
 }
 
-void fail(cudaError_t error, const char* what) {
-  record_error(error, std::string(what) + " in " + where(*rt.running));
-  rt.running->state = State::kDone;
-  switch_to_scheduler(/*exiting=*/true);
-  std::abort();
-}
+void fail(cudaError_t error, const char* what) { fail_as(*rt.running, error, what); }
 
 void check_alignment(const void* p, size_t bytes, const char* op) {
   if (reinterpret_cast<uintptr_t>(p) % bytes != 0) {
@@ -483,27 +562,19 @@ uint64_t warp_collective(Collective kind, unsigned mask, uint64_t payload, int s
     fail(cudaErrorIllegalInstruction,
          format("%s(mask=0x%08x) called by a lane the mask does not include", collective_name(kind), mask).c_str());
   }
+  // Lanes already waiting at the same collective with the same mask are this one's group. A waiting lane
+  // that this one needs, and that needs this one, at a different collective or mask can never meet it.
   const int base = f.warp * kWarpSize;
-  const int lanes = std::min(kWarpSize, rt.nthreads - base);
-  const unsigned existing = lanes == kWarpSize ? 0xffffffffu : (1u << lanes) - 1;
-  if ((mask & ~existing) != 0) {
-    fail(cudaErrorIllegalInstruction,
-         format("%s(mask=0x%08x) names lanes that do not exist in this warp (0x%08x)", collective_name(kind), mask,
-                existing).c_str());
-  }
-  // Lanes already waiting whose masks overlap this one must be at the same collective with the same mask.
-  unsigned present = bit;
   for (unsigned waiting = rt.waiting_at_warp[f.warp]; waiting; waiting &= waiting - 1) {
     const Fiber& other = rt.fibers[base + __builtin_ctz(waiting)];
-    if ((other.mask & mask) == 0) continue;
-    if (other.mask != mask || other.kind != kind) {
+    if (other.mask == mask && other.kind == kind) continue;
+    if ((other.mask & bit) != 0 && (mask >> other.lane & 1u) != 0) {
       fail(cudaErrorIllegalInstruction,
            format("%s(mask=0x%08x) while %s waits at %s(mask=0x%08x): the lanes of a mask must meet at the same "
                   "collective with the same mask",
                   collective_name(kind), mask, thread_name(other).c_str(), collective_name(other.kind), other.mask)
                .c_str());
     }
-    present |= 1u << other.lane;
   }
   f.kind = kind;
   f.mask = mask;
@@ -511,34 +582,7 @@ uint64_t warp_collective(Collective kind, unsigned mask, uint64_t payload, int s
   f.src = src_lane;
   f.state = State::kAtWarp;
   rt.waiting_at_warp[f.warp] |= bit;
-  if (present == mask) {
-    // Everyone is here: every lane reads the others' values as they were at this point.
-    unsigned ballot = 0;
-    for (unsigned m = mask; m; m &= m - 1) {
-      const Fiber& lane = rt.fibers[base + __builtin_ctz(m)];
-      if (lane.payload != 0) ballot |= 1u << lane.lane;
-    }
-    for (unsigned m = mask; m; m &= m - 1) {
-      Fiber& lane = rt.fibers[base + __builtin_ctz(m)];
-      if (kind == Collective::kBallot) {
-        lane.result = ballot;
-      } else if (lane.src < 0) {
-        lane.result = lane.payload;
-      } else if ((mask >> lane.src & 1u) == 0) {
-        fail(cudaErrorIllegalInstruction,
-             format("%s(mask=0x%08x): lane %d reads lane %d, which is not in the mask (undefined on the GPU)",
-                    collective_name(kind), mask, lane.lane, lane.src).c_str());
-      } else {
-        lane.result = rt.fibers[base + lane.src].payload;
-      }
-    }
-    for (unsigned m = mask; m; m &= m - 1) {
-      Fiber& lane = rt.fibers[base + __builtin_ctz(m)];
-      lane.state = State::kRunnable;
-      set_runnable(lane.linear);
-    }
-    rt.waiting_at_warp[f.warp] &= ~mask;
-  }
+  complete_if_ready(f.warp, mask, kind);
   switch_to_scheduler(false);
   return f.result;
 }

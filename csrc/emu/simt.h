@@ -14,10 +14,13 @@
 //     every thread reaches ends the launch with an error naming the kernel,
 //     block and threads, instead of hanging;
 //   * __shfl_*_sync / __ballot_sync / __any_sync / __all_sync / __syncwarp: a
-//     lane waits until every lane of the mask is at the same collective, and
-//     reads the others' values as they were at that point. A lane outside its
-//     own mask, lanes that disagree on the mask, or a read from a lane not in
-//     the mask end the launch with an error;
+//     lane waits until every lane of the mask that has not exited is at the
+//     same collective, and reads the others' values as they were at that
+//     point. A lane outside its own mask, lanes of one mask waiting at
+//     different collectives, or a read from a lane that is not in the mask or
+//     has exited (undefined on the GPU) end the launch with an error;
+//   * __syncthreads() is stricter than some GPUs: a thread that exits while
+//     others wait at a barrier is reported as a deadlock;
 //   * __shared__ variables: function-local statics, one copy per process;
 //     launches are serialised and the blocks of a launch run one after
 //     another, so each block has the copy to itself while it runs. Like the

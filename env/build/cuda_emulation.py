@@ -145,6 +145,16 @@ def build_emulated_kernels(kernel_source: Path | None = None, sanitize: bool = F
     return _link(compiler, objects, ["-shared", "-Wl,-Bsymbolic"], LIBRARY_NAME)
 
 
+def build_emulator_selftest() -> Path:
+    """The emulator's own test kernel (csrc/emu/simt_selftest.cu) with the runtime, as a shared library."""
+    compiler = cxx_compiler()
+    flags = COMMON_FLAGS + RELEASE_FLAGS + [f"-I{csrc_dir() / 'core'}", f"-I{emu_dir()}", f"-isystem{cuda_headers()}"]
+    objects = [_compile(compiler, emu_dir() / "simt.cpp", flags, "simt"),
+               _compile(compiler, emu_dir() / "simt_selftest.cu",
+                        [*flags, "-include", str(emu_dir() / "simt.h"), "-x", "c++"], "selftest")]
+    return _link(compiler, objects, ["-shared", "-Wl,-Bsymbolic"], "libsimt_selftest.so")
+
+
 def build_many(sources: list[Path], sanitize: bool = False, workers: int = 2) -> list[Path]:
     """build_emulated_kernels for several sources, ``workers`` compilers at a time.
 

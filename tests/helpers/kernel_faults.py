@@ -85,7 +85,7 @@ LANE_EXITS_BEFORE_THE_REDUCTION = Fault(
     "lane 5 of each warp exits before the warp reduction",
     r"(const int64_t first = static_cast<int64_t>\(blockIdx\.x\) \* kWarpRowsPerBlock)",
     r"if (lane == 5) return;\n  \1",
-    "deadlock in",
+    "has exited",
 )
 HALF_WARP_SHUFFLE_MASK = Fault(
     "warp reduction with a half-warp mask",
