@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.helpers.cuda_variants import kernel_names, read_variants
-from tests.helpers.emulated_kernels import (DTYPE_NAMES, ORDERS, Case, _plan_probe, check_case, expected_launches,
+from tests.helpers.emulated_kernels import (DTYPE_NAMES, ORDERS, Case, plan_probe, check_case, expected_launches,
                                             load_emulated_kernels, one_torch_thread, standard_cases)
 from tests.helpers.op_reference import FLOAT_DTYPES
 
@@ -35,7 +35,7 @@ def kernels():
 
 @pytest.fixture(scope="module")
 def variants() -> dict:
-    return read_variants(_plan_probe())
+    return read_variants(plan_probe())
 
 
 @pytest.mark.parametrize("order", list(ORDERS))

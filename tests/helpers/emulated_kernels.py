@@ -136,7 +136,7 @@ class Case:
 
 
 @functools.lru_cache(maxsize=1)
-def _plan_probe() -> Path:
+def plan_probe() -> Path:
     import tempfile
 
     return build_probe(Path(tempfile.mkdtemp(prefix="cuda_plan_probe_")))
@@ -146,7 +146,7 @@ def expected_launches(cases: list[Case]) -> list[Launch]:
     """The launch make_plan() chooses for each case (name as the emulator reports it)."""
     rows = [(c.rows, c.hidden, KERNEL_TYPES[DTYPE_NAMES[c.dtype]][1], int(c.misaligned is None)) for c in cases]
     out = []
-    for case, p in zip(cases, plans(_plan_probe(), rows)):
+    for case, p in zip(cases, plans(plan_probe(), rows)):
         type_name = KERNEL_TYPES[DTYPE_NAMES[case.dtype]][0]
         args = [type_name, str(p["vec"])] + ([str(p["chunks"])] if p["kernel"] != "streaming_rows_kernel" else [])
         grid_run = min(p["blocks"], case.max_grid) if case.max_grid else p["blocks"]
