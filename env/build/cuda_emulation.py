@@ -19,6 +19,7 @@ cuda_runtime.h), found where the CUDA compile check finds them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -82,6 +83,7 @@ def _digest(parts: list[bytes]) -> str:
     return h.hexdigest()[:20]
 
 
+@functools.lru_cache(maxsize=None)
 def _compiler_identity(compiler: str) -> bytes:
     out = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False)
     return (out.stdout.splitlines() or [compiler])[0].encode()
