@@ -17,7 +17,7 @@ import torch
 from tests.helpers.cuda_variants import kernel_names, read_variants
 from tests.helpers.emulated_kernels import (DTYPE_NAMES, ORDERS, Case, plan_probe, check_case, expected_launches,
                                             load_emulated_kernels, one_torch_thread, standard_cases)
-from tests.helpers.op_reference import FLOAT_DTYPES
+from tests.helpers.op_reference import FLOAT_DTYPES, TOLERANCES, make_inputs, reference_norm
 
 pytestmark = pytest.mark.cuda_emulated
 
@@ -102,3 +102,22 @@ def test_16_bit_conversions_are_bit_exact(kernels, generator, dtype):
     assert not nan.any()  # NaN inputs were left out: a finite or infinite input never becomes NaN
     mismatch = got != expected.view(torch.int16)
     assert not mismatch.any(), f"{int(mismatch.sum())} mismatches, e.g. {values[mismatch][:5].tolist()}"
+
+
+@pytest.mark.parametrize("order", list(ORDERS))
+def test_a_non_finite_row_stays_in_its_row(kernels, generator, order):
+    # One block does all 9 rows (grid capped at 1), so rows share every shared-memory slot in turn: a NaN
+    # or inf in row 3 or 5 must give exactly the reference's NaNs in that row and leave the others exact.
+    for hidden in (64, 33, 1000, 4096, 20000):
+        x, weight, bias = make_inputs((9, hidden), torch.float32, generator)
+        x[3, hidden // 2] = float("nan")
+        x[5, 0] = float("inf")
+        y = torch.zeros_like(x)
+        ptrs = {"x": x.data_ptr(), "weight": weight.data_ptr(), "bias": bias.data_ptr(), "y": y.data_ptr()}
+        rc, message, _ = kernels.forward(ptrs, 9, hidden, 1e-6, torch.float32, order, 1)
+        assert rc == 0, message
+        ref = reference_norm(x, weight, bias, 1e-6)
+        assert torch.equal(torch.isnan(y), torch.isnan(ref)), hidden
+        assert torch.isnan(y[3]).all() and not torch.isnan(y[[0, 1, 2, 4, 6, 7, 8]]).any(), hidden
+        finite = ~torch.isnan(ref)
+        torch.testing.assert_close(y.double()[finite], ref[finite], **TOLERANCES[torch.float32])
