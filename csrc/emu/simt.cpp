@@ -529,9 +529,9 @@ int lane_id() {
 
 void fail(cudaError_t error, const char* what) { fail_as(*rt.running, error, what); }
 
-void check_alignment(const void* p, size_t bytes, const char* op) {
-  if (reinterpret_cast<uintptr_t>(p) % bytes != 0) {
-    const std::string what = format("misaligned address: %s of %zu bytes at %p", op, bytes, p);
+void check_alignment(const void* p, size_t alignment, const char* op) {
+  if (reinterpret_cast<uintptr_t>(p) % alignment != 0) {
+    const std::string what = format("misaligned address: %s needs %zu-byte alignment, got %p", op, alignment, p);
     fail(cudaErrorMisalignedAddress, what.c_str());
   }
 }

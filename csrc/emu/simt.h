@@ -69,8 +69,8 @@ const ThreadIndex& current();
 // Ends the launch with `error`; `what` says what the kernel did. Never returns.
 [[noreturn]] void fail(cudaError_t error, const char* what);
 
-// Checks the natural alignment of a `bytes`-wide access by `op` (a fault on the GPU).
-void check_alignment(const void* p, size_t bytes, const char* op);
+// Ends the launch when `p` is not a multiple of `alignment` (a fault on the GPU).
+void check_alignment(const void* p, size_t alignment, const char* op);
 
 // Warp collectives. `payload` is the lane's value (up to 8 bytes); for
 // shuffles `src_lane` is the lane it reads (-1: its own value, as when
@@ -131,15 +131,21 @@ T from_payload(uint64_t p) {
 // Lane of the running thread within its warp (warps are formed from the linear thread index).
 int lane_id();
 
+// A GPU load or store of 2, 4, 8 or 16 bytes must be aligned to its size; other types to their alignment.
+template <typename P>
+constexpr size_t access_alignment() {
+  return (sizeof(P) & (sizeof(P) - 1)) == 0 && sizeof(P) <= 16 ? sizeof(P) : alignof(P);
+}
+
 template <typename P>
 P load(const P* p, const char* op) {
-  check_alignment(p, sizeof(P), op);
+  check_alignment(p, access_alignment<P>(), op);
   return *p;
 }
 
 template <typename P>
 void store(P* p, const P& v, const char* op) {
-  check_alignment(p, sizeof(P), op);
+  check_alignment(p, access_alignment<P>(), op);
   *p = v;
 }
 
