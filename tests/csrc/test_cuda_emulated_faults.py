@@ -63,10 +63,17 @@ def first_problem(kernels: EmulatedKernels, cases, generator, orders=tuple(ORDER
 
 
 @pytest.fixture(scope="module")
-def clean_problems(kernels, detection_cases) -> list[str]:
-    generator = torch.Generator().manual_seed(torch.seed() % 2**31)
-    return [p for order in ORDERS for case, expected in detection_cases
-            for p in check_case(kernels, case, order, generator, expected)[0]]
+def _clean_runs() -> dict:
+    return {}
+
+
+@pytest.fixture
+def clean_problems(_clean_runs, kernels, detection_cases, generator) -> list[str]:
+    """The detection cases on the unmodified kernels: run once per module, with the first test's generator."""
+    if "problems" not in _clean_runs:
+        _clean_runs["problems"] = [p for order in ORDERS for case, expected in detection_cases
+                                   for p in check_case(kernels, case, order, generator, expected)[0]]
+    return _clean_runs["problems"]
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=lambda f: f.name.replace(" ", "-"))
