@@ -19,7 +19,7 @@ from tests.helpers.emulated_kernels import (ORDERS, Case, EmulatedKernels, plan_
 from tests.helpers.cuda_variants import read_variants
 from tests.helpers.kernel_faults import (BARRIER_IN_A_BRANCH, FAULTS, HALF_WARP_SHUFFLE_MASK,
                                          LANE_EXITS_BEFORE_THE_REDUCTION, ROW_TAIL_OVERREAD, SHARED_SLOTS_REUSED,
-                                         Fault)
+                                         Fault, FaultPatternError)
 
 pytestmark = pytest.mark.cuda_emulated
 
@@ -138,3 +138,14 @@ def test_address_sanitizer_catches_a_vector_load_past_the_row_end(kernels, tmp_p
     assert bad.returncode != 0, bad.stdout
     assert "ERROR: AddressSanitizer: heap-buffer-overflow" in bad.stderr, bad.stderr[-3000:]
     assert "warp_rows_kernel" in bad.stderr, bad.stderr[-3000:]  # the report's stack names the kernel
+
+
+def test_a_fault_whose_pattern_is_gone_fails_loudly():
+    # After a kernel rewrite that moves the code, the fault must not quietly build an unchanged copy.
+    source = core_cuda_sources()[0].read_text()
+    for fault in FAULTS + EMULATOR_CHECKS + [ROW_TAIL_OVERREAD]:
+        assert fault.apply(source) != source
+    with pytest.raises(FaultPatternError, match="block barrier removed.*matches 0 times"):
+        FAULTS[0].apply(source.replace("__syncthreads();", "__syncthreads_count(1);"))
+    with pytest.raises(FaultPatternError, match="matches 2 times"):
+        FAULTS[0].apply(source + "\n// __syncthreads();\n")
