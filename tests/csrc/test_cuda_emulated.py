@@ -14,9 +14,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers.cuda_variants import kernel_names, read_variants
-from tests.helpers.emulated_kernels import (DTYPE_NAMES, ORDERS, Case, plan_probe, check_case, expected_launches,
-                                            load_emulated_kernels, one_torch_thread, standard_cases)
+from tests.helpers.cuda_variants import kernel_names
+from tests.helpers.emulated_kernels import (DTYPE_NAMES, ORDERS, Case, check_case, expected_launches,
+                                            load_emulated_kernels, one_torch_thread, plan_variants, standard_cases)
 from tests.helpers.op_reference import FLOAT_DTYPES, TOLERANCES, make_inputs, reference_norm
 
 pytestmark = pytest.mark.cuda_emulated
@@ -35,7 +35,7 @@ def kernels():
 
 @pytest.fixture(scope="module")
 def variants() -> dict:
-    return read_variants(plan_probe())
+    return plan_variants()
 
 
 @pytest.mark.parametrize("order", list(ORDERS))

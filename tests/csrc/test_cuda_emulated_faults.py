@@ -14,9 +14,8 @@ import torch
 
 from env.build.config import core_cuda_sources
 from env.build.cuda_emulation import build_many
-from tests.helpers.emulated_kernels import (ORDERS, Case, EmulatedKernels, plan_probe, check_case, expected_launches,
-                                            load_emulated_kernels, one_torch_thread, standard_cases)
-from tests.helpers.cuda_variants import read_variants
+from tests.helpers.emulated_kernels import (ORDERS, Case, EmulatedKernels, check_case, expected_launches,
+                                            load_emulated_kernels, one_torch_thread, plan_variants, standard_cases)
 from tests.helpers.kernel_faults import (BARRIER_IN_A_BRANCH, FAULTS, HALF_WARP_SHUFFLE_MASK,
                                          LANE_EXITS_BEFORE_THE_REDUCTION, ROW_TAIL_OVERREAD, SHARED_SLOTS_REUSED,
                                          Fault, FaultPatternError)
@@ -49,7 +48,7 @@ def faulted(kernels, tmp_path_factory) -> dict[str, EmulatedKernels]:
 @pytest.fixture(scope="module")
 def detection_cases() -> list[tuple[Case, object]]:
     """The float32 cases of test_cuda_emulated.py: every variant, both paths, every operand misaligned."""
-    cases = standard_cases(torch.float32, read_variants(plan_probe()))
+    cases = standard_cases(torch.float32, plan_variants())
     return list(zip(cases, expected_launches(cases)))
 
 

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from env.build.cuda import short_kernel_name
-from tests.helpers.cuda_variants import KERNEL_TYPES, build_probe, plans
+from tests.helpers.cuda_variants import KERNEL_TYPES, build_probe, plans, read_variants
 from tests.helpers.op_reference import TOLERANCES, make_inputs, reference_norm
 
 DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
@@ -126,13 +126,29 @@ class Case:
     dtype: torch.dtype
     rows: int
     hidden: int
-    misaligned: str | None = None  # operand placed one element past a 16-byte boundary
+    misaligned: str | None = None  # operand that starts `offset` bytes past a 16-byte boundary
     max_grid: int = 0  # cap on gridDim.x, so grid-stride loops run more than once (0: none)
+    offset: int = 0  # bytes; 0 with `misaligned` set: one element
+
+    def phase(self, operand: str) -> int:
+        """Bytes past a 16-byte boundary at which ``operand`` starts."""
+        if operand != self.misaligned:
+            return 0
+        return self.offset or element_bytes(self.dtype)
+
+    def alignment(self) -> int:
+        """The largest power of two (up to 16) dividing every operand's address."""
+        phase = self.phase(self.misaligned) if self.misaligned else 0
+        return VECTOR_BYTES if phase == 0 else phase & -phase
 
     def __str__(self) -> str:
-        where = f", {self.misaligned} misaligned" if self.misaligned else ""
+        where = f", {self.misaligned} {self.phase(self.misaligned)} B off alignment" if self.misaligned else ""
         cap = f", grid capped at {self.max_grid}" if self.max_grid else ""
         return f"{DTYPE_NAMES[self.dtype]} {self.rows}x{self.hidden}{where}{cap}"
+
+
+def element_bytes(dtype: torch.dtype) -> int:
+    return KERNEL_TYPES[DTYPE_NAMES[dtype]][1]
 
 
 @functools.lru_cache(maxsize=1)
@@ -142,9 +158,19 @@ def plan_probe() -> Path:
     return build_probe(Path(tempfile.mkdtemp(prefix="cuda_plan_probe_")))
 
 
+@functools.lru_cache(maxsize=1)
+def plan_variants() -> dict:
+    """The launch plan's table of variants (tests/helpers/cuda_variants.read_variants)."""
+    return read_variants(plan_probe())
+
+
 def expected_launches(cases: list[Case]) -> list[Launch]:
     """The launch make_plan() chooses for each case (name as the emulator reports it)."""
-    rows = [(c.rows, c.hidden, KERNEL_TYPES[DTYPE_NAMES[c.dtype]][1], int(c.misaligned is None)) for c in cases]
+    # The plan's last input: the operands' common alignment in bytes where the plan knows vector widths
+    # below 16 bytes (the probe lists them), else whether every operand is 16-byte aligned.
+    by_bytes = "vector_widths" in plan_variants()
+    rows = [(c.rows, c.hidden, element_bytes(c.dtype), c.alignment() if by_bytes else int(c.alignment() == 16))
+            for c in cases]
     out = []
     for case, p in zip(cases, plans(plan_probe(), rows)):
         type_name = KERNEL_TYPES[DTYPE_NAMES[case.dtype]][0]
@@ -158,14 +184,14 @@ def expected_launches(cases: list[Case]) -> list[Launch]:
 
 
 class GuardedBuffer:
-    """``numel`` elements of ``dtype`` between two random guard regions, starting at a chosen 16-byte phase."""
+    """``numel`` elements of ``dtype`` between two random guard regions, starting ``phase`` bytes past a
+    16-byte boundary."""
 
-    def __init__(self, numel: int, dtype: torch.dtype, misaligned: bool, generator: torch.Generator):
+    def __init__(self, numel: int, dtype: torch.dtype, phase: int, generator: torch.Generator):
         esize = torch.empty((), dtype=dtype).element_size()
         self.nbytes = numel * esize
         self.raw = torch.randint(0, 256, (GUARD_BYTES + VECTOR_BYTES + self.nbytes + GUARD_BYTES,), dtype=torch.uint8,
                                  generator=generator)
-        phase = esize % VECTOR_BYTES if misaligned else 0
         start = GUARD_BYTES + (phase - self.raw.data_ptr() - GUARD_BYTES) % VECTOR_BYTES
         assert start % esize == 0, "torch's allocation is not aligned to the element size"
         self.start = start
@@ -188,7 +214,7 @@ def check_case(kernels: EmulatedKernels, case: Case, order: str, generator: torc
     buffers = {}
     for name, value in (("x", x), ("weight", weight), ("bias", bias), ("y", None)):
         numel = case.rows * case.hidden if name in ("x", "y") else case.hidden
-        buffers[name] = GuardedBuffer(numel, case.dtype, case.misaligned == name, generator)
+        buffers[name] = GuardedBuffer(numel, case.dtype, case.phase(name), generator)
         if value is not None:
             buffers[name].data.copy_(value.reshape(-1))
     buffers["y"].data.view(torch.uint8).fill_(0xFF)  # NaN in all four dtypes: every element must be written
@@ -234,22 +260,30 @@ def plan_thresholds(variants: dict) -> list[int]:
 
 
 def standard_cases(dtype: torch.dtype, variants: dict) -> list[Case]:
-    """Row lengths that hit every branch, on the vector and the scalar path, with rows sharing blocks."""
-    esize = KERNEL_TYPES[DTYPE_NAMES[dtype]][1]
-    wide = VECTOR_BYTES // esize
-    lengths = {1, 7, 31, 32, 33, 127, 128, 129}
-    for t in plan_thresholds(variants):
-        lengths |= {t - 1, t, t + 1}  # scalar path: one element per vector
-        lengths |= {(t - 1) * wide, t * wide, (t + 1) * wide}  # vector path: whole vectors
-    streaming = (variants["max_threads"] * variants["block_rows_kernel"][0] + 1)
+    """Row lengths that hit every branch, for every vector width, with rows sharing blocks.
+
+    Per width (16, 8 and 4 bytes, and one element): the row lengths, in whole
+    vectors, on both sides of every plan threshold, with one operand placed
+    so that the width is the widest every pointer allows; plus the fixed
+    short lengths on aligned and on one-element-off pointers, and one
+    streaming-size row per width.
+    """
+    esize = element_bytes(dtype)
+    widths = sorted({w for w in (VECTOR_BYTES, 8, 4, esize) if w >= esize}, reverse=True)
+    streaming = variants["max_threads"] * variants["block_rows_kernel"][0] + 1  # vectors
+    layouts: list[tuple[int, int]] = []  # (hidden, offset of the misaligned operand; 0: all aligned)
+    for width in widths:
+        vec, offset = width // esize, (0 if width == VECTOR_BYTES else width)
+        for t in plan_thresholds(variants):
+            layouts += [((t + d) * vec, offset) for d in (-1, 0, 1)]
+        layouts.append((streaming * vec, offset))
+    layouts += [(h, o) for h in (1, 7, 31, 32, 33, 127, 128, 129) for o in (0, esize)]
     cases = []
-    for i, hidden in enumerate(sorted(lengths)):
+    for i, (hidden, offset) in enumerate(layouts):
         # 9 rows: warp kernels share blocks (4 rows each, the last block part-filled); every other case caps
-        # the grid at 2 blocks so that every kernel's grid-stride loop runs several rows per block.
-        cap = 2 if i % 2 else 0
-        cases.append(Case(dtype, 9, hidden, None, cap))
-        cases.append(Case(dtype, 9, hidden, OPERANDS[i % len(OPERANDS)], 2 - cap))
-    # One streaming-size row on each path, two of them in one block.
-    cases.append(Case(dtype, 2, streaming * wide, None, 1))
-    cases.append(Case(dtype, 2, streaming, "y", 1))
+        # the grid at 2 blocks so that every kernel's grid-stride loop runs several rows per block (the
+        # streaming-size rows at 1 block, to keep them cheap).
+        rows, cap = (2, 1) if hidden >= streaming else (9, 2 * (i % 2))
+        operand = OPERANDS[i % len(OPERANDS)] if offset else None
+        cases.append(Case(dtype, rows, hidden, operand, cap, offset))
     return cases

@@ -21,13 +21,18 @@ class FaultPatternError(AssertionError):
 @dataclass(frozen=True)
 class Fault:
     name: str
-    pattern: str  # regular expression, must match exactly once
+    pattern: str  # regular expression, must match `matches` times
     replacement: str
     symptom: str  # text the emulated tests report when they catch it
     matches: int = 1  # how many places the edit must change
+    # Another (pattern, replacement) for the same fault in another form of the kernels: tried when the
+    # first pattern matches nowhere.
+    alternative: tuple[str, str] | None = None
 
     def apply(self, source: str) -> str:
         edited, count = re.subn(self.pattern, self.replacement, source)
+        if count == 0 and self.alternative is not None:
+            edited, count = re.subn(*self.alternative, source)
         if count != self.matches:
             raise FaultPatternError(
                 f"fault {self.name!r}: pattern {self.pattern!r} matches {count} times in fused_norm_cuda.cu "
@@ -71,6 +76,8 @@ FAULTS = [
         r"const bool aligned = aligned16\(o\.x\)[^;]*;",
         "const bool aligned = aligned16(o.x);",
         "misaligned address",
+        # the same where the plan takes the alignment of the OR of all addresses
+        alternative=(r"(const uint64_t addresses = reinterpret_cast<uintptr_t>\(p\.x\))[^;]*;", r"\1;"),
     ),
 ]
 
@@ -112,4 +119,6 @@ ROW_TAIL_OVERREAD = Fault(
     r"if \(c < nvec\) \{(\s*xv\[i\] = load_streaming\(xr \+ c\);\s*wr\[i\] = )",
     r"if (c <= nvec) {\1",
     "heap-buffer-overflow",
+    # the same where the warp kernel holds each vector as a packed machine word
+    alternative=(r"if \(c < nvec\) \{(\s*xv\[i\] = load_streaming_word\(xr \+ c\);)", r"if (c <= nvec) {\1"),
 )
