@@ -2,9 +2,10 @@
 SIMT emulator (csrc/emu), on every test run, GPU or not.
 
 Every variant the launch plan can pick runs for every dtype, on row lengths
-around each plan threshold, on the vector path (all pointers 16-byte aligned)
-and the scalar path (one operand one element off), with rows sharing blocks
-and grids capped below the row count, in two scheduling orders. Each case
+around each plan threshold, on the 16-byte vector path (all pointers aligned)
+and the narrower ones (one operand 8 or 4 bytes or one element off), with
+rows sharing blocks and grids capped below the row count, in two scheduling
+orders. Each case
 checks the kernel the plan picked, every output element against the float64
 reference, and the guard bytes around every buffer.
 """
