@@ -1,0 +1,124 @@
+"""The CUDA kernels of csrc/core/fused_norm_cuda.cu executed on the CPU by the
+SIMT emulator (csrc/emu), on every test run, GPU or not.
+
+Every variant the launch plan can pick runs for every dtype, on row lengths
+around each plan threshold, on the 16-byte vector path (all pointers aligned)
+and the narrower ones (one operand 8 or 4 bytes or one element off), with
+rows sharing blocks and grids capped below the row count, in two scheduling
+orders. Each case
+checks the kernel the plan picked, every output element against the float64
+reference, and the guard bytes around every buffer.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.helpers.cuda_variants import kernel_names
+from tests.helpers.emulated_kernels import (DTYPE_NAMES, ORDERS, Case, check_case, expected_launches,
+                                            load_emulated_kernels, one_torch_thread, plan_variants, standard_cases)
+from tests.helpers.op_reference import FLOAT_DTYPES, TOLERANCES, make_inputs, reference_norm
+
+pytestmark = pytest.mark.cuda_emulated
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread():
+    with one_torch_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    return load_emulated_kernels()
+
+
+@pytest.fixture(scope="module")
+def variants() -> dict:
+    return plan_variants()
+
+
+@pytest.mark.parametrize("order", list(ORDERS))
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_NAMES[d])
+def test_every_variant_matches_the_reference(kernels, variants, generator, dtype, order):
+    cases = standard_cases(dtype, variants)
+    problems, ran = [], set()
+    for case, expected in zip(cases, expected_launches(cases)):
+        found, launch = check_case(kernels, case, order, generator, expected)
+        problems += found
+        if launch is not None:
+            ran.add(launch.kernel)
+    assert not problems, f"{len(problems)} problems in {len(cases)} cases:\n" + "\n".join(problems[:20])
+    # The cases cover the whole table of variants for this dtype (vector and scalar paths).
+    assert ran == kernel_names(variants, DTYPE_NAMES[dtype])
+
+
+@pytest.mark.parametrize("order", list(ORDERS))
+def test_one_block_loops_over_all_rows(kernels, generator, order):
+    # gridDim.x = 1: each kernel's grid-stride loop covers 7 rows (warp kernels: 2 rows per warp,
+    # a fourth warp with one), reusing the shared-memory slots row after row.
+    cases = [Case(torch.float32, 7, hidden, None, 1) for hidden in (96, 1000, 4096, 16388)]
+    cases += [Case(torch.bfloat16, 7, hidden, "x", 1) for hidden in (33, 1000, 5000)]
+    problems = []
+    for case, expected in zip(cases, expected_launches(cases)):
+        assert expected.grid > 1 or case.rows <= 4, case  # the cap really shrinks the grid
+        problems += check_case(kernels, case, order, generator, expected)[0]
+    assert not problems, "\n".join(problems)
+
+
+def test_a_misaligned_pointer_takes_the_scalar_path(kernels, generator):
+    # Same shape: aligned runs 16-byte vectors, each operand off alignment runs one element at a time.
+    expected = expected_launches([Case(torch.float16, 3, 128)] + [Case(torch.float16, 3, 128, o) for o in
+                                                                     ("x", "weight", "bias", "y")])
+    assert expected[0].kernel == "warp_rows_kernel<Half, 8, 1>"
+    assert {e.kernel for e in expected[1:]} == {"warp_rows_kernel<Half, 1, 4>"}
+    for operand, launch in zip((None, "x", "weight", "bias", "y"), expected):
+        problems, ran = check_case(kernels, Case(torch.float16, 3, 128, operand), "warp_ahead", generator, launch)
+        assert not problems and ran == launch, problems
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=lambda d: DTYPE_NAMES[d])
+def test_16_bit_conversions_are_bit_exact(kernels, generator, dtype):
+    # Widening: every one of the 65,536 bit patterns (NaNs: any NaN, payloads may differ).
+    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)
+    expected = bits.view(dtype).float()
+    got = kernels.to_float(bits, dtype)
+    nan = torch.isnan(expected)
+    assert torch.equal(torch.isnan(got), nan)
+    assert torch.equal(got[~nan].view(torch.int32), expected[~nan].view(torch.int32))
+    # Narrowing, round to nearest even: random float32 patterns over every exponent, the exact midpoints
+    # between neighbouring 16-bit values (ties), and values around overflow and the subnormal range.
+    random_bits = torch.randint(-(2**31), 2**31, (1 << 20,), dtype=torch.int64, generator=generator)
+    lower = bits[~nan].view(dtype).float()
+    upper = (bits[~nan].to(torch.int32) + 1).to(torch.int16).view(dtype).float()
+    ties = ((lower.double() + upper.double()) / 2).float()
+    values = torch.cat([random_bits.to(torch.int32).view(torch.float32), ties, lower,
+                        torch.tensor([65504.0, 65519.996, 65520.0, 2.0**-24, 2.0**-25, 3 * 2.0**-26, 3.4e38, 0.0, -0.0,
+                                      float("inf"), float("-inf")])])
+    values = values[~torch.isnan(values)]
+    got = kernels.from_float(values, dtype)
+    expected = values.to(dtype)
+    nan = torch.isnan(expected)
+    assert not nan.any()  # NaN inputs were left out: a finite or infinite input never becomes NaN
+    mismatch = got != expected.view(torch.int16)
+    assert not mismatch.any(), f"{int(mismatch.sum())} mismatches, e.g. {values[mismatch][:5].tolist()}"
+
+
+@pytest.mark.parametrize("order", list(ORDERS))
+def test_a_non_finite_row_stays_in_its_row(kernels, generator, order):
+    # One block does all 9 rows (grid capped at 1), so rows share every shared-memory slot in turn: a NaN
+    # or inf in row 3 or 5 must give exactly the reference's NaNs in that row and leave the others exact.
+    for hidden in (64, 33, 1000, 4096, 20000):
+        x, weight, bias = make_inputs((9, hidden), torch.float32, generator)
+        x[3, hidden // 2] = float("nan")
+        x[5, 0] = float("inf")
+        y = torch.zeros_like(x)
+        ptrs = {"x": x.data_ptr(), "weight": weight.data_ptr(), "bias": bias.data_ptr(), "y": y.data_ptr()}
+        rc, message, _ = kernels.forward(ptrs, 9, hidden, 1e-6, torch.float32, order, 1)
+        assert rc == 0, message
+        ref = reference_norm(x, weight, bias, 1e-6)
+        assert torch.equal(torch.isnan(y), torch.isnan(ref)), hidden
+        assert torch.isnan(y[3]).all() and not torch.isnan(y[[0, 1, 2, 4, 6, 7, 8]]).any(), hidden
+        finite = ~torch.isnan(ref)
+        torch.testing.assert_close(y.double()[finite], ref[finite], **TOLERANCES[torch.float32])

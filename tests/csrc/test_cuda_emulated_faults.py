@@ -1,0 +1,150 @@
+"""Proof that the emulated kernel tests can fail: faults injected into copies
+of fused_norm_cuda.cu (tests/helpers/kernel_faults.py) must each be caught by
+the same checks test_cuda_emulated.py runs, while the unmodified kernels pass
+them; the emulator must report a deadlock and a bad shuffle mask by name; and
+AddressSanitizer must catch a vector load past a row's end.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import torch
+
+from env.build.config import core_cuda_sources
+from env.build.cuda_emulation import build_many
+from tests.helpers.emulated_kernels import (ORDERS, Case, EmulatedKernels, check_case, expected_launches,
+                                            load_emulated_kernels, one_torch_thread, plan_variants, standard_cases)
+from tests.helpers.kernel_faults import (BARRIER_IN_A_BRANCH, FAULTS, HALF_WARP_SHUFFLE_MASK,
+                                         LANE_EXITS_BEFORE_THE_REDUCTION, ROW_TAIL_OVERREAD, SHARED_SLOTS_REUSED,
+                                         Fault, FaultPatternError)
+
+pytestmark = pytest.mark.cuda_emulated
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread():
+    with one_torch_thread():
+        yield
+
+EMULATOR_CHECKS = [BARRIER_IN_A_BRANCH, LANE_EXITS_BEFORE_THE_REDUCTION, HALF_WARP_SHUFFLE_MASK, SHARED_SLOTS_REUSED]
+
+
+@pytest.fixture(scope="module")
+def kernels() -> EmulatedKernels:
+    return load_emulated_kernels()  # skips where CUDA's headers are missing
+
+
+@pytest.fixture(scope="module")
+def faulted(kernels, tmp_path_factory) -> dict[str, EmulatedKernels]:
+    """Every fault's build, compiled two at a time (cached under build/cuda_emulated/)."""
+    directory = tmp_path_factory.mktemp("faulted")
+    faults = FAULTS + EMULATOR_CHECKS
+    copies = [fault.write_copy(core_cuda_sources()[0], directory) for fault in faults]
+    return {fault.name: EmulatedKernels(lib) for fault, lib in zip(faults, build_many(copies))}
+
+
+@pytest.fixture(scope="module")
+def detection_cases() -> list[tuple[Case, object]]:
+    """The float32 cases of test_cuda_emulated.py: every variant, both paths, every operand misaligned."""
+    cases = standard_cases(torch.float32, plan_variants())
+    return list(zip(cases, expected_launches(cases)))
+
+
+def first_problem(kernels: EmulatedKernels, cases, generator, orders=tuple(ORDERS)) -> str | None:
+    for order in orders:
+        for case, expected in cases:
+            problems, _ = check_case(kernels, case, order, generator, expected)
+            if problems:
+                return problems[0]
+    return None
+
+
+@pytest.fixture(scope="module")
+def _clean_runs() -> dict:
+    return {}
+
+
+@pytest.fixture
+def clean_problems(_clean_runs, kernels, detection_cases, generator) -> list[str]:
+    """The detection cases on the unmodified kernels: run once per module, with the first test's generator."""
+    if "problems" not in _clean_runs:
+        _clean_runs["problems"] = [p for order in ORDERS for case, expected in detection_cases
+                                   for p in check_case(kernels, case, order, generator, expected)[0]]
+    return _clean_runs["problems"]
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=lambda f: f.name.replace(" ", "-"))
+def test_injected_fault_is_caught(faulted, clean_problems, detection_cases, generator, fault: Fault):
+    # The unmodified kernels pass the very same cases, so what fails below is the fault.
+    assert not clean_problems, "the unmodified kernels fail the detection cases:\n" + "\n".join(clean_problems[:10])
+    problem = first_problem(faulted[fault.name], detection_cases, generator)
+    assert problem is not None, f"fault {fault.name!r} was not caught by any emulated case"
+    assert fault.symptom in problem, problem
+
+
+def test_the_warp_ahead_order_exposes_a_race_round_robin_hides(faulted, clean_problems, detection_cases, generator):
+    # Why every case runs in two orders: with one set of shared slots per block, each thread reads its slot
+    # before any thread moves on when threads take turns, but a warp that runs ahead overwrites it.
+    assert not clean_problems, "\n".join(clean_problems[:10])
+    racy = faulted[SHARED_SLOTS_REUSED.name]
+    assert first_problem(racy, detection_cases, generator, orders=("round_robin",)) is None
+    problem = first_problem(racy, detection_cases, generator, orders=("warp_ahead",))
+    assert problem is not None and SHARED_SLOTS_REUSED.symptom in problem, problem
+
+
+def test_a_barrier_not_every_thread_reaches_is_reported(faulted, generator):
+    case = Case(torch.float32, 2, 1000)  # block_rows_kernel, 64 threads (250 vectors of 4)
+    problems, _ = check_case(faulted[BARRIER_IN_A_BRANCH.name], case, "round_robin", generator)
+    (problem,) = problems
+    # The kernel, the block and the threads that never arrive are named.
+    assert "deadlock in fused_norm::cuda_kernels::block_rows_kernel<float, 4, 4>" in problem, problem
+    assert "block (0,0,0)" in problem and "2 of 64 threads wait at __syncthreads()" in problem, problem
+    assert "thread (1,0,0) [warp 0 lane 1] waits at __shfl_xor_sync(mask=0xffffffff)" in problem, problem
+
+
+def test_a_shuffle_reading_an_exited_lane_is_reported(faulted, generator):
+    # As in CUDA, the other lanes' shuffle goes ahead without the exited lane 5, but lane 21 reads it (xor 16).
+    problems, _ = check_case(faulted[LANE_EXITS_BEFORE_THE_REDUCTION.name], Case(torch.float32, 1, 64), "warp_ahead",
+                             generator)
+    (problem,) = problems
+    assert ("__shfl_xor_sync(mask=0xffffffff): lane 21 reads lane 5, which has exited (undefined on the GPU) in "
+            "thread (21,0,0) [warp 0 lane 21] of block (0,0,0) of fused_norm::cuda_kernels::warp_rows_kernel<float, 4, 1>"
+            ) in problem, problem
+
+
+def test_a_shuffle_reading_outside_its_mask_is_reported(faulted, generator):
+    problems, _ = check_case(faulted[HALF_WARP_SHUFFLE_MASK.name], Case(torch.float32, 1, 64), "warp_ahead", generator)
+    (problem,) = problems
+    # Lanes 0-15 meet first; lane 0's xor partner 16 is outside their mask: undefined on the GPU, an error here.
+    assert "__shfl_xor_sync(mask=0x0000ffff): lane 0 reads lane 16, which is not in the mask" in problem, problem
+    assert "thread (0,0,0) [warp 0 lane 0] of block (0,0,0) of fused_norm::cuda_kernels::warp_rows_kernel<float, 4, 1>" \
+        in problem, problem
+
+
+def test_address_sanitizer_catches_a_vector_load_past_the_row_end(kernels, tmp_path):
+    copy = ROW_TAIL_OVERREAD.write_copy(core_cuda_sources()[0], tmp_path)
+    clean, overread = build_many([core_cuda_sources()[0], copy], sanitize=True)
+    # float32 rows of 33 vectors (warp kernel, 2 chunks), of 1000 vectors (block kernel) and of 4097 vectors
+    # (streaming), float16 and float64 rows of 33 vectors, a bfloat16 row on the scalar path: each buffer
+    # exactly its size.
+    problems = ["0", "5", "132", "0", "3", "4000", "0", "2", "16388", "2", "4", "264", "1", "3", "66", "3", "3", "31"]
+    ok = subprocess.run([str(clean), *problems], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.count("ok dtype") == len(problems) // 3
+    bad = subprocess.run([str(overread), *problems], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0, bad.stdout
+    assert "ERROR: AddressSanitizer: heap-buffer-overflow" in bad.stderr, bad.stderr[-3000:]
+    assert "warp_rows_kernel" in bad.stderr, bad.stderr[-3000:]  # the report's stack names the kernel
+
+
+def test_a_fault_whose_pattern_is_gone_fails_loudly():
+    # After a kernel rewrite that moves the code, the fault must not quietly build an unchanged copy.
+    source = core_cuda_sources()[0].read_text()
+    for fault in FAULTS + EMULATOR_CHECKS + [ROW_TAIL_OVERREAD]:
+        assert fault.apply(source) != source
+    with pytest.raises(FaultPatternError, match="block barrier removed.*matches 0 times"):
+        FAULTS[0].apply(source.replace("__syncthreads();", "__syncthreads_count(1);"))
+    with pytest.raises(FaultPatternError, match="matches 2 times"):
+        FAULTS[0].apply(source + "\n// __syncthreads();\n")

@@ -1,0 +1,289 @@
+"""The CUDA kernels run in the SIMT emulator (csrc/emu), driven from Python.
+
+``check_case`` runs one problem through ``fused_norm::cuda_forward`` exactly as
+an adapter would, on buffers with random guard bytes on both sides, the output
+poisoned with all-ones bytes (NaN in every dtype) and each operand placed on
+or one element off a 16-byte boundary, and returns every problem it finds:
+launch errors (with the emulator's message), a kernel other than the one the
+launch plan picks, unwritten outputs, touched guards or inputs, and values
+outside the dtype's tolerance against the float64 reference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from env.build.cuda import short_kernel_name
+from tests.helpers.cuda_variants import KERNEL_TYPES, build_probe, plans, read_variants
+from tests.helpers.op_reference import TOLERANCES, make_inputs, reference_norm
+
+DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
+DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+ORDERS = {"round_robin": 0, "warp_ahead": 1}  # simt::Order
+OPERANDS = ("x", "weight", "bias", "y")
+VECTOR_BYTES = 16
+GUARD_BYTES = 64
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: str  # short name, e.g. "warp_rows_kernel<float, 4, 2>"
+    grid: int  # gridDim.x as launched
+    grid_run: int  # gridDim.x the emulator ran (after the test's cap)
+    threads: int  # blockDim.x
+
+
+class EmulatedKernels:
+    """ctypes view of a library built by env.build.cuda_emulation.build_emulated_kernels."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        lib = ctypes.CDLL(str(path))
+        lib.fused_norm_emulated_forward.argtypes = [ctypes.c_void_p] * 4 + [
+            ctypes.c_int64, ctypes.c_int64, ctypes.c_double, ctypes.c_int]
+        lib.fused_norm_emulated_forward.restype = ctypes.c_int
+        lib.simt_set_order.argtypes = [ctypes.c_int]
+        lib.simt_set_max_grid_x.argtypes = [ctypes.c_int64]
+        lib.simt_last_error_message.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        lib.simt_last_error_message.restype = ctypes.c_size_t
+        lib.simt_launch_count.restype = ctypes.c_int
+        lib.simt_launch_info.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t] + [
+            ctypes.POINTER(ctypes.c_int64)] * 3
+        for name in ("fused_norm_emulated_to_float", "fused_norm_emulated_from_float"):
+            getattr(lib, name).argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+        self.lib = lib
+
+    def to_float(self, bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The kernels' 16-bit -> float conversion of ``bits`` (int16 patterns of ``dtype``)."""
+        out = torch.empty(bits.shape, dtype=torch.float32)
+        assert self.lib.fused_norm_emulated_to_float(DTYPE_CODES[dtype], bits.data_ptr(), out.data_ptr(),
+                                                     bits.numel()) == 0
+        return out
+
+    def from_float(self, values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The kernels' float -> 16-bit conversion, as int16 bit patterns."""
+        out = torch.empty(values.shape, dtype=torch.int16)
+        assert self.lib.fused_norm_emulated_from_float(DTYPE_CODES[dtype], values.data_ptr(), out.data_ptr(),
+                                                       values.numel()) == 0
+        return out
+
+    def forward(self, ptrs: dict[str, int], rows: int, hidden: int, eps: float, dtype: torch.dtype,
+                order: str, max_grid: int) -> tuple[int, str, list[Launch]]:
+        """Run cuda_forward; returns (its return code, the emulator's error message, the launches)."""
+        lib = self.lib
+        lib.simt_set_order(ORDERS[order])
+        lib.simt_set_max_grid_x(max_grid)
+        lib.simt_clear_launches()
+        rc = lib.fused_norm_emulated_forward(ptrs["x"], ptrs["weight"], ptrs["bias"], ptrs["y"], rows, hidden, eps,
+                                             DTYPE_CODES[dtype])
+        message = ctypes.create_string_buffer(4096)
+        lib.simt_last_error_message(message, len(message))
+        launches = []
+        for i in range(lib.simt_launch_count()):
+            name = ctypes.create_string_buffer(1024)
+            grid, grid_run, threads = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
+            lib.simt_launch_info(i, name, len(name), ctypes.byref(grid), ctypes.byref(grid_run), ctypes.byref(threads))
+            launches.append(Launch(short_kernel_name(name.value.decode()), grid.value, grid_run.value, threads.value))
+        return rc, message.value.decode(), launches
+
+
+@functools.lru_cache(maxsize=None)
+def load_emulated_kernels(kernel_source: Path | None = None) -> EmulatedKernels:
+    """Build (cached on disk) and load the emulated kernels; skips the test where CUDA's headers are missing."""
+    from env.build.cuda_emulation import EmulationBuildError, build_emulated_kernels, cuda_headers
+
+    try:
+        cuda_headers()
+    except EmulationBuildError as error:
+        pytest.skip(str(error))
+    return EmulatedKernels(build_emulated_kernels(kernel_source))
+
+
+@contextlib.contextmanager
+def one_torch_thread():
+    """torch on one thread while cases run: each case is a few small tensor operations, for which
+    intra-op threads only add wake-ups (10x slower on a busy 2-core machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+# --- cases and the plan they must take ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    dtype: torch.dtype
+    rows: int
+    hidden: int
+    misaligned: str | None = None  # operand that starts `offset` bytes past a 16-byte boundary
+    max_grid: int = 0  # cap on gridDim.x, so grid-stride loops run more than once (0: none)
+    offset: int = 0  # bytes; 0 with `misaligned` set: one element
+
+    def phase(self, operand: str) -> int:
+        """Bytes past a 16-byte boundary at which ``operand`` starts."""
+        if operand != self.misaligned:
+            return 0
+        return self.offset or element_bytes(self.dtype)
+
+    def alignment(self) -> int:
+        """The largest power of two (up to 16) dividing every operand's address."""
+        phase = self.phase(self.misaligned) if self.misaligned else 0
+        return VECTOR_BYTES if phase == 0 else phase & -phase
+
+    def __str__(self) -> str:
+        where = f", {self.misaligned} {self.phase(self.misaligned)} B off alignment" if self.misaligned else ""
+        cap = f", grid capped at {self.max_grid}" if self.max_grid else ""
+        return f"{DTYPE_NAMES[self.dtype]} {self.rows}x{self.hidden}{where}{cap}"
+
+
+def element_bytes(dtype: torch.dtype) -> int:
+    return KERNEL_TYPES[DTYPE_NAMES[dtype]][1]
+
+
+@functools.lru_cache(maxsize=1)
+def plan_probe() -> Path:
+    import tempfile
+
+    return build_probe(Path(tempfile.mkdtemp(prefix="cuda_plan_probe_")))
+
+
+@functools.lru_cache(maxsize=1)
+def plan_variants() -> dict:
+    """The launch plan's table of variants (tests/helpers/cuda_variants.read_variants)."""
+    return read_variants(plan_probe())
+
+
+def expected_launches(cases: list[Case]) -> list[Launch]:
+    """The launch make_plan() chooses for each case (name as the emulator reports it)."""
+    # The plan's last input: the operands' common alignment in bytes where the plan knows vector widths
+    # below 16 bytes (the probe lists them), else whether every operand is 16-byte aligned.
+    by_bytes = "vector_widths" in plan_variants()
+    rows = [(c.rows, c.hidden, element_bytes(c.dtype), c.alignment() if by_bytes else int(c.alignment() == 16))
+            for c in cases]
+    out = []
+    for case, p in zip(cases, plans(plan_probe(), rows)):
+        type_name = KERNEL_TYPES[DTYPE_NAMES[case.dtype]][0]
+        args = [type_name, str(p["vec"])] + ([str(p["chunks"])] if p["kernel"] != "streaming_rows_kernel" else [])
+        grid_run = min(p["blocks"], case.max_grid) if case.max_grid else p["blocks"]
+        out.append(Launch(f"{p['kernel']}<{', '.join(args)}>", p["blocks"], grid_run, p["threads"]))
+    return out
+
+
+# --- buffers with guards --------------------------------------------------------------------------
+
+
+class GuardedBuffer:
+    """``numel`` elements of ``dtype`` between two random guard regions, starting ``phase`` bytes past a
+    16-byte boundary."""
+
+    def __init__(self, numel: int, dtype: torch.dtype, phase: int, generator: torch.Generator):
+        esize = torch.empty((), dtype=dtype).element_size()
+        self.nbytes = numel * esize
+        self.raw = torch.randint(0, 256, (GUARD_BYTES + VECTOR_BYTES + self.nbytes + GUARD_BYTES,), dtype=torch.uint8,
+                                 generator=generator)
+        start = GUARD_BYTES + (phase - self.raw.data_ptr() - GUARD_BYTES) % VECTOR_BYTES
+        assert start % esize == 0, "torch's allocation is not aligned to the element size"
+        self.start = start
+        self.data = self.raw[start:start + self.nbytes].view(dtype)
+        assert self.data.data_ptr() % VECTOR_BYTES == phase
+        self.guards_before = self.guards()
+
+    def guards(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.raw[:self.start].clone(), self.raw[self.start + self.nbytes:].clone()
+
+    def guards_intact(self) -> bool:
+        return all(torch.equal(a, b) for a, b in zip(self.guards(), self.guards_before))
+
+
+def check_case(kernels: EmulatedKernels, case: Case, order: str, generator: torch.Generator,
+               expected: Launch | None = None) -> tuple[list[str], Launch | None]:
+    """Run ``case``; return (the problems found, the launch the emulator ran)."""
+    x, weight, bias = make_inputs((case.rows, case.hidden), case.dtype, generator)
+    eps = float(torch.empty(()).uniform_(1e-6, 1e-4, generator=generator))
+    buffers = {}
+    for name, value in (("x", x), ("weight", weight), ("bias", bias), ("y", None)):
+        numel = case.rows * case.hidden if name in ("x", "y") else case.hidden
+        buffers[name] = GuardedBuffer(numel, case.dtype, case.phase(name), generator)
+        if value is not None:
+            buffers[name].data.copy_(value.reshape(-1))
+    buffers["y"].data.view(torch.uint8).fill_(0xFF)  # NaN in all four dtypes: every element must be written
+
+    rc, message, launches = kernels.forward({k: b.data.data_ptr() for k, b in buffers.items()}, case.rows,
+                                            case.hidden, eps, case.dtype, order, case.max_grid)
+    label = f"{case} [{order}]"
+    if rc != 0:
+        return [f"{label}: cuda_forward returned {rc}: {message or 'no emulator message'}"], None
+    problems = []
+    launch = launches[0] if len(launches) == 1 else None
+    if launch is None:
+        problems.append(f"{label}: {len(launches)} launches instead of 1: {launches}")
+    elif expected is not None and launch != expected:
+        problems.append(f"{label}: ran {launch}, the plan says {expected}")
+    for name, buffer in buffers.items():
+        if not buffer.guards_intact():
+            problems.append(f"{label}: bytes around {name} were overwritten")
+    for name, value in (("x", x), ("weight", weight), ("bias", bias)):
+        if not torch.equal(buffers[name].data.view(torch.uint8), value.reshape(-1).view(torch.uint8)):
+            problems.append(f"{label}: input {name} was modified")
+    y = buffers["y"].data.reshape(case.rows, case.hidden)
+    unwritten = torch.isnan(y)
+    if unwritten.any():
+        first = unwritten.nonzero()[0].tolist()
+        problems.append(f"{label}: {int(unwritten.sum())} output elements never written, first at (row, col) {first}")
+    tol = TOLERANCES[case.dtype]
+    ref = reference_norm(x, weight, bias, eps)
+    bad = ~((y.double() - ref).abs() <= tol["atol"] + tol["rtol"] * ref.abs()) & ~unwritten
+    if bad.any():
+        r, c = bad.nonzero()[0].tolist()
+        problems.append(f"{label}: {int(bad.sum())} elements outside rtol={tol['rtol']:g} atol={tol['atol']:g}, "
+                        f"first at ({r}, {c}): {float(y[r, c])} vs reference {float(ref[r, c])}")
+    return problems, launch
+
+
+def plan_thresholds(variants: dict) -> list[int]:
+    """Vectors per row at which make_plan() changes kernel, chunks or block size (the last value of each range)."""
+    warp = [32 * c for c in variants["warp_rows_kernel"]]
+    (chunks,) = variants["block_rows_kernel"]
+    smallest_block = 64 * chunks  # 64-thread minimum
+    return sorted(set(warp + [smallest_block, smallest_block + 32 * chunks, variants["max_threads"] * chunks]))
+
+
+def standard_cases(dtype: torch.dtype, variants: dict) -> list[Case]:
+    """Row lengths that hit every branch, for every vector width, with rows sharing blocks.
+
+    Per width (16, 8 and 4 bytes, and one element): the row lengths, in whole
+    vectors, on both sides of every plan threshold, with one operand placed
+    so that the width is the widest every pointer allows; plus the fixed
+    short lengths on aligned and on one-element-off pointers, and one
+    streaming-size row per width.
+    """
+    esize = element_bytes(dtype)
+    widths = sorted({w for w in (VECTOR_BYTES, 8, 4, esize) if w >= esize}, reverse=True)
+    streaming = variants["max_threads"] * variants["block_rows_kernel"][0] + 1  # vectors
+    layouts: list[tuple[int, int]] = []  # (hidden, offset of the misaligned operand; 0: all aligned)
+    for width in widths:
+        vec, offset = width // esize, (0 if width == VECTOR_BYTES else width)
+        for t in plan_thresholds(variants):
+            layouts += [((t + d) * vec, offset) for d in (-1, 0, 1)]
+        layouts.append((streaming * vec, offset))
+    layouts += [(h, o) for h in (1, 7, 31, 32, 33, 127, 128, 129) for o in (0, esize)]
+    cases = []
+    for i, (hidden, offset) in enumerate(layouts):
+        # 9 rows: warp kernels share blocks (4 rows each, the last block part-filled); every other case caps
+        # the grid at 2 blocks so that every kernel's grid-stride loop runs several rows per block (the
+        # streaming-size rows at 1 block, to keep them cheap).
+        rows, cap = (2, 1) if hidden >= streaming else (9, 2 * (i % 2))
+        operand = OPERANDS[i % len(OPERANDS)] if offset else None
+        cases.append(Case(dtype, rows, hidden, operand, cap, offset))
+    return cases
