@@ -194,9 +194,27 @@ def _docker(command: list[str]) -> None:
         raise Exit(f"docker: `{' '.join(command[:2])}` failed (exit {code}) - see its output above", code=code)
 
 
+@task(
+    pre=[build],
+    help={
+        "quick": "CI form: 0.25 s per configuration in one round (default 1.5 s over 3 rounds)",
+        "duration": "seconds of load per configuration, a number > 0 (overrides --quick's)",
+        "out": "report folder (default <repo>/reports; FUSEDBENCH_REPORTS_DIR overrides the default)",
+        "models": "folder for the exported model files, reused by later runs of the same model (default: temporary)",
+    },
+)
+@cli.fails_with(ValueError, *_EXPORT_ERRORS, "ops._library:LibraryNotBuiltError", "ops.ort.pool:SessionCreationError")
+def serve_bench(c, quick=False, duration="", out="", models=""):
+    """Serve the exported model to concurrent clients: req/s, P50-P99, mismatches; sessions x threads x clients sweep."""
+    from bench.serve.run import main, options_from_cli
+
+    if code := main(options_from_cli(quick=quick, duration=duration, out=out, models=models)):
+        raise Exit("serve-bench: interrupted, or a configuration failed or mismatched (listed above) - see the summary", code=code)
+
+
 # --- namespace: one add_task line per task ---------------------------------------------
 ns = Collection()
-for _task in (build, toolchain, test, bench, compare, export, align):
+for _task in (build, toolchain, test, bench, compare, export, align, serve_bench):
     ns.add_task(_task)
 ns.add_collection(Collection("env", env_check, env_lock))
 ns.add_collection(Collection("docker", docker_build, docker_run))

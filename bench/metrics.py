@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from bench import machine
-from bench.report import SCHEMA_VERSION
+from bench.report import NOT_SERVING, SCHEMA_VERSION
 from bench.timing import Timing, summarize
 from bench.workloads import dtype_name, shape_label
 
@@ -66,6 +66,7 @@ def measurement_row(
         **env,
         "other_cpu_share": machine.other_cpu_share(timing.other_cpu_s, timing.wall_s),
         "note": note,
+        **NOT_SERVING,
     }
 
 

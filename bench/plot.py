@@ -54,8 +54,9 @@ def _style(baseline: str, variant: str) -> dict:
 def write_plot(frame: pd.DataFrame, path: Path) -> Path:
     op = frame[frame.workload.isin(["op", "limit"]) & (frame.baseline != "dispatch")].copy()
     model = frame[frame.workload == "model"]
+    serve = frame[frame.workload == "serve"]
     op["x_bytes"] = _size_bytes(op)
-    panels = 3 if len(model) else 2
+    panels = 2 + bool(len(model)) + bool(len(serve))
     fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 5), constrained_layout=True)
     latency, bandwidth = axes[0], axes[1]
     for (baseline, variant, dtype), rows in op.groupby(["baseline", "variant", "dtype"], sort=False):
@@ -85,6 +86,10 @@ def write_plot(frame: pd.DataFrame, path: Path) -> Path:
         ax.set_xlabel("median per forward (µs); bars: IQR")
         ax.set_title("model level")
         ax.invert_yaxis()
+    if len(serve):
+        from bench.serve.plot import serve_panel
+
+        serve_panel(axes[-1], serve)
     threads = frame.threads.iloc[0] if len(frame) else "?"
     fig.suptitle(f"fusedbench {frame.timestamp_utc.iloc[0]} - {frame.cpu_model.iloc[0]}, {threads} threads", fontsize=10)
     with atomic_path(path) as tmp:

@@ -18,8 +18,8 @@ import pandas as pd
 from env.files import atomic_path
 
 # Bump on any change of COLUMNS: compare refuses to join reports of different versions.
-# 2: cpu_allocator column.
-SCHEMA_VERSION = 2
+# 2: cpu_allocator column. 3: serving columns (clients ... errors).
+SCHEMA_VERSION = 3
 
 # (column, pandas dtype, meaning) - field order = column order. The one declaration
 # of the format: writing, reading, validation and the tests all use this table.
@@ -62,9 +62,24 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("cpu_allocator", "string", "thp when THP_MEM_ALLOC_ENABLE=1 (torch madvises huge pages), else default"),
     ("other_cpu_share", "float64", "share of all cores other processes used while timing (all rounds; NaN if < 0.1 s)"),
     ("note", "string", "what else a reader needs (fused ORT nodes, compile mode, ...)"),
+    # Serving rows (workload "serve", bench/serve): one row per configuration, samples = per-request latency.
+    ("clients", "Int64", "serve: concurrent client threads; empty for other workloads"),
+    ("sessions", "Int64", "serve: ORT sessions (or torch model copies) the clients share"),
+    ("intra_op_threads", "Int64", "serve: intra-op threads per session (torch: torch.get_num_threads())"),
+    ("inter_op_threads", "Int64", "serve: ORT inter-op threads per session (sequential execution)"),
+    ("allow_spinning", "string", "serve: ORT session.intra_op.allow_spinning (1 spin, 0 sleep); '-' for torch"),
+    ("physical_cores", "Int64", "serve: physical cores this process may run on (from the CPU topology)"),
+    ("requests", "Int64", "serve: requests answered in the timed window"),
+    ("requests_per_s", "float64", "serve: throughput, answered requests / timed window"),
+    ("max_us", "float64", "serve: slowest request's latency"),
+    ("mismatches", "Int64", "serve: responses that differ from the reference for their input (must be 0)"),
+    ("errors", "Int64", "serve: requests that raised"),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in COLUMNS)
 KEY_COLUMNS: tuple[str, ...] = ("workload", "shape", "dtype", "baseline", "variant")
+SERVE_COLUMNS: tuple[str, ...] = COLUMN_NAMES[COLUMN_NAMES.index("clients") :]
+# What a row of any other workload holds in the serving columns.
+NOT_SERVING: dict[str, object] = {name: pd.NA for name in SERVE_COLUMNS}
 
 SAMPLES_SUFFIX = ".samples.npz"
 

@@ -62,6 +62,10 @@ class OrtConfig:
     instances: int = 1  # sessions the process runs concurrently
     register_custom_ops: bool = True  # load ops.ort_library_path() (domain myops)
     optimized_model_path: str | os.PathLike | None = None  # ORT writes its optimised graph here
+    # session.intra_op.allow_spinning: None = spin unless instances > 1 (see session_options).
+    allow_spinning: bool | None = None
+    # Permit instances x threads > physical cores: only to measure what oversubscription costs.
+    oversubscribe: bool = False
 
 
 def physical_cores() -> int:
@@ -88,13 +92,18 @@ def intra_op_threads(config: OrtConfig) -> int:
     threads = config.threads if config.threads is not None else max(1, cores // config.instances)
     if threads < 1:
         raise ValueError(f"threads must be >= 1 (or None for automatic), got {threads}")
-    if config.instances * threads > cores:
+    if config.instances * threads > cores and not config.oversubscribe:
         raise ValueError(
             f"{config.instances} instance(s) x {threads} thread(s) = {config.instances * threads} threads exceeds "
             f"the {cores} physical cores of this process; lower threads or instances (threads=None picks "
             f"{max(1, cores // config.instances)})"
         )
     return threads
+
+
+def spinning_allowed(config: OrtConfig) -> bool:
+    """The session.intra_op.allow_spinning value ``config`` gives (ORT's default is to spin)."""
+    return config.allow_spinning if config.allow_spinning is not None else config.instances == 1
 
 
 def session_options(config: OrtConfig) -> ort.SessionOptions:
@@ -106,7 +115,7 @@ def session_options(config: OrtConfig) -> ort.SessionOptions:
     options.intra_op_num_threads = intra_op_threads(config)
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    if config.instances > 1:
+    if spinning_allowed(config) is False:
         # Idle pool threads spin for a while waiting for work; with several
         # sessions sharing the cores that spinning steals them from the others.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -250,4 +259,5 @@ __all__ = [
     "intra_op_threads",
     "physical_cores",
     "session_options",
+    "spinning_allowed",
 ]

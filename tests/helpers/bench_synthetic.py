@@ -10,7 +10,7 @@ import numpy as np
 from bench.report import COLUMNS, KEY_COLUMNS, SCHEMA_VERSION, RowSamples, to_frame, write_report
 from bench.timing import summarize
 
-_DEFAULTS = {"string": "synthetic", "int64": 1, "float64": math.nan}
+_DEFAULTS = {"string": "synthetic", "int64": 1, "Int64": 1, "float64": math.nan}
 
 
 def make_key(shape: str = "8x128x1024", baseline: str = "fused", variant: str = "call", workload: str = "op") -> tuple[str, ...]:

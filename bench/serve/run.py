@@ -1,0 +1,167 @@
+"""``invoke serve-bench``: serve the model to concurrent clients; write the report rows; print the summary.
+
+Order: export the model by each route (or reuse the files of an earlier run
+for the same model), build the bank of inputs and references, then for each
+configuration (bench/serve/configs.py): create what serves it, warm every
+client up, run the clients for the time budget, check every response. Each
+configuration becomes one report row (workload ``serve``) whose samples are
+the per-request latencies.
+
+SIGINT and SIGTERM stop the run within about a second: clients finish the
+request in hand, nothing is written (the report files are only ever written
+whole, at the end) and the exit code is 130 (SIGINT) or 143 (SIGTERM).
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from rich.console import Console
+
+from bench import metrics
+from bench.environment import environment_columns, utc_timestamp
+from bench.report import ReportPaths, RowSamples, to_frame, write_report
+from bench.run import _unique_csv, reports_dir
+from bench.serve.configs import ServeConfig, plan
+from bench.serve.engines import serve
+from bench.serve.load import LoadResult, Stopped, drive
+from bench.serve.models import Bank, ServedModel, export_routes, make_bank
+from bench.timing import Timing, timer_resolution_ns
+from ops.ort.session import physical_cores
+
+# Seconds of load per configuration.
+DURATION_S = {"full": 1.0, "quick": 0.25}
+WARMUP_REQUESTS = 20  # per client, before the window
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM arrived; ``code`` is the conventional exit status."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.code = 128 + signum
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    quick: bool = False
+    duration_s: float | None = None  # per configuration; default DURATION_S
+    out_dir: Path | None = None
+    models_dir: Path | None = None  # reuse exported files here (default: a temporary folder)
+    model: ServedModel = ServedModel()
+    configs: tuple[ServeConfig, ...] | None = None  # override the plan (tests)
+    warmup: int = WARMUP_REQUESTS
+    bank_size: int = 64
+
+
+@dataclass
+class ServeOutcome:
+    paths: ReportPaths | None
+    frame: object
+    cores: int
+    failures: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def run_serve_bench(options: ServeOptions, console: Console, stop: threading.Event | None = None) -> ServeOutcome:
+    started = time.perf_counter()
+    stop = stop or threading.Event()
+    cores = physical_cores()
+    configs = list(options.configs or plan(cores))
+    duration = options.duration_s or DURATION_S["quick" if options.quick else "full"]
+    timestamp = utc_timestamp()
+    env = environment_columns(max(c.threads for c in configs), "cpu", timestamp)
+    resolution_ns = timer_resolution_ns()
+    with tempfile.TemporaryDirectory(prefix="fusedbench-serve-") as tmp:
+        models_dir = Path(options.models_dir or tmp)
+        console.print(f"[bold]serve-bench[/]: model {options.model.shape} (d_model {options.model.d_model}, "
+                      f"{options.model.layers} layers), {len(configs)} configurations x {duration:g} s, "
+                      f"{cores} physical cores; exporting to {models_dir}")
+        files = export_routes(options.model, models_dir)
+        bank = make_bank(options.model, options.bank_size)
+        rows, samples, failures = [], {}, []
+        console.print("sweep started", highlight=False)
+        for i, config in enumerate(configs):
+            if stop.is_set():
+                raise Stopped("stopped")
+            console.print(f"  [{i + 1}/{len(configs)}] {config.baseline}/{config.variant}", highlight=False)
+            try:
+                row, result = _measure(config, options, files, bank, duration, stop, cores, env, resolution_ns)
+            except (Stopped, Interrupted, KeyboardInterrupt):
+                raise
+            except Exception as error:  # one configuration that cannot run must not hide the others
+                failures.append(f"{config.baseline}/{config.variant}: {type(error).__name__}: {error}")
+                continue
+            if result.errors or result.mismatches:
+                failures.append(f"{config.baseline}/{config.variant}: {result.mismatches} mismatches, {result.errors} errors "
+                                f"({'; '.join(result.error_messages) or 'responses differ from their references'})")
+            rows.append(row)
+            samples[tuple(str(row[c]) for c in ("workload", "shape", "dtype", "baseline", "variant"))] = RowSamples.single_round(result.latencies_us)
+    if not rows:
+        return ServeOutcome(None, None, cores, failures or ["nothing was measured"], time.perf_counter() - started)
+    frame = to_frame(rows)
+    paths = write_report(_unique_csv(reports_dir(options.out_dir), timestamp, str(env["host"])), frame, samples)
+    from bench.plot import write_plot
+
+    write_plot(frame, paths.plot)
+    return ServeOutcome(paths, frame, cores, failures, time.perf_counter() - started)
+
+
+def _measure(config: ServeConfig, options: ServeOptions, files, bank: Bank, duration: float, stop, cores: int, env: dict,
+             resolution_ns: float) -> tuple[dict, LoadResult]:
+    setup_started = time.perf_counter()
+    with serve(config, options.model, files) as served:
+        setup_s = time.perf_counter() - setup_started
+        result = drive(served.call, bank, config.clients, duration_s=duration, warmup=options.warmup, stop=stop)
+    if result.requests == 0:
+        raise RuntimeError(f"no request answered in {duration:g} s ({result.errors} errors: {'; '.join(result.error_messages)})")
+    case = metrics.CaseInfo("serve", options.model.shape, torch.float32, math.nan)
+    timing = Timing(result.latencies_us, 1, options.warmup * config.clients, result.other_cpu_s, result.wall_s)
+    row = metrics.measurement_row(case, config.baseline, config.variant, served.note, timing, setup_s, resolution_ns,
+                                  {**env, "threads": config.threads})
+    row.update(
+        clients=config.clients,
+        sessions=config.sessions,
+        intra_op_threads=config.threads,
+        inter_op_threads=served.inter_op_threads,
+        allow_spinning=served.allow_spinning,
+        physical_cores=cores,
+        requests=result.requests,
+        requests_per_s=result.requests_per_s,
+        max_us=float(result.latencies_us.max()),
+        mismatches=result.mismatches,
+        errors=result.errors,
+    )
+    return row, result
+
+
+def main(options: ServeOptions) -> int:
+    """Run with SIGINT/SIGTERM turned into a prompt stop; print the summary; return the exit code."""
+    from bench.serve.summary import print_serve_summary
+
+    console = Console(width=None if Console().is_terminal else 200)
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        stop.set()
+        raise Interrupted(signum)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        outcome = run_serve_bench(options, console, stop)
+    except (Interrupted, Stopped, KeyboardInterrupt) as error:
+        code = error.code if isinstance(error, Interrupted) else 130
+        console.print(f"[red]serve-bench {error}[/]: no report written")
+        return code
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    print_serve_summary(outcome, console)
+    return 1 if outcome.failures else 0
