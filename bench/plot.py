@@ -75,7 +75,8 @@ def write_plot(frame: pd.DataFrame, path: Path) -> Path:
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
-    latency.legend(fontsize=7)
+    if len(op):  # a serving-only report has no op rows
+        latency.legend(fontsize=7)
     if len(model):
         ax = axes[2]
         labels = [f"{r.shape} {r.baseline}/{r.variant}" for r in model.itertuples()]

@@ -9,13 +9,16 @@ the per-request latencies.
 
 SIGINT and SIGTERM stop the run within about a second: clients finish the
 request in hand, nothing is written (the report files are only ever written
-whole, at the end) and the exit code is 130 (SIGINT) or 143 (SIGTERM).
+whole, at the end) and the process exits at once with 130 (SIGINT) or 143
+(SIGTERM).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -159,7 +162,11 @@ def main(options: ServeOptions) -> int:
     except (Interrupted, Stopped, KeyboardInterrupt) as error:
         code = error.code if isinstance(error, Interrupted) else 130
         console.print(f"[red]serve-bench {error}[/]: no report written")
-        return code
+        # Nothing is left to write, and the interpreter's own shutdown (torch,
+        # ORT's thread pools) takes seconds here: end the process now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

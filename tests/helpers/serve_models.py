@@ -1,0 +1,15 @@
+"""A small served model, exported once per test session by every route (shared by the serving tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.serve.models import ServedModel, export_routes
+
+# Small enough that 10,000 requests take seconds: the tests check correctness under load, not speed.
+SMALL = ServedModel(d_model=32, heads=2, layers=1, batch=1, seq=8)
+
+
+def small_model_files(tmp_path_factory) -> dict[str, Path]:
+    """route -> ONNX file of SMALL; exported on first use, reused by every later test in the session."""
+    return export_routes(SMALL, tmp_path_factory.getbasetemp() / "served-small")
