@@ -212,9 +212,19 @@ def serve_bench(c, quick=False, duration="", out="", models=""):
         raise Exit("serve-bench: interrupted, or a configuration failed or mismatched (listed above) - see the summary", code=code)
 
 
+@task(pre=[build], help={"folder": "the dump folder (session config myops.fused_norm.dump_dir / FUSEDBENCH_ORT_DUMP_DIR)"})
+@cli.fails_with("ops.ort.dump_replay:DumpError", "ops._library:LibraryNotBuiltError")
+def dump_replay(c, folder):
+    """Replay a debug dump of the ORT custom op through the PyTorch op; report elementwise differences."""
+    from ops.ort.dump_replay import print_replay, replay
+
+    if disagree := print_replay(replay(folder)):
+        raise Exit(f"dump-replay: {disagree} call(s) disagree with the PyTorch op - the first listed is where to look", code=1)
+
+
 # --- namespace: one add_task line per task ---------------------------------------------
 ns = Collection()
-for _task in (build, toolchain, test, bench, compare, export, align, serve_bench):
+for _task in (build, toolchain, test, bench, compare, export, align, serve_bench, dump_replay):
     ns.add_task(_task)
 ns.add_collection(Collection("env", env_check, env_lock))
 ns.add_collection(Collection("docker", docker_build, docker_run))

@@ -26,6 +26,7 @@
 #include <onnxruntime_cxx_api.h>
 
 #include "core/fused_norm.h"
+#include "ort_debug_dump.h"
 
 namespace fused_norm_ort {
 
@@ -56,7 +57,7 @@ OrtStatusPtr StatusFromCurrentException() noexcept;
 template <typename Backend>
 class NormKernel {
  public:
-  explicit NormKernel(float epsilon) : epsilon_(epsilon) {}
+  NormKernel(float epsilon, std::unique_ptr<DebugDump> dump) : epsilon_(epsilon), dump_(std::move(dump)) {}
 
   OrtStatusPtr ComputeV2(OrtKernelContext* raw_context) noexcept {
     try {
@@ -65,7 +66,9 @@ class NormKernel {
       Ort::Status status = PrepareNormCall(context, epsilon_, problem);
       if (!status.IsOK()) return status.release();
       if (problem.rows == 0 || problem.hidden == 0) return nullptr;  // empty Y: nothing to write
-      return Backend::Run(context, problem).release();
+      Ort::Status run = Backend::Run(context, problem);
+      if (dump_ && run.IsOK()) dump_->Write(context, problem);  // null unless a debug dump was asked for
+      return run.release();
     } catch (...) {
       return StatusFromCurrentException();
     }
@@ -73,6 +76,7 @@ class NormKernel {
 
  private:
   float epsilon_;
+  std::unique_ptr<DebugDump> dump_;
 };
 
 template <typename Backend>
@@ -109,7 +113,7 @@ struct NormOp : Ort::CustomOpBase<NormOp<Backend>, NormKernel<Backend>, /*WithSt
     try {
       float epsilon = 0.0f;
       if (OrtStatusPtr status = ReadEpsilon(info, &epsilon)) return status;
-      *kernel = new NormKernel<Backend>(epsilon);
+      *kernel = new NormKernel<Backend>(epsilon, DebugDump::ForKernel(info, Backend::kExecutionProvider));
       return nullptr;
     } catch (...) {
       return StatusFromCurrentException();

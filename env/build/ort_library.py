@@ -48,7 +48,7 @@ def _ort_dir() -> Path:
 def common_sources() -> list[Path]:
     """Sources of every build: entry point, shared op, CPU adapter, CPU core."""
     ort = _ort_dir()
-    return [ort / "ort_library.cc", ort / "ort_norm_op.cc", ort / "ort_cpu_op.cc", *core_cpu_sources()]
+    return [ort / "ort_library.cc", ort / "ort_norm_op.cc", ort / "ort_cpu_op.cc", ort / "ort_debug_dump.cc", *core_cpu_sources()]
 
 
 def cuda_sources() -> list[Path]:

@@ -1,0 +1,122 @@
+"""Replay a debug dump of the ORT custom op through the PyTorch op and report the elementwise differences.
+
+The ORT library writes one folder per call when its debug dump is on (see
+csrc/ort/ort_debug_dump.h: session config entry ``myops.fused_norm.dump_dir``
+or ``FUSEDBENCH_ORT_DUMP_DIR``):
+
+    DUMP/<node>__p<pid>k<kernel>/call-000001/{x,weight,bias,y,epsilon}.npy + meta.json
+
+Each call's x, weight, bias and epsilon go through ``torch.ops.myops.fused_norm``
+and ORT's y is compared with its result. Both sides run the same kernel core,
+so they should agree to the dtype's tolerance (torch.testing.assert_close's
+defaults); the first call that does not is where a deployed graph went wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+# torch.testing.assert_close's default (rtol, atol) per dtype.
+TOLERANCES = {
+    "float64": (1e-7, 1e-7),
+    "float32": (1.3e-6, 1e-5),
+    "float16": (1e-3, 1e-5),
+    "bfloat16": (1.6e-2, 1e-5),
+}
+
+
+class DumpError(ValueError):
+    """The folder is not a debug dump (or a call in it is incomplete); the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class CallReplay:
+    node: str
+    call: int
+    dtype: str
+    shape: tuple[int, ...]
+    epsilon: float
+    max_abs: float
+    max_rel: float
+    outside: int  # elements outside rtol/atol (NaN only where both are NaN counts as equal)
+    elements: int
+
+    @property
+    def agrees(self) -> bool:
+        return self.outside == 0
+
+
+def _load(folder: Path, name: str, dtype: str) -> torch.Tensor:
+    array = np.load(folder / f"{name}.npy", allow_pickle=False)
+    if dtype == "bfloat16":
+        return torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(array.copy())
+
+
+def call_folders(dump: Path) -> list[Path]:
+    """Every complete call folder, ordered by node folder then call number."""
+    dump = Path(dump)
+    if not dump.is_dir():
+        raise DumpError(f"{dump}: no such folder - pass the folder given as myops.fused_norm.dump_dir / FUSEDBENCH_ORT_DUMP_DIR")
+    calls = sorted(p.parent for p in dump.glob("*/call-*/meta.json"))
+    if not calls:
+        raise DumpError(f"{dump}: holds no dumped calls (<node>/call-NNNNNN/meta.json); was the dump on when the session was created?")
+    return calls
+
+
+def replay_call(folder: Path) -> CallReplay:
+    import ops  # noqa: F401  (loads torch.ops.myops)
+
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+        dtype = meta["dtype"]
+        x, weight, bias, y = (_load(folder, n, dtype) for n in ("x", "weight", "bias", "y"))
+        epsilon = float(np.load(folder / "epsilon.npy"))
+    except (OSError, KeyError, ValueError) as error:
+        raise DumpError(f"{folder}: not a complete dumped call ({error})") from error
+    if dtype not in TOLERANCES:
+        raise DumpError(f"{folder}: dtype {dtype!r} is not one the op supports ({', '.join(TOLERANCES)})")
+    expected = torch.ops.myops.fused_norm(x, weight, bias, epsilon)
+    got, want = y.double(), expected.double()
+    rtol, atol = TOLERANCES[dtype]
+    both_nan = got.isnan() & want.isnan()
+    diff = (got - want).abs().masked_fill(both_nan, 0.0)
+    close = (diff <= atol + rtol * want.abs()) | both_nan
+    rel = diff / want.abs().clamp_min(torch.finfo(torch.float64).tiny)
+    finite = ~(got.isnan() | want.isnan())
+    return CallReplay(
+        node=folder.parent.name,
+        call=int(meta["call"]),
+        dtype=dtype,
+        shape=tuple(x.shape),
+        epsilon=epsilon,
+        max_abs=float(diff[finite].max()) if finite.any() else math.nan,
+        max_rel=float(rel[finite].max()) if finite.any() else math.nan,
+        outside=int((~close).sum()),
+        elements=y.numel(),
+    )
+
+
+def replay(dump: Path) -> list[CallReplay]:
+    return [replay_call(folder) for folder in call_folders(dump)]
+
+
+def print_replay(results: list[CallReplay]) -> int:
+    """Print one line per call; return how many calls disagree."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="debug dump replayed through torch.ops.myops.fused_norm (ORT y vs torch)")
+    for name in ("node", "call", "dtype", "shape", "epsilon", "max abs", "max rel", "outside tol", "agrees"):
+        table.add_column(name, justify="left" if name in ("node", "dtype") else "right")
+    for r in results:
+        table.add_row(r.node, str(r.call), r.dtype, "x".join(map(str, r.shape)), f"{r.epsilon:.3g}", f"{r.max_abs:.3g}",
+                      f"{r.max_rel:.3g}", f"{r.outside}/{r.elements}", "yes" if r.agrees else "[red]NO[/]")
+    Console().print(table)
+    return sum(not r.agrees for r in results)
