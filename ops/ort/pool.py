@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from ops.ort.session import CustomOpsNotRegisteredError, OrtConfig, create_session
+from ops.ort.session import CustomOpsNotRegisteredError, OrtConfig, create_session, session_options
 
 # ONNX tensor type names as InferenceSession.get_inputs() gives them.
 _NUMPY_TYPES = {
@@ -298,15 +298,22 @@ def create_pool_session(model: str | os.PathLike, config: OrtConfig) -> ort.Infe
             raise SessionCreationError(
                 f"custom-op library {library} does not exist - run `invoke build` (or fix $FUSEDBENCH_ORT_LIBRARY)"
             )
+        try:
+            # Registration happens here (ORT loads the library and calls its
+            # RegisterCustomOps): an error now is the library's, not the model's.
+            session_options(config)
+        except ValueError:
+            raise
+        except Exception as error:  # ORT's pybind exceptions share no useful base class
+            raise SessionCreationError(f"custom-op library {library} could not be registered: {error}") from error
     try:
         return create_session(path, config)
     except CustomOpsNotRegisteredError as error:
         raise SessionCreationError(f"{path.name}: {error}") from error
-    except Exception as error:  # ORT's pybind exceptions share no useful base class
-        text = str(error)
-        if library is not None and ("RegisterCustomOps" in text or str(library) in text or "custom op" in text.lower()):
-            raise SessionCreationError(f"custom-op library {library} could not be registered: {text}") from error
-        raise SessionCreationError(f"onnxruntime could not create a session for {path}: {text}") from error
+    except ValueError:
+        raise
+    except Exception as error:
+        raise SessionCreationError(f"onnxruntime could not create a session for {path}: {error}") from error
 
 
 __all__ = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -120,4 +121,32 @@ def test_a_library_that_is_not_a_custom_op_library_is_named(files, monkeypatch):
     not_ort = torch_library_path()  # a real shared library, without RegisterCustomOps
     monkeypatch.setenv("FUSEDBENCH_ORT_LIBRARY", str(not_ort))
     with pytest.raises(SessionCreationError, match=f"custom-op library {not_ort} could not be registered: .*RegisterCustomOps"):
+        SessionPool.create(files["custom"], OrtConfig(threads=1))
+
+
+def test_a_library_built_for_a_newer_runtime_is_named_with_the_versions(files, tmp_path, monkeypatch):
+    """The real entry point compiled against headers that claim C API 99, linked with the build's other objects."""
+    import json
+    import re
+    import shutil
+    import subprocess
+
+    from env.build.toolchain import cxx_compiler
+    from env.paths import build_dir, csrc_dir, toolchain_record_path
+
+    flags = json.loads(toolchain_record_path().read_text())["build"]["ort_cxx_flags"]
+    headers = Path(flags[flags.index("-isystem") + 1])
+    newer = tmp_path / "include"
+    shutil.copytree(headers, newer)
+    api = newer / "onnxruntime_c_api.h"
+    api.write_text(re.sub(r"#define ORT_API_VERSION \d+", "#define ORT_API_VERSION 99", api.read_text()))
+    flags[flags.index("-isystem") + 1] = str(newer)
+    entry = tmp_path / "ort_library.o"
+    subprocess.run([cxx_compiler(), *flags, "-c", str(csrc_dir() / "ort" / "ort_library.cc"), "-o", str(entry)], check=True)
+    others = [p for p in (build_dir() / "ort" / "obj").glob("*.o") if not p.name.startswith("ort__ort_library")]
+    library = tmp_path / "libfused_norm_ort.so"
+    subprocess.run([cxx_compiler(), "-shared", "-fPIC", str(entry), *map(str, others), "-o", str(library)], check=True)
+    monkeypatch.setenv("FUSEDBENCH_ORT_LIBRARY", str(library))
+    with pytest.raises(SessionCreationError, match=f"custom-op library {library} could not be registered: .*"
+                                                   r"built against ONNX Runtime C API version 99.*rebuild it"):
         SessionPool.create(files["custom"], OrtConfig(threads=1))
