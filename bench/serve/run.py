@@ -3,9 +3,10 @@
 Order: export the model by each route (or reuse the files of an earlier run
 for the same model), build the bank of inputs and references, then for each
 configuration (bench/serve/configs.py): create what serves it, warm every
-client up, run the clients for the time budget, check every response. Each
-configuration becomes one report row (workload ``serve``) whose samples are
-the per-request latencies.
+client up, run the clients for the time budget, check every response. The
+plan is passed over in rounds (as `invoke bench` does), each round taking its
+share of every configuration's time. Each configuration becomes one report row
+(workload ``serve``) whose samples are the per-request latencies.
 
 SIGINT and SIGTERM stop the run within about a second: clients finish the
 request in hand, nothing is written (the report files are only ever written
@@ -25,22 +26,25 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from rich.console import Console
 
 from bench import metrics
 from bench.environment import environment_columns, utc_timestamp
-from bench.report import ReportPaths, RowSamples, to_frame, write_report
+from bench.report import KEY_COLUMNS, ReportPaths, RowSamples, to_frame, write_report
 from bench.run import _unique_csv, reports_dir
 from bench.serve.configs import ServeConfig, plan
-from bench.serve.engines import serve
+from bench.serve.engines import Served, serve
 from bench.serve.load import LoadResult, Stopped, drive
 from bench.serve.models import Bank, ServedModel, export_routes, make_bank
 from bench.timing import Timing, timer_resolution_ns
 from ops.ort.session import physical_cores
 
-# Seconds of load per configuration.
-DURATION_S = {"full": 1.0, "quick": 0.25}
+# Seconds of load per configuration, split over ROUNDS passes of the whole plan:
+# a few slow seconds on a shared machine then touch only part of each row.
+DURATION_S = {"full": 1.5, "quick": 0.25}
+ROUNDS = {"full": 3, "quick": 1}
 WARMUP_REQUESTS = 20  # per client, before the window
 
 
@@ -62,6 +66,7 @@ class ServeOptions:
     configs: tuple[ServeConfig, ...] | None = None  # override the plan (tests)
     warmup: int = WARMUP_REQUESTS
     bank_size: int = 64
+    rounds: int | None = None  # default ROUNDS
 
 
 @dataclass
@@ -79,70 +84,109 @@ def run_serve_bench(options: ServeOptions, console: Console, stop: threading.Eve
     cores = physical_cores()
     configs = list(options.configs or plan(cores))
     duration = options.duration_s or DURATION_S["quick" if options.quick else "full"]
+    rounds = options.rounds or ROUNDS["quick" if options.quick else "full"]
     timestamp = utc_timestamp()
     env = environment_columns(max(c.threads for c in configs), "cpu", timestamp)
     resolution_ns = timer_resolution_ns()
+    measured: dict[ServeConfig, _Measured] = {}
+    failures: dict[ServeConfig, str] = {}
     with tempfile.TemporaryDirectory(prefix="fusedbench-serve-") as tmp:
         models_dir = Path(options.models_dir or tmp)
         console.print(f"[bold]serve-bench[/]: model {options.model.shape} (d_model {options.model.d_model}, "
-                      f"{options.model.layers} layers), {len(configs)} configurations x {duration:g} s, "
-                      f"{cores} physical cores; exporting to {models_dir}")
+                      f"{options.model.layers} layers), {len(configs)} configurations x {duration:g} s over {rounds} "
+                      f"round(s), {cores} physical cores; exporting to {models_dir}")
         files = export_routes(options.model, models_dir)
         bank = make_bank(options.model, options.bank_size)
-        rows, samples, failures = [], {}, []
         console.print("sweep started", highlight=False)
-        for i, config in enumerate(configs):
-            if stop.is_set():
-                raise Stopped("stopped")
-            console.print(f"  [{i + 1}/{len(configs)}] {config.baseline}/{config.variant}", highlight=False)
-            try:
-                row, result = _measure(config, options, files, bank, duration, stop, cores, env, resolution_ns)
-            except (Stopped, Interrupted, KeyboardInterrupt):
-                raise
-            except Exception as error:  # one configuration that cannot run must not hide the others
-                failures.append(f"{config.baseline}/{config.variant}: {type(error).__name__}: {error}")
-                continue
-            if result.errors or result.mismatches:
-                failures.append(f"{config.baseline}/{config.variant}: {result.mismatches} mismatches, {result.errors} errors "
-                                f"({'; '.join(result.error_messages) or 'responses differ from their references'})")
-            rows.append(row)
-            samples[tuple(str(row[c]) for c in ("workload", "shape", "dtype", "baseline", "variant"))] = RowSamples.single_round(result.latencies_us)
+        for round_index in range(rounds):
+            for i, config in enumerate(configs):
+                if stop.is_set():
+                    raise Stopped("stopped")
+                if config in failures:
+                    continue
+                console.print(f"  [{i + 1}/{len(configs)}] round {round_index + 1}/{rounds} {config.baseline}/{config.variant}",
+                              highlight=False)
+                try:
+                    result, setup_s, served = _run_once(config, options, files, bank, duration / rounds, stop)
+                except (Stopped, Interrupted, KeyboardInterrupt):
+                    raise
+                except Exception as error:  # one configuration that cannot run must not hide the others
+                    failures[config] = f"{type(error).__name__}: {error}"
+                    measured.pop(config, None)
+                    continue
+                measured.setdefault(config, _Measured(setup_s, served)).add(result)
+    rows, samples, failure_lines = [], {}, [f"{c.baseline}/{c.variant}: {why}" for c, why in failures.items()]
+    for config, m in measured.items():
+        row = m.row(config, options, cores, env, resolution_ns)
+        if m.errors or m.mismatches:
+            failure_lines.append(f"{config.baseline}/{config.variant}: {m.mismatches} mismatches, {m.errors} errors "
+                                 f"({'; '.join(m.messages) or 'responses differ from their references'})")
+        rows.append(row)
+        samples[tuple(str(row[c]) for c in KEY_COLUMNS)] = RowSamples(np.concatenate(m.latencies), np.concatenate(m.rounds))
     if not rows:
-        return ServeOutcome(None, None, cores, failures or ["nothing was measured"], time.perf_counter() - started)
+        return ServeOutcome(None, None, cores, failure_lines or ["nothing was measured"], time.perf_counter() - started)
     frame = to_frame(rows)
     paths = write_report(_unique_csv(reports_dir(options.out_dir), timestamp, str(env["host"])), frame, samples)
     from bench.plot import write_plot
 
     write_plot(frame, paths.plot)
-    return ServeOutcome(paths, frame, cores, failures, time.perf_counter() - started)
+    return ServeOutcome(paths, frame, cores, failure_lines, time.perf_counter() - started)
 
 
-def _measure(config: ServeConfig, options: ServeOptions, files, bank: Bank, duration: float, stop, cores: int, env: dict,
-             resolution_ns: float) -> tuple[dict, LoadResult]:
+def _run_once(config: ServeConfig, options: ServeOptions, files, bank: Bank, duration: float, stop) -> tuple[LoadResult, float, Served]:
     setup_started = time.perf_counter()
     with serve(config, options.model, files) as served:
         setup_s = time.perf_counter() - setup_started
         result = drive(served.call, bank, config.clients, duration_s=duration, warmup=options.warmup, stop=stop)
     if result.requests == 0:
         raise RuntimeError(f"no request answered in {duration:g} s ({result.errors} errors: {'; '.join(result.error_messages)})")
-    case = metrics.CaseInfo("serve", options.model.shape, torch.float32, math.nan)
-    timing = Timing(result.latencies_us, 1, options.warmup * config.clients, result.other_cpu_s, result.wall_s)
-    row = metrics.measurement_row(case, config.baseline, config.variant, served.note, timing, setup_s, resolution_ns,
-                                  {**env, "threads": config.threads})
-    row.update(
-        clients=config.clients,
-        sessions=config.sessions,
-        intra_op_threads=config.threads,
-        inter_op_threads=served.inter_op_threads,
-        allow_spinning=served.allow_spinning,
-        physical_cores=cores,
-        requests=result.requests,
-        requests_per_s=result.requests_per_s,
-        max_us=float(result.latencies_us.max()),
-        mismatches=result.mismatches,
-        errors=result.errors,
-    )
-    return row, result
+    return result, setup_s, served
+
+
+@dataclass
+class _Measured:
+    """One configuration's load results, accumulated over the rounds."""
+
+    setup_s: float  # the first round's
+    served: Served
+    latencies: list[np.ndarray] = field(default_factory=list)
+    rounds: list[np.ndarray] = field(default_factory=list)
+    wall_s: float = 0.0
+    other_cpu_s: float = 0.0
+    mismatches: int = 0
+    errors: int = 0
+    messages: list[str] = field(default_factory=list)
+
+    def add(self, result: LoadResult) -> None:
+        self.rounds.append(np.full(result.requests, len(self.latencies), dtype=np.int16))
+        self.latencies.append(result.latencies_us)
+        self.wall_s += result.wall_s
+        self.other_cpu_s += result.other_cpu_s
+        self.mismatches += result.mismatches
+        self.errors += result.errors
+        self.messages += result.error_messages
+
+    def row(self, config: ServeConfig, options: ServeOptions, cores: int, env: dict, resolution_ns: float) -> dict:
+        latencies = np.concatenate(self.latencies)
+        case = metrics.CaseInfo("serve", options.model.shape, torch.float32, math.nan)
+        timing = Timing(latencies, 1, options.warmup * config.clients, self.other_cpu_s, self.wall_s)
+        row = metrics.measurement_row(case, config.baseline, config.variant, self.served.note, timing, self.setup_s,
+                                      resolution_ns, {**env, "threads": config.threads}, len(self.latencies))
+        row.update(
+            clients=config.clients,
+            sessions=config.sessions,
+            intra_op_threads=config.threads,
+            inter_op_threads=self.served.inter_op_threads,
+            allow_spinning=self.served.allow_spinning,
+            physical_cores=cores,
+            requests=len(latencies),
+            # Answered requests over the summed windows of all rounds.
+            requests_per_s=len(latencies) / self.wall_s,
+            max_us=float(latencies.max()),
+            mismatches=self.mismatches,
+            errors=self.errors,
+        )
+        return row
 
 
 def main(options: ServeOptions) -> int:

@@ -75,16 +75,18 @@ def _f(value, spec: str) -> str:
 
 def serve_table(rows: pd.DataFrame) -> Table:
     best = best_row(rows)
-    table = Table(title="serving: throughput and per-request latency (µs); * = best; ! = sessions x threads > physical cores")
+    table = Table(title="serving: throughput and per-request latency (µs); * = best; ! = sessions x threads > physical cores; "
+                        "other CPU = share of all cores other processes used meanwhile")
     for name in ("", "baseline", "configuration", "clients", "sess x thr", "spin", "req/s", "P50", "P90", "P99", "max",
-                 "P99/P50", "mismatch", "errors"):
+                 "P99/P50", "mismatch", "errors", "other CPU"):
         table.add_column(name, justify="left" if name in ("baseline", "configuration") else "right")
     for r in rows.itertuples():
         mark = "*" if best is not None and r.variant == best.variant and r.baseline == best.baseline else ""
         over = "!" if r.busy_threads > r.physical_cores else ""
         table.add_row(mark, r.baseline, r.variant, str(r.clients), f"{r.sessions}x{r.intra_op_threads}{over}",
                       str(r.allow_spinning), _f(r.requests_per_s, ".0f"), _f(r.median_us, ".0f"), _f(r.p90_us, ".0f"),
-                      _f(r.p99_us, ".0f"), _f(r.max_us, ".0f"), _f(r.tail_ratio, ".2f"), str(r.mismatches), str(r.errors))
+                      _f(r.p99_us, ".0f"), _f(r.max_us, ".0f"), _f(r.tail_ratio, ".2f"), str(r.mismatches), str(r.errors),
+                      _f(100 * r.other_cpu_share, ".0f") + "%")
     return table
 
 

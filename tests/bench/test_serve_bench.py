@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+import io
 import os
 import signal
 import subprocess
@@ -21,7 +21,7 @@ from bench.serve.configs import ServeConfig, plan, sweep
 from bench.serve.load import drive
 from bench.serve.models import make_bank
 from bench.serve.run import ServeOptions, run_serve_bench
-from bench.serve.summary import best_row, knees, pooled_vs_plain, serve_rows
+from bench.serve.summary import best_row, knees, pooled_vs_plain, print_serve_summary, serve_rows
 from env.paths import REPO_ROOT
 from tests.helpers.serve_models import SMALL, small_model_files
 
@@ -57,6 +57,12 @@ def test_quick_serve_run_writes_one_checked_row_per_configuration(tmp_path_facto
     assert set(ort_rows.allow_spinning) <= {"0", "1"} and (ort_rows.inter_op_threads == 1).all()
     assert outcome.paths.plot.stat().st_size > 0
     assert frame[list(SERVE_COLUMNS)].notna().all().all()
+    printed = io.StringIO()
+    print_serve_summary(outcome, Console(file=printed, width=250))
+    text = printed.getvalue()
+    best = frame.loc[frame.requests_per_s.idxmax()]
+    assert f"best: {best.baseline}/{best.variant}: {best.requests_per_s:.0f} req/s" in text
+    assert "mismatches 0 in every configuration" in text and "MISSED  mismatches" not in text
 
 
 def test_the_load_driver_counts_wrong_answers_and_errors():
@@ -102,7 +108,7 @@ def synthetic_serve_frame() -> pd.DataFrame:
         ("custom-pooled-s4t1c4", 4, 1, 4, 900.0, 800.0, 5000.0),
         ("custom-pooled-s1t2c4", 1, 2, 4, 1400.0, 600.0, 1500.0),
     ]:
-        rows.append(dict(workload="serve", baseline="ort", variant=variant, sessions=s, intra_op_threads=t, clients=c,
+        rows.append(dict(workload="serve", baseline="ort", variant=variant, sessions=s, intra_op_threads=t, clients=c, other_cpu_share=0.1,
                          requests_per_s=rps, median_us=p50, p99_us=p99, mismatches=0, errors=0, physical_cores=2))
     return pd.DataFrame(rows)
 
