@@ -79,7 +79,9 @@ COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in COLUMNS)
 KEY_COLUMNS: tuple[str, ...] = ("workload", "shape", "dtype", "baseline", "variant")
 SERVE_COLUMNS: tuple[str, ...] = COLUMN_NAMES[COLUMN_NAMES.index("clients") :]
 # What a row of any other workload holds in the serving columns.
-NOT_SERVING: dict[str, object] = {name: pd.NA for name in SERVE_COLUMNS}
+NOT_SERVING: dict[str, object] = {
+    name: float("nan") if dtype == "float64" else pd.NA for name, dtype, _ in COLUMNS if name in SERVE_COLUMNS
+}
 
 SAMPLES_SUFFIX = ".samples.npz"
 
