@@ -247,22 +247,29 @@ class SessionPool:
     @contextlib.contextmanager
     def lease(self, feeds: Mapping[str, object], timeout: float | None = None) -> Iterator[list[np.ndarray]]:
         """Run one request; yields views of the slot's outputs, valid until the block ends."""
-        checked = self.check(feeds)
+        checked = self.check(feeds)  # before a slot is taken: a bad request never holds one
         slot = self._acquire(timeout)
         try:
-            try:
-                outputs = slot.run(checked)
-            except Exception as error:
-                slot.reset()  # whatever ORT left bound or half-allocated goes with it
-                raise RequestFailedError(f"onnxruntime failed the request (slot {slot.index} was reset): {error}") from error
-            yield outputs
+            yield self._run_on(slot, checked)
         finally:
             self._free.put(slot)
 
     def run(self, feeds: Mapping[str, object], timeout: float | None = None) -> list[np.ndarray]:
         """Run one request; returns copies the caller owns."""
-        with self.lease(feeds, timeout) as outputs:
-            return [view.copy() for view in outputs]
+        checked = self.check(feeds)  # before a slot is taken: a bad request never holds one
+        slot = self._acquire(timeout)
+        try:
+            return [view.copy() for view in self._run_on(slot, checked)]
+        finally:
+            self._free.put(slot)
+
+    @staticmethod
+    def _run_on(slot: _Slot, checked: dict[str, np.ndarray]) -> list[np.ndarray]:
+        try:
+            return slot.run(checked)
+        except Exception as error:
+            slot.reset()  # whatever ORT left bound or half-allocated goes with it
+            raise RequestFailedError(f"onnxruntime failed the request (slot {slot.index} was reset): {error}") from error
 
     def _acquire(self, timeout: float | None) -> _Slot:
         if self._closed.is_set():
