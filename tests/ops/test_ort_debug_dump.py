@@ -90,3 +90,25 @@ def test_environment_variable_turns_it_on(tmp_path, generator, monkeypatch):
 def test_replay_of_a_folder_without_calls_says_so(tmp_path):
     with pytest.raises(DumpError, match="holds no dumped calls"):
         replay(tmp_path)
+
+
+def test_the_exported_model_dumps_one_folder_per_norm_node(tmp_path_factory, tmp_path):
+    """The custom route's model: every fused_norm node's calls are dumped under its own name and replay agrees."""
+    import onnx
+
+    from bench.serve.models import make_bank
+    from tests.helpers.serve_models import SMALL, small_model_files
+
+    path = small_model_files(tmp_path_factory)["custom"]
+    node_names = [n.name for n in onnx.load(path).graph.node if n.op_type == "fused_norm"]
+    assert len(node_names) == 2 * SMALL.layers + 1
+    options = session_options(OrtConfig(threads=1))
+    options.add_session_config_entry(DUMP_KEY, str(tmp_path))
+    session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    bank = make_bank(SMALL, size=2)
+    for x in bank.inputs:
+        (y,) = session.run(None, {"x": x})
+    folders = sorted(p.name for p in tmp_path.iterdir())
+    assert sorted(f.split("__p")[0] for f in folders) == sorted(n.replace("/", "_").replace(":", "_") for n in node_names)
+    results = replay(tmp_path)
+    assert len(results) == 2 * len(node_names) and all(r.agrees for r in results)
