@@ -118,5 +118,5 @@ def print_replay(results: list[CallReplay]) -> int:
     for r in results:
         table.add_row(r.node, str(r.call), r.dtype, "x".join(map(str, r.shape)), f"{r.epsilon:.3g}", f"{r.max_abs:.3g}",
                       f"{r.max_rel:.3g}", f"{r.outside}/{r.elements}", "yes" if r.agrees else "[red]NO[/]")
-    Console().print(table)
+    Console(width=None if Console().is_terminal else 200).print(table)  # logs: wide enough for the table
     return sum(not r.agrees for r in results)
