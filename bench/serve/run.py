@@ -127,9 +127,9 @@ def run_serve_bench(options: ServeOptions, console: Console, stop: threading.Eve
         return ServeOutcome(None, None, cores, failure_lines or ["nothing was measured"], time.perf_counter() - started)
     frame = to_frame(rows)
     paths = write_report(_unique_csv(reports_dir(options.out_dir), timestamp, str(env["host"])), frame, samples)
-    from bench.plot import write_plot
+    from bench.serve.plot import write_serve_plot
 
-    write_plot(frame, paths.plot)
+    write_serve_plot(frame, paths.plot)
     return ServeOutcome(paths, frame, cores, failure_lines, time.perf_counter() - started)
 
 
