@@ -9,6 +9,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from bench.compare import BUSY_SHARE
 from bench.serve.configs import COMPARISON_CLIENTS, SWEEP_ROUTE
 
 PLAIN_VS_POOLED_TARGET = 1.2  # pooled IO binding throughput / plain session.run, small shape, 2 clients
@@ -123,6 +124,11 @@ def print_serve_summary(outcome, console: Console) -> None:
         bad = int((rows.mismatches != 0).sum())
         console.print(f"  {'[green]met[/]' if bad == 0 else '[red]MISSED[/]'}  mismatches 0 in every configuration "
                       f"({int(rows.mismatches.sum())} in all, {len(rows)} configurations, {int(rows.requests.sum())} requests)")
+        busy = rows[rows.other_cpu_share > BUSY_SHARE]
+        if len(busy):
+            console.print(f"[yellow]{len(busy)} of {len(rows)} rows ran while other processes used more than "
+                          f"{100 * BUSY_SHARE:.0f}% of the CPU (median {100 * rows.other_cpu_share.median():.0f}%): "
+                          "their throughput measures the neighbours; re-run on a quiet machine before reading the knee[/]")
     for line in outcome.failures:
         console.print(f"[red bold]FAILED[/] {line}")
     if outcome.paths is not None:
