@@ -189,6 +189,19 @@ class _Measured:
         return row
 
 
+def options_from_cli(quick: bool = False, duration: str = "", out: str = "", models: str = "") -> ServeOptions:
+    """ServeOptions from `invoke serve-bench`'s string options; ValueError naming a bad one."""
+    seconds = None
+    if str(duration).strip():
+        try:
+            seconds = float(duration)
+        except ValueError:
+            seconds = math.nan
+        if not seconds > 0 or math.isinf(seconds):
+            raise ValueError(f"--duration must be a number of seconds > 0, got {duration!r} - pass e.g. --duration 1.5")
+    return ServeOptions(quick=quick, duration_s=seconds, out_dir=Path(out) if out else None, models_dir=Path(models) if models else None)
+
+
 def main(options: ServeOptions) -> int:
     """Run with SIGINT/SIGTERM turned into a prompt stop; print the summary; return the exit code."""
     from bench.serve.summary import print_serve_summary
