@@ -29,7 +29,7 @@ def fused_norm_out(x: Tensor, weight: Tensor, bias: Tensor, eps: float, out: Ten
 
 
 # --- fake kernels -------------------------------------------------------------
-# Same checks and messages as csrc/torch/torch_checks.cpp, written with
+# Same checks and messages as csrc/torch/torch_adapter.cpp, written with
 # torch._check_* so they also hold for symbolic sizes during tracing.
 
 

@@ -10,11 +10,55 @@
 
 #include <cstdint>
 
+#include "numeric_types.h"
+
 namespace fused_norm {
 
 enum class DType : int { kFloat32 = 0, kFloat64 = 1, kFloat16 = 2, kBFloat16 = 3 };
 
-const char* dtype_name(DType dtype);
+// Every supported dtype, for adapters that map their own type enum onto it.
+inline constexpr DType kDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16};
+
+// An element type carried as a value, so that a generic lambda can name it:
+// `[](auto tag) { using T = typename decltype(tag)::type; ... }`.
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+inline bool is_known_dtype(DType dtype) {
+  for (DType d : kDTypes) {
+    if (d == dtype) return true;
+  }
+  return false;
+}
+
+// The one place where a run-time DType becomes a compile-time element type:
+// calls f(TypeTag<T>{}) with T = float, double, Half or BFloat16 and returns
+// its result. The CPU and CUDA entry points and both adapters dispatch
+// through it, so a new dtype is added here and nowhere else.
+// `dtype` must be one of kDTypes (is_known_dtype); entry points check that
+// before calling, since a DType can only be out of range through a cast.
+template <typename F>
+decltype(auto) visit(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kFloat64:
+      return f(TypeTag<double>{});
+    case DType::kFloat16:
+      return f(TypeTag<Half>{});
+    case DType::kBFloat16:
+      return f(TypeTag<BFloat16>{});
+    case DType::kFloat32:
+    default:
+      return f(TypeTag<float>{});
+  }
+}
+
+// "float32", "float64", "float16", "bfloat16".
+inline const char* dtype_name(DType dtype) {
+  if (!is_known_dtype(dtype)) return "unknown";
+  return visit(dtype, [](auto tag) { return Numeric<typename decltype(tag)::type>::kName; });
+}
 
 // One call's operands. All tensors are dense, row-major, of element type
 // `dtype`; x and y are [rows, hidden], weight and bias are [hidden].

@@ -98,58 +98,25 @@ inline __attribute__((always_inline)) void normalise_rows(const T* __restrict x,
   }
 }
 
-// One non-template entry point per dtype: target_clones applies to concrete
-// functions, and the always_inline template above is compiled inside each
-// clone with that clone's instruction set.
-FUSED_NORM_CPU_CLONES void rows_f32(const NormProblem& p, int64_t begin, int64_t end) {
-  normalise_rows(static_cast<const float*>(p.x), static_cast<const float*>(p.weight),
-                 static_cast<const float*>(p.bias), static_cast<float*>(p.y), begin, end, p.hidden, p.eps);
-}
-
-FUSED_NORM_CPU_CLONES void rows_f64(const NormProblem& p, int64_t begin, int64_t end) {
-  normalise_rows(static_cast<const double*>(p.x), static_cast<const double*>(p.weight),
-                 static_cast<const double*>(p.bias), static_cast<double*>(p.y), begin, end, p.hidden, p.eps);
-}
-
-FUSED_NORM_CPU_CLONES void rows_f16(const NormProblem& p, int64_t begin, int64_t end) {
-  normalise_rows(static_cast<const Half*>(p.x), static_cast<const Half*>(p.weight),
-                 static_cast<const Half*>(p.bias), static_cast<Half*>(p.y), begin, end, p.hidden, p.eps);
-}
-
-FUSED_NORM_CPU_CLONES void rows_bf16(const NormProblem& p, int64_t begin, int64_t end) {
-  normalise_rows(static_cast<const BFloat16*>(p.x), static_cast<const BFloat16*>(p.weight),
-                 static_cast<const BFloat16*>(p.bias), static_cast<BFloat16*>(p.y), begin, end, p.hidden,
-                 p.eps);
-}
+// One non-template entry point per dtype (overloads on the type tag):
+// target_clones applies to concrete functions, and the always_inline template
+// above is compiled inside each clone with that clone's instruction set.
+#define FUSED_NORM_CPU_ENTRY(T)                                                                          \
+  FUSED_NORM_CPU_CLONES void clone_rows(TypeTag<T>, const NormProblem& p, int64_t begin, int64_t end) { \
+    normalise_rows(static_cast<const T*>(p.x), static_cast<const T*>(p.weight),                         \
+                   static_cast<const T*>(p.bias), static_cast<T*>(p.y), begin, end, p.hidden, p.eps);   \
+  }
+FUSED_NORM_CPU_ENTRY(float)
+FUSED_NORM_CPU_ENTRY(double)
+FUSED_NORM_CPU_ENTRY(Half)
+FUSED_NORM_CPU_ENTRY(BFloat16)
+#undef FUSED_NORM_CPU_ENTRY
 
 }  // namespace
 
-const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return "float32";
-    case DType::kFloat64:
-      return "float64";
-    case DType::kFloat16:
-      return "float16";
-    case DType::kBFloat16:
-      return "bfloat16";
-  }
-  return "unknown";
-}
-
 void cpu_forward_rows(const NormProblem& p, int64_t row_begin, int64_t row_end) {
-  if (row_begin >= row_end || p.hidden <= 0) return;
-  switch (p.dtype) {
-    case DType::kFloat32:
-      return rows_f32(p, row_begin, row_end);
-    case DType::kFloat64:
-      return rows_f64(p, row_begin, row_end);
-    case DType::kFloat16:
-      return rows_f16(p, row_begin, row_end);
-    case DType::kBFloat16:
-      return rows_bf16(p, row_begin, row_end);
-  }
+  if (row_begin >= row_end || p.hidden <= 0 || !is_known_dtype(p.dtype)) return;
+  visit(p.dtype, [&](auto tag) { clone_rows(tag, p, row_begin, row_end); });
 }
 
 int64_t cpu_rows_per_task(int64_t hidden) {

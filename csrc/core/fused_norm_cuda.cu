@@ -325,41 +325,31 @@ __global__ void __launch_bounds__(kMaxThreads)
 
 // --- host side: dispatch from run-time sizes to compile-time variants ----------
 
-struct Operands {
-  const void* x;
-  const void* weight;
-  const void* bias;
-  void* y;
-  int64_t rows;
-  int64_t hidden;
-  double eps;
-};
-
 template <typename T, int VEC>
-cudaError_t launch_variant(const Operands& o, const cuda_plan::LaunchPlan& plan, cudaStream_t stream) {
+cudaError_t launch_variant(const NormProblem& p, const cuda_plan::LaunchPlan& plan, cudaStream_t stream) {
   using A = typename Elem<T>::acc_t;
-  const T* x = static_cast<const T*>(o.x);
-  const T* w = static_cast<const T*>(o.weight);
-  const T* b = static_cast<const T*>(o.bias);
-  T* y = static_cast<T*>(o.y);
-  const A eps = static_cast<A>(o.eps);
+  const T* x = static_cast<const T*>(p.x);
+  const T* w = static_cast<const T*>(p.weight);
+  const T* b = static_cast<const T*>(p.bias);
+  T* y = static_cast<T*>(p.y);
+  const A eps = static_cast<A>(p.eps);
   const dim3 grid(static_cast<unsigned int>(plan.blocks));
   const dim3 block(static_cast<unsigned int>(plan.threads));
   // Register kernels index a row with int: their rows are at most
   // kMaxThreads * kBlockRowsChunks * 16 bytes long.
-  const int hidden = static_cast<int>(o.hidden);
+  const int hidden = static_cast<int>(p.hidden);
 
   switch (plan.kernel) {
     case cuda_plan::Kernel::kWarpRows:
       switch (plan.chunks) {
         case 1:
-          launch_kernel(warp_rows_kernel<T, VEC, 1>, grid, block, 0, stream, x, w, b, y, o.rows, hidden, eps);
+          launch_kernel(warp_rows_kernel<T, VEC, 1>, grid, block, 0, stream, x, w, b, y, p.rows, hidden, eps);
           break;
         case 2:
-          launch_kernel(warp_rows_kernel<T, VEC, 2>, grid, block, 0, stream, x, w, b, y, o.rows, hidden, eps);
+          launch_kernel(warp_rows_kernel<T, VEC, 2>, grid, block, 0, stream, x, w, b, y, p.rows, hidden, eps);
           break;
         case 4:
-          launch_kernel(warp_rows_kernel<T, VEC, 4>, grid, block, 0, stream, x, w, b, y, o.rows, hidden, eps);
+          launch_kernel(warp_rows_kernel<T, VEC, 4>, grid, block, 0, stream, x, w, b, y, p.rows, hidden, eps);
           break;
         default:
           return cudaErrorInvalidConfiguration;
@@ -367,10 +357,10 @@ cudaError_t launch_variant(const Operands& o, const cuda_plan::LaunchPlan& plan,
       break;
     case cuda_plan::Kernel::kBlockRows:
       static_assert(cuda_plan::kBlockRowsChunks == 4, "block_rows_kernel is instantiated for 4 chunks");
-      launch_kernel(block_rows_kernel<T, VEC, 4>, grid, block, 0, stream, x, w, b, y, o.rows, hidden, eps);
+      launch_kernel(block_rows_kernel<T, VEC, 4>, grid, block, 0, stream, x, w, b, y, p.rows, hidden, eps);
       break;
     case cuda_plan::Kernel::kStreamingRows:
-      launch_kernel(streaming_rows_kernel<T, VEC>, grid, block, 0, stream, x, w, b, y, o.rows, o.hidden, eps);
+      launch_kernel(streaming_rows_kernel<T, VEC>, grid, block, 0, stream, x, w, b, y, p.rows, p.hidden, eps);
       break;
   }
   // A launch error (bad configuration, no kernel image for this GPU) is
@@ -382,15 +372,15 @@ cudaError_t launch_variant(const Operands& o, const cuda_plan::LaunchPlan& plan,
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % cuda_plan::kVectorBytes == 0; }
 
 template <typename T>
-cudaError_t launch_for_type(const Operands& o, cudaStream_t stream) {
+cudaError_t launch_for_type(const NormProblem& p, cudaStream_t stream) {
   // The vectorised path needs every row of every operand to start on a
   // 16-byte boundary: true when the base pointers are aligned and the row
   // length is a multiple of the vector width (make_plan checks the latter).
-  const bool aligned = aligned16(o.x) && aligned16(o.weight) && aligned16(o.bias) && aligned16(o.y);
-  const cuda_plan::LaunchPlan plan = cuda_plan::make_plan(o.rows, o.hidden, sizeof(T), aligned);
+  const bool aligned = aligned16(p.x) && aligned16(p.weight) && aligned16(p.bias) && aligned16(p.y);
+  const cuda_plan::LaunchPlan plan = cuda_plan::make_plan(p.rows, p.hidden, sizeof(T), aligned);
   constexpr int kWide = cuda_plan::kVectorBytes / sizeof(T);
-  if (plan.vec == kWide) return launch_variant<T, kWide>(o, plan, stream);
-  return launch_variant<T, 1>(o, plan, stream);
+  if (plan.vec == kWide) return launch_variant<T, kWide>(p, plan, stream);
+  return launch_variant<T, 1>(p, plan, stream);
 }
 
 }  // namespace cuda_kernels
@@ -401,23 +391,10 @@ int cuda_forward(const NormProblem& p, void* stream) {
   if (p.x == nullptr || p.weight == nullptr || p.bias == nullptr || p.y == nullptr) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  const cuda_kernels::Operands o{p.x, p.weight, p.bias, p.y, p.rows, p.hidden, p.eps};
+  if (!is_known_dtype(p.dtype)) return static_cast<int>(cudaErrorInvalidValue);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  cudaError_t err = cudaErrorInvalidValue;  // an unknown dtype value
-  switch (p.dtype) {
-    case DType::kFloat32:
-      err = cuda_kernels::launch_for_type<float>(o, s);
-      break;
-    case DType::kFloat64:
-      err = cuda_kernels::launch_for_type<double>(o, s);
-      break;
-    case DType::kFloat16:
-      err = cuda_kernels::launch_for_type<Half>(o, s);
-      break;
-    case DType::kBFloat16:
-      err = cuda_kernels::launch_for_type<BFloat16>(o, s);
-      break;
-  }
+  const cudaError_t err =
+      visit(p.dtype, [&](auto tag) { return cuda_kernels::launch_for_type<typename decltype(tag)::type>(p, s); });
   return static_cast<int>(err);
 }
 

@@ -96,6 +96,7 @@ struct Numeric;
 
 template <>
 struct Numeric<float> {
+  static constexpr const char* kName = "float32";
   using acc_t = float;
   static float load(float v) { return v; }
   static float store(float v) { return v; }
@@ -103,6 +104,7 @@ struct Numeric<float> {
 
 template <>
 struct Numeric<double> {
+  static constexpr const char* kName = "float64";
   using acc_t = double;
   static double load(double v) { return v; }
   static double store(double v) { return v; }
@@ -110,6 +112,7 @@ struct Numeric<double> {
 
 template <>
 struct Numeric<Half> {
+  static constexpr const char* kName = "float16";
   using acc_t = float;
   static float load(Half v) { return to_float(v); }
   static Half store(float v) { return to_half(v); }
@@ -117,6 +120,7 @@ struct Numeric<Half> {
 
 template <>
 struct Numeric<BFloat16> {
+  static constexpr const char* kName = "bfloat16";
   using acc_t = float;
   static float load(BFloat16 v) { return to_float(v); }
   static BFloat16 store(float v) { return to_bfloat16(v); }

@@ -38,14 +38,32 @@ const char* ElementTypeName(ONNXTensorElementDataType type) {
   }
 }
 
+// ORT's element type of each core element type.
+template <typename T>
+struct OrtElement {
+  using type = T;  // float, double
+};
+template <>
+struct OrtElement<fused_norm::Half> {
+  using type = Ort::Float16_t;
+};
+template <>
+struct OrtElement<fused_norm::BFloat16> {
+  using type = Ort::BFloat16_t;
+};
+
+// The core dtype of ONNX element type `type`, if the core supports it.
 bool ToCoreDType(ONNXTensorElementDataType type, fused_norm::DType* dtype) {
-  switch (type) {
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: *dtype = fused_norm::DType::kFloat32; return true;
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: *dtype = fused_norm::DType::kFloat64; return true;
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: *dtype = fused_norm::DType::kFloat16; return true;
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: *dtype = fused_norm::DType::kBFloat16; return true;
-    default: return false;
+  for (const fused_norm::DType d : fused_norm::kDTypes) {
+    const ONNXTensorElementDataType ort_type = fused_norm::visit(d, [](auto tag) {
+      return Ort::TypeToTensorType<typename OrtElement<typename decltype(tag)::type>::type>::type;
+    });
+    if (ort_type == type) {
+      *dtype = d;
+      return true;
+    }
   }
+  return false;
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {

@@ -120,7 +120,7 @@ def torch_sources(with_cuda: bool) -> list[Path]:
     torch_dir = csrc_dir() / "torch"
     sources = core_cpu_sources() + [
         torch_dir / "torch_schema.cpp",
-        torch_dir / "torch_checks.cpp",
+        torch_dir / "torch_adapter.cpp",
         torch_dir / "torch_cpu_impl.cpp",
         torch_dir / "torch_autograd.cpp",
     ]

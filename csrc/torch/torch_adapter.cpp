@@ -1,16 +1,52 @@
+// The torch adapter's shared part: argument checks and the view of tensors
+// as the core's NormProblem, used by the CPU and the CUDA impls.
 #include <ATen/MemoryOverlap.h>
+#include <c10/util/BFloat16.h>
 #include <c10/util/Exception.h>
+#include <c10/util/Half.h>
 
 #include <cmath>
+#include <optional>
 
 #include "torch_adapter.h"
 
 namespace fused_norm_torch {
 namespace {
 
-bool is_supported_dtype(at::ScalarType t) {
-  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
+// torch's scalar type of each core element type (same bytes: the core reads
+// at::Half / at::BFloat16 buffers as its own bare-uint16_t structs).
+template <typename T>
+struct TorchType;
+template <>
+struct TorchType<float> {
+  static constexpr at::ScalarType value = at::kFloat;
+};
+template <>
+struct TorchType<double> {
+  static constexpr at::ScalarType value = at::kDouble;
+};
+template <>
+struct TorchType<fused_norm::Half> {
+  static_assert(sizeof(c10::Half) == sizeof(fused_norm::Half), "c10::Half must be 16 bits");
+  static constexpr at::ScalarType value = at::kHalf;
+};
+template <>
+struct TorchType<fused_norm::BFloat16> {
+  static_assert(sizeof(c10::BFloat16) == sizeof(fused_norm::BFloat16), "c10::BFloat16 must be 16 bits");
+  static constexpr at::ScalarType value = at::kBFloat16;
+};
+
+// The core dtype with torch's scalar type `t`, if the core supports it.
+std::optional<fused_norm::DType> core_dtype(at::ScalarType t) {
+  for (const fused_norm::DType d : fused_norm::kDTypes) {
+    const at::ScalarType torch_type =
+        fused_norm::visit(d, [](auto tag) { return TorchType<typename decltype(tag)::type>::value; });
+    if (torch_type == t) return d;
+  }
+  return std::nullopt;
 }
+
+bool is_supported_dtype(at::ScalarType t) { return core_dtype(t).has_value(); }
 
 void check_param(const char* op, const char* name, const at::Tensor& param, const at::Tensor& x) {
   TORCH_CHECK_VALUE(param.dim() == 1 && param.size(0) == x.size(-1), op, ": ", name,
@@ -61,22 +97,9 @@ fused_norm::NormProblem make_problem(const at::Tensor& x, const at::Tensor& weig
   p.hidden = x.size(-1);
   p.rows = p.hidden > 0 ? x.numel() / p.hidden : 0;
   p.eps = eps;
-  switch (x.scalar_type()) {
-    case at::kFloat:
-      p.dtype = fused_norm::DType::kFloat32;
-      break;
-    case at::kDouble:
-      p.dtype = fused_norm::DType::kFloat64;
-      break;
-    case at::kHalf:
-      p.dtype = fused_norm::DType::kFloat16;
-      break;
-    case at::kBFloat16:
-      p.dtype = fused_norm::DType::kBFloat16;
-      break;
-    default:
-      TORCH_INTERNAL_ASSERT(false, "dtype was validated by check_norm_args");
-  }
+  const std::optional<fused_norm::DType> dtype = core_dtype(x.scalar_type());
+  TORCH_INTERNAL_ASSERT(dtype.has_value(), "dtype was validated by check_norm_args");
+  p.dtype = *dtype;
   return p;
 }
 
