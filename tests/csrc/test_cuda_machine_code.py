@@ -1,0 +1,173 @@
+"""The CUDA kernels' sm_90 machine code does what the source intends.
+
+No GPU needed: nvcc compiles csrc/core/fused_norm_cuda.cu for sm_90 (the
+compile check's flags), cuobjdump lists the SASS, ptxas reports registers and
+spills. For every kernel variant:
+
+* register kernels (warp_rows, block_rows): every x load of a row is issued
+  before any instruction waits on a loaded value, i.e. one dependent memory
+  round per row (a second round doubles the latency a row costs);
+* every global load and store is as wide as the variant's vector
+  (LDG.E.128 / STG.E.128 on the 16-byte path): x, y, weight and bias alike;
+* no spills, and enough resident blocks per SM at the planned block size to
+  keep the bytes in flight that HBM3e's latency needs.
+
+Run as a script (``python -m tests.csrc.test_cuda_machine_code``) it prints
+the per-variant table.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from env.build import cuda as cuda_build
+from tests.helpers.cuda_variants import build_probe, plans
+from tests.helpers.sass import KernelCode, blocks_per_sm, disassemble, nvidia_tool
+
+CUOBJDUMP = nvidia_tool("cuobjdump")
+
+pytestmark = [
+    pytest.mark.skipif(cuda_build.find_nvcc() is None, reason="nvcc not found: the sm_90 machine code cannot be built"),
+    pytest.mark.skipif(
+        CUOBJDUMP is None,
+        reason="cuobjdump not installed (pip package nvidia-cuda-cuobjdump, pinned in the lock): SASS cannot be read",
+    ),
+]
+
+ELEMENT_BYTES = {"float": 4, "double": 8, "Half": 2, "BFloat16": 2}
+
+# Occupancy targets on sm_90 (blocks per SM at the planned block size).
+# block_rows at 256 threads (4096 x 8192 bf16): >= 5 blocks, 1280 threads x
+# 64 bytes of x in flight each = 80 KB per SM, about 40% more than 4 blocks
+# (H200's HBM3e needs that much more in flight than an H100 to hide its
+# latency). warp_rows (128 threads): >= 8 blocks, 1024 threads. The two-pass
+# kernel: >= 2 blocks, so one block's loads run while another waits at its
+# row's barrier.
+MIN_BLOCKS = {"warp_rows_kernel": 8, "block_rows_kernel": 5, "streaming_rows_kernel": 2}
+
+
+def variant_of(name: str) -> tuple[str, str, int]:
+    """'block_rows_kernel<BFloat16, 8, 4>' -> ('block_rows_kernel', 'BFloat16', 8)."""
+    m = re.fullmatch(r"(\w+)<(\w+), (\d+)(?:, \d+)?>", name)
+    assert m, f"unexpected kernel name {name}"
+    return m.group(1), m.group(2), int(m.group(3))
+
+
+@pytest.fixture(scope="module")
+def machine_code(tmp_path_factory) -> tuple[dict[str, KernelCode], dict[str, dict]]:
+    """({kernel: SASS}, {kernel: ptxas resources}) for sm_90."""
+    out = tmp_path_factory.mktemp("sm90")
+    check = cuda_build.compile_check(out, arch_list="9.0", adapters=False)
+    (obj,) = [Path(o["path"]) for o in check.report["objects"] if o["target"] == "sm_90"]
+    resources = {k["kernel"]: k for k in check.report["kernels"] if k["arch"] == "sm_90"}
+    return disassemble(obj, CUOBJDUMP), resources
+
+
+@pytest.fixture(scope="module")
+def planned_threads(tmp_path_factory) -> dict[str, int]:
+    """Block size the launch plan picks per kernel, at the shapes the targets are stated for."""
+    probe = build_probe(tmp_path_factory.mktemp("probe"))
+    cases = [(4096, 512, 2, 1), (4096, 8192, 2, 1), (16, 1 << 20, 2, 1)]
+    return {p["kernel"]: p["threads"] for p in plans(probe, cases)}
+
+
+def test_every_variant_is_disassembled(machine_code):
+    sass, resources = machine_code
+    assert set(sass) == set(resources) and sass
+    for name, code in sass.items():
+        assert code.global_accesses, f"{name}: no global load or store found (listing format changed?)"
+
+
+def test_register_kernels_issue_all_x_loads_of_a_row_at_once(machine_code):
+    sass, _ = machine_code
+    rounds = {name: code.x_load_rounds() for name, code in sorted(sass.items()) if "streaming" not in name}
+    assert rounds and all(r >= 1 for r in rounds.values()), rounds
+    slow = {name: r for name, r in rounds.items() if r != 1}
+    assert not slow, f"dependent x-load rounds per row (want 1): {slow}"
+
+
+def test_every_access_is_as_wide_as_the_variant_vector(machine_code):
+    sass, _ = machine_code
+    wrong = []
+    for name, code in sorted(sass.items()):
+        _, element, vec = variant_of(name)
+        want = ELEMENT_BYTES[element] * vec * 8
+        widths = {f"{i.opcode}": i.access_bits for i in code.global_accesses if i.access_bits != want}
+        if widths:
+            wrong.append(f"{name}: want {want}-bit accesses, found {sorted(widths)}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_16_byte_variants_exist_for_every_kernel_and_dtype(machine_code):
+    sass, _ = machine_code
+    wide = {(variant_of(n)[0], variant_of(n)[1]) for n in sass if variant_of(n)[2] * ELEMENT_BYTES[variant_of(n)[1]] == 16}
+    kernels = {variant_of(n)[0] for n in sass}
+    assert wide == {(k, e) for k in kernels for e in ELEMENT_BYTES}
+
+
+def test_no_spills_and_enough_blocks_per_sm(machine_code, planned_threads):
+    _, resources = machine_code
+    short = []
+    for name, r in sorted(resources.items()):
+        kernel = variant_of(name)[0]
+        assert r["spill_store_bytes"] == r["spill_load_bytes"] == r["stack_frame_bytes"] == 0, r
+        threads = planned_threads[kernel]
+        blocks = blocks_per_sm(r["registers"], threads, r["shared_bytes"])
+        if blocks < MIN_BLOCKS[kernel]:
+            short.append(f"{name}: {r['registers']} registers -> {blocks} blocks of {threads} (want {MIN_BLOCKS[kernel]})")
+    assert not short, "\n".join(short)
+
+
+def test_round_counter_sees_a_dependent_load():
+    # Two loads then their uses: one round. A load after a use of an earlier
+    # one's value waits a full latency more: each such load is a new round.
+    from tests.helpers.sass import parse_sass
+
+    text = """
+        Function : k
+        /*0000*/                   LDG.E.EF.128 R4, desc[UR4][R2.64] ;
+        /*0010*/                   LDG.E.EF.128 R8, desc[UR4][R20.64] ;
+        /*0020*/                   FFMA R12, R4, R4, RZ ;
+        /*0030*/                   FFMA R12, R9, R9, R12 ;
+        /*0040*/                   STG.E.EF.128 desc[UR4][R2.64], R4 ;
+        Function : j
+        /*0000*/                   LDG.E.EF.128 R4, desc[UR4][R2.64] ;
+        /*0010*/                   FFMA R12, R4, R4, RZ ;
+        /*0020*/              @!P0 LDG.E.EF.64 R8, desc[UR4][R20.64] ;
+        /*0030*/                   FFMA R12, R9, R9, R12 ;
+        /*0040*/                   LDG.E.EF R10, desc[UR4][R20.64] ;
+        /*0050*/                   STG.E.EF desc[UR4][R2.64], R10 ;
+    """
+    kernels = parse_sass(text)
+    assert kernels["k"].x_load_rounds() == 1
+    assert kernels["j"].x_load_rounds() == 3
+    assert [i.access_bits for i in kernels["j"].global_accesses] == [128, 64, 32, 32]
+
+
+def main() -> None:
+    """Print registers, blocks per SM, load rounds and access widths per variant."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        check = cuda_build.compile_check(Path(tmp), arch_list="9.0", adapters=False)
+        (obj,) = [Path(o["path"]) for o in check.report["objects"] if o["target"] == "sm_90"]
+        sass = disassemble(obj, CUOBJDUMP)
+        probe = build_probe(Path(tmp))
+        threads = {p["kernel"]: p["threads"]
+                    for p in plans(probe, [(4096, 512, 2, 1), (4096, 8192, 2, 1), (16, 1 << 20, 2, 1)])}
+    print(f"{'variant':40s} {'regs':>4s} {'spill':>5s} {'blocks/SM':>12s} {'rounds':>6s}  widths")
+    for k in sorted(check.report["kernels"], key=lambda k: k["kernel"]):
+        name, code = k["kernel"], sass[k["kernel"]]
+        kernel = variant_of(name)[0]
+        rounds = "-" if "streaming" in name else str(code.x_load_rounds())
+        widths = ",".join(str(b) for b in sorted({i.access_bits for i in code.global_accesses}))
+        blocks = f"{blocks_per_sm(k['registers'], threads[kernel], k['shared_bytes'])}x{threads[kernel]}"
+        print(f"{name:40s} {k['registers']:4d} {k['spill_store_bytes'] + k['spill_load_bytes']:5d} {blocks:>12s} "
+              f"{rounds:>6s}  {widths}")
+
+
+if __name__ == "__main__":
+    main()
