@@ -16,13 +16,22 @@
 //     or fp64 for double), and the output computed from the registers: no
 //     second DRAM pass over x. Only rows longer than one block's registers
 //     (kStreamingRows) read x twice, the second time mostly from L2.
+//   * All of a row's loads are in flight at once: the register kernels issue
+//     every load of the row (a load loop) before the first arithmetic on a
+//     loaded value (a compute loop), so a row costs one memory latency. The
+//     held row stays packed in machine words: a 16-bit element unpacked to
+//     float early takes a whole register.
+//   * Enough threads per SM to cover HBM latency: register caps chosen for
+//     the resident blocks each kernel needs (fused_norm_cuda_plan.h). The
+//     machine-code test (tests/csrc/test_cuda_machine_code.py) checks load
+//     rounds, access widths, spills and blocks per SM on the sm_90 SASS.
 //   * Loads and stores are 16 bytes per thread (LDG.128/STG.128), coalesced
 //     across the warp, when every pointer is 16-byte aligned and the row
 //     length is a multiple of 16 / sizeof(T): fewer, wider memory
-//     transactions reach full bandwidth with fewer threads. Otherwise the same
-//     kernels run one element per access (vec = 1). The choice is an explicit
-//     run-time check in launch_for_type(); the scalar path is slower, never
-//     wrong.
+//     transactions reach full bandwidth with fewer threads. Otherwise the
+//     widest of 8 and 4 bytes that fits, one element only when nothing wider
+//     does (an odd row length of a 16-bit type, a pointer at an odd element).
+//     The choice is an explicit run-time check in launch_for_type().
 //   * x is read and y written with the streaming cache hint (evict first):
 //     each byte is touched once, and leaving it out of L2 keeps weight and
 //     bias (read by every row) resident.
@@ -40,6 +49,15 @@
 #include "fused_norm.h"
 #include "fused_norm_cuda_plan.h"
 #include "numeric_types.h"
+
+// A per-kernel register cap (nvcc's __maxnreg__); unlike __launch_bounds__'s
+// minimum blocks it does not bound the block size, so block_rows keeps its
+// 1024-thread launches. Host compilers (the CPU emulator) ignore it.
+#if defined(__CUDACC__)
+#define FUSED_NORM_MAX_REGISTERS(n) __maxnreg__(n)
+#else
+#define FUSED_NORM_MAX_REGISTERS(n)
+#endif
 
 namespace fused_norm {
 namespace cuda_kernels {
@@ -141,11 +159,67 @@ __device__ __forceinline__ P load_cached(const P* p) {
   return out;
 }
 
+// Read twice, the second time soon: cached in L2 only, not in L1.
+template <typename P>
+__device__ __forceinline__ P load_l2(const P* p) {
+  const word_t<P> w = __ldcg(reinterpret_cast<const word_t<P>*>(p));
+  P out;
+  memcpy(&out, &w, sizeof(P));
+  return out;
+}
+
 template <typename P>
 __device__ __forceinline__ void store_streaming(P* p, const P& value) {
   word_t<P> w;
   memcpy(&w, &value, sizeof(P));
   __stcs(reinterpret_cast<word_t<P>*>(p), w);
+}
+
+// Register kernels hold a row as machine words (word_t), not as Packs: a
+// Pack of 16-bit elements is split by the compiler into one 32-bit register
+// per element, twice the registers of the packed words.
+template <typename P>
+__device__ __forceinline__ word_t<P> load_streaming_word(const P* p) {
+  return __ldcs(reinterpret_cast<const word_t<P>*>(p));
+}
+
+template <typename P>
+__device__ __forceinline__ word_t<P> load_cached_word(const P* p) {
+  return __ldg(reinterpret_cast<const word_t<P>*>(p));
+}
+
+template <typename P, typename W>
+__device__ __forceinline__ P unpack(const W& word) {
+  static_assert(sizeof(P) == sizeof(W), "a word holds exactly one vector");
+  P out;
+  memcpy(&out, &word, sizeof(P));
+  return out;
+}
+
+// Makes the compiler forget what it knows about a held word. After the sum
+// of squares it would otherwise keep every element already converted to
+// float (one register per element) until the output loop instead of
+// converting again there, which is cheaper than the registers. Device code
+// only: the host emulator needs no such hint.
+__device__ __forceinline__ void forget_conversions(unsigned int& w) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("" : "+r"(w));
+#endif
+}
+__device__ __forceinline__ void forget_conversions(unsigned short& w) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("" : "+h"(w));
+#endif
+}
+__device__ __forceinline__ void forget_conversions(uint2& w) {
+  forget_conversions(w.x);
+  forget_conversions(w.y);
+}
+__device__ __forceinline__ void forget_conversions(uint4& w) {
+  forget_conversions(w.x);
+  forget_conversions(w.y);
+  forget_conversions(w.z);
+  forget_conversions(w.w);
 }
 
 // --- reductions ---------------------------------------------------------------------
@@ -198,15 +272,21 @@ __device__ __forceinline__ A sum_squares(const Pack<T, VEC>& x) {
   return s;
 }
 
+// Register kernels (warp_rows, block_rows) share one shape per row:
+//   1. a load loop that only issues loads: every vector of the row a thread
+//      holds is in flight at once, so a row costs one memory latency;
+//   2. a compute loop (sum of squares), the reduction, then the output loop.
+// A load and the arithmetic on it in the same guarded chunk would let the
+// compiler wait for each chunk's load before issuing the next one.
+
 // One warp per row, kWarpRowsPerBlock rows per block. Lane l holds vectors
-// l, l + 32, ..., l + 32 * (CHUNKS - 1) of its row. Weight and bias are loaded
-// together with x, before the reduction, so one memory latency covers all
-// three (short rows are latency-bound). Holding x, w and b costs registers
-// (ptxas unpacks 16-bit vectors early; the widest variant uses ~120 on sm_90,
-// still 4 blocks per SM), but capping them (__launch_bounds__(128, 8)) made
-// the 4-chunk variants spill.
+// l, l + 32, ..., l + 32 * (CHUNKS - 1) of its row, and for the shorter rows
+// weight and bias with it: short rows are latency-bound, so their loads share
+// x's round trip.
+// __launch_bounds__(128, 8) caps registers at 64: 8 blocks (1024 threads)
+// per SM, which the packed (not yet converted) vectors fit without spills.
 template <typename T, int VEC, int CHUNKS>
-__global__ void __launch_bounds__(kWarpRowsThreads)
+__global__ void __launch_bounds__(kWarpRowsThreads, cuda_plan::kWarpRowsMinBlocksPerSm)
     warp_rows_kernel(const T* __restrict__ x,       // [rows, hidden]
                      const T* __restrict__ weight,  // [hidden]
                      const T* __restrict__ bias,    // [hidden]
@@ -214,6 +294,9 @@ __global__ void __launch_bounds__(kWarpRowsThreads)
                      int64_t rows, int hidden, typename Elem<T>::acc_t eps) {
   using A = typename Elem<T>::acc_t;
   using P = Pack<T, VEC>;
+  // Weight and bias ride with x when the three fit the register cap (up to
+  // 32 bytes of x per lane); longer rows load them after the reduction.
+  constexpr bool kHoldParams = CHUNKS * sizeof(P) <= 32;
   const int lane = threadIdx.x % kWarpSize;
   const int nvec = hidden / VEC;
   const A inv_hidden = A(1) / static_cast<A>(hidden);
@@ -227,33 +310,48 @@ __global__ void __launch_bounds__(kWarpRowsThreads)
   for (int64_t row = first; row < rows; row += stride) {
     const P* xr = reinterpret_cast<const P*>(x + row * hidden);  // [nvec]
     P* yr = reinterpret_cast<P*>(y + row * hidden);              // [nvec]
-    P xv[CHUNKS], wr[CHUNKS], br[CHUNKS];
-    A sum_sq = A(0);
+    word_t<P> xv[CHUNKS], wr[CHUNKS], br[CHUNKS];
 #pragma unroll
     for (int i = 0; i < CHUNKS; ++i) {
       const int c = lane + i * kWarpSize;
       if (c < nvec) {
-        xv[i] = load_streaming(xr + c);
-        wr[i] = load_cached(w + c);
-        br[i] = load_cached(b + c);
-        sum_sq += sum_squares<T, VEC, A>(xv[i]);
+        xv[i] = load_streaming_word(xr + c);
+        if constexpr (kHoldParams) {
+          wr[i] = load_cached_word(w + c);
+          br[i] = load_cached_word(b + c);
+        }
       }
     }
+    A sum_sq = A(0);
+#pragma unroll
+    for (int i = 0; i < CHUNKS; ++i) {
+      if (lane + i * kWarpSize < nvec) sum_sq += sum_squares<T, VEC, A>(unpack<P>(xv[i]));
+    }
+#pragma unroll
+    for (int i = 0; i < CHUNKS; ++i) forget_conversions(xv[i]);
     const A inv_rms = inverse_rms(warp_sum(sum_sq) * inv_hidden, eps);
 #pragma unroll
     for (int i = 0; i < CHUNKS; ++i) {
       const int c = lane + i * kWarpSize;
-      if (c < nvec) store_streaming(yr + c, scale_shift<T, VEC, A>(xv[i], wr[i], br[i], inv_rms));
+      if (c < nvec) {
+        if constexpr (!kHoldParams) {
+          wr[i] = load_cached_word(w + c);
+          br[i] = load_cached_word(b + c);
+        }
+        store_streaming(yr + c, scale_shift<T, VEC, A>(unpack<P>(xv[i]), unpack<P>(wr[i]), unpack<P>(br[i]), inv_rms));
+      }
     }
   }
 }
 
 // One block per row; thread t holds vectors t, t + blockDim.x, ... of the
-// row (CHUNKS of them), so consecutive threads touch consecutive 16-byte
-// words. Weight and bias are loaded after the reduction: at up to 1024
-// threads the register budget (64 per thread) holds x, not x, w and b.
+// row (CHUNKS of them), so consecutive threads touch consecutive words.
+// Weight and bias are loaded after the reduction (they stay in L1/L2: every
+// row reads them), which keeps the kernel within block_rows_max_registers:
+// at 48, 5 blocks of 256 threads fit an SM (64K registers), 1280 threads with
+// CHUNKS x 16 bytes of x in flight each.
 template <typename T, int VEC, int CHUNKS>
-__global__ void __launch_bounds__(kMaxThreads)
+__global__ void FUSED_NORM_MAX_REGISTERS(cuda_plan::block_rows_max_registers(sizeof(T)))
     block_rows_kernel(const T* __restrict__ x,       // [rows, hidden]
                       const T* __restrict__ weight,  // [hidden]
                       const T* __restrict__ bias,    // [hidden]
@@ -271,30 +369,39 @@ __global__ void __launch_bounds__(kMaxThreads)
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x, parity ^= 1) {
     const P* xr = reinterpret_cast<const P*>(x + row * hidden);  // [nvec]
     P* yr = reinterpret_cast<P*>(y + row * hidden);              // [nvec]
-    P xv[CHUNKS];
-    A sum_sq = A(0);
+    word_t<P> xv[CHUNKS];
 #pragma unroll
     for (int i = 0; i < CHUNKS; ++i) {
       const int c = threadIdx.x + i * blockDim.x;
-      if (c < nvec) {
-        xv[i] = load_streaming(xr + c);
-        sum_sq += sum_squares<T, VEC, A>(xv[i]);
-      }
+      if (c < nvec) xv[i] = load_streaming_word(xr + c);
     }
+    A sum_sq = A(0);
+#pragma unroll
+    for (int i = 0; i < CHUNKS; ++i) {
+      if (threadIdx.x + i * blockDim.x < nvec) sum_sq += sum_squares<T, VEC, A>(unpack<P>(xv[i]));
+    }
+#pragma unroll
+    for (int i = 0; i < CHUNKS; ++i) forget_conversions(xv[i]);
     const A inv_rms = inverse_rms(block_sum(sum_sq, partials[parity]) * inv_hidden, eps);
 #pragma unroll
     for (int i = 0; i < CHUNKS; ++i) {
       const int c = threadIdx.x + i * blockDim.x;
-      if (c < nvec) store_streaming(yr + c, scale_shift<T, VEC, A>(xv[i], load_cached(w + c), load_cached(b + c), inv_rms));
+      if (c < nvec) {
+        store_streaming(yr + c, scale_shift<T, VEC, A>(unpack<P>(xv[i]), load_cached(w + c), load_cached(b + c), inv_rms));
+      }
     }
   }
 }
 
 // One block per row, for rows longer than a block's registers hold
-// (> kMaxThreads * kBlockRowsChunks vectors). Pass 1 reads x with the normal
-// cache policy so that pass 2 finds it in L2.
+// (> kMaxThreads * kBlockRowsChunks vectors): two passes over the row. Pass 1
+// reads x cached in L2 only (ld.global.cg), so that pass 2, which reads it for
+// the last time (evict-first), finds it there. Both passes move whole
+// vectors, four per thread in flight. kStreamingThreads threads and at least
+// 2 blocks per SM: while one block waits at its row's barrier, another's
+// loads keep the SM's memory pipe busy.
 template <typename T, int VEC>
-__global__ void __launch_bounds__(kMaxThreads)
+__global__ void __launch_bounds__(cuda_plan::kStreamingThreads, cuda_plan::kStreamingMinBlocksPerSm)
     streaming_rows_kernel(const T* __restrict__ x,       // [rows, hidden]
                           const T* __restrict__ weight,  // [hidden]
                           const T* __restrict__ bias,    // [hidden]
@@ -314,11 +421,12 @@ __global__ void __launch_bounds__(kMaxThreads)
     P* yr = reinterpret_cast<P*>(y + row * hidden);              // [nvec]
     A sum_sq = A(0);
 #pragma unroll 4
-    for (int64_t c = threadIdx.x; c < nvec; c += blockDim.x) sum_sq += sum_squares<T, VEC, A>(xr[c]);
+    for (int64_t c = threadIdx.x; c < nvec; c += blockDim.x) sum_sq += sum_squares<T, VEC, A>(load_l2(xr + c));
     const A inv_rms = inverse_rms(block_sum(sum_sq, partials[parity]) * inv_hidden, eps);
 #pragma unroll 4
     for (int64_t c = threadIdx.x; c < nvec; c += blockDim.x) {
-      store_streaming(yr + c, scale_shift<T, VEC, A>(xr[c], load_cached(w + c), load_cached(b + c), inv_rms));
+      store_streaming(yr + c,
+                      scale_shift<T, VEC, A>(load_streaming(xr + c), load_cached(w + c), load_cached(b + c), inv_rms));
     }
   }
 }
@@ -369,17 +477,22 @@ cudaError_t launch_variant(const NormProblem& p, const cuda_plan::LaunchPlan& pl
   return cudaGetLastError();
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % cuda_plan::kVectorBytes == 0; }
-
 template <typename T>
 cudaError_t launch_for_type(const NormProblem& p, cudaStream_t stream) {
-  // The vectorised path needs every row of every operand to start on a
-  // 16-byte boundary: true when the base pointers are aligned and the row
-  // length is a multiple of the vector width (make_plan checks the latter).
-  const bool aligned = aligned16(p.x) && aligned16(p.weight) && aligned16(p.bias) && aligned16(p.y);
-  const cuda_plan::LaunchPlan plan = cuda_plan::make_plan(p.rows, p.hidden, sizeof(T), aligned);
-  constexpr int kWide = cuda_plan::kVectorBytes / sizeof(T);
-  if (plan.vec == kWide) return launch_variant<T, kWide>(p, plan, stream);
+  // Every row of every operand starts on a vector boundary when the base
+  // pointers are aligned to the vector and the row length is a multiple of
+  // it; make_plan picks the widest vector for which both hold.
+  const uint64_t addresses = reinterpret_cast<uintptr_t>(p.x) | reinterpret_cast<uintptr_t>(p.weight) |
+                             reinterpret_cast<uintptr_t>(p.bias) | reinterpret_cast<uintptr_t>(p.y);
+  const cuda_plan::LaunchPlan plan = cuda_plan::make_plan(p.rows, p.hidden, sizeof(T), cuda_plan::alignment_of(addresses));
+  const int bytes = plan.vec * static_cast<int>(sizeof(T));
+  if (bytes == 16) return launch_variant<T, 16 / sizeof(T)>(p, plan, stream);
+  if constexpr (sizeof(T) < 8) {
+    if (bytes == 8) return launch_variant<T, 8 / sizeof(T)>(p, plan, stream);
+  }
+  if constexpr (sizeof(T) < 4) {
+    if (bytes == 4) return launch_variant<T, 4 / sizeof(T)>(p, plan, stream);
+  }
   return launch_variant<T, 1>(p, plan, stream);
 }
 

@@ -14,11 +14,23 @@
 //   kBlockRows     one block per row, `threads` chosen at run time (64..1024),
 //                  each thread holds kBlockRowsChunks vectors. Long rows get
 //                  more threads, so x is still read from DRAM exactly once.
-//   kStreamingRows one block of 1024 threads per row, two passes over the row
-//                  (the second re-reads x, normally from L2). Only for rows too
-//                  long to sit in the registers of one block.
-// A "vector" is `vec` elements: 16 bytes when every pointer is 16-byte aligned
-// and the row length is a multiple of 16 / sizeof(T), else one element.
+//   kStreamingRows one block of kStreamingThreads threads per row, two passes
+//                  over the row (the second re-reads x, normally from L2). Only
+//                  for rows too long to sit in the registers of one block.
+// A "vector" is `vec` elements moved as one machine word: the widest of 16, 8
+// and 4 bytes (or one element) that every pointer's alignment allows and that
+// divides the row length, so every row of every operand starts on a vector
+// boundary. A misaligned buffer or an odd row length steps down one width at
+// a time instead of falling to single elements.
+//
+// Register and occupancy targets on sm_90 (64K registers and 2048 threads per
+// SM), checked from the machine code by tests/csrc/test_cuda_machine_code.py:
+//   warp_rows     8 blocks of 128 threads per SM (__launch_bounds__: <= 64 registers);
+//   block_rows    <= 48 registers: 5 blocks of 256 threads (the 4096 x 8192
+//                 bf16 shape), 1280 threads x 64 bytes of x in flight per SM
+//                 (float64: 64 registers, 4 blocks);
+//   streaming     2 blocks of 512 threads per SM, so one block's loads run
+//                 while another waits at its row's barrier.
 #pragma once
 
 #include <cstdint>
@@ -33,10 +45,21 @@ constexpr int kWarpRowsPerBlock = 4;  // 128-thread blocks: enough blocks to spr
 constexpr int kWarpRowsThreads = kWarpSize * kWarpRowsPerBlock;
 constexpr int kWarpRowsChunkVariants[] = {1, 2, 4};
 constexpr int kWarpRowsMaxChunks = 4;
+constexpr int kWarpRowsMinBlocksPerSm = 8;
 constexpr int kBlockRowsChunks = 4;
+// block_rows' register cap (nvcc __maxnreg__). 48: 5 blocks of 256 threads.
+// float64 gets 64 (4 blocks of 256, the same as 56 would give): below that its
+// 64-bit sums and pointers leave too few registers to keep four 16-byte
+// loads in flight, and ptxas splits them into two dependent rounds.
+constexpr int block_rows_max_registers(int elem_bytes) { return elem_bytes == 8 ? 64 : 48; }
+constexpr int kStreamingThreads = 512;
+constexpr int kStreamingMinBlocksPerSm = 2;
 constexpr int kMaxThreads = 1024;
 constexpr int kMinBlockThreads = 64;
 constexpr int kVectorBytes = 16;
+// Vector widths in bytes, widest first; each kernel is instantiated for each
+// width at least one element wide, plus one element.
+constexpr int kVectorWidths[] = {16, 8, 4};
 // gridDim.x limit; kernels loop over rows, so any row count is covered.
 constexpr int64_t kMaxGridX = 2147483647;
 
@@ -63,12 +86,30 @@ struct LaunchPlan {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// `elem_bytes` = sizeof(T); `aligned16` = x, weight, bias and y all start on
-// a 16-byte boundary. Requires rows > 0 and hidden > 0.
-inline LaunchPlan make_plan(int64_t rows, int64_t hidden, int elem_bytes, bool aligned16) {
+// Largest power of two (at most kVectorBytes) dividing `address`.
+inline int alignment_of(uint64_t address) {
+  int alignment = kVectorBytes;
+  while (alignment > 1 && address % static_cast<uint64_t>(alignment) != 0) alignment /= 2;
+  return alignment;
+}
+
+// Elements per vector: the widest kVectorWidths entry that is at least one
+// element, fits `alignment` and divides the row; else 1.
+inline int vector_elements(int64_t hidden, int elem_bytes, int alignment) {
+  for (int bytes : kVectorWidths) {
+    if (bytes < elem_bytes || bytes > alignment) continue;
+    const int vec = bytes / elem_bytes;
+    if (hidden % vec == 0) return vec;
+  }
+  return 1;
+}
+
+// `elem_bytes` = sizeof(T); `alignment` = the largest power of two (<= 16)
+// dividing the addresses of x, weight, bias and y (alignment_of of their
+// bitwise OR). Requires rows > 0 and hidden > 0.
+inline LaunchPlan make_plan(int64_t rows, int64_t hidden, int elem_bytes, int alignment) {
   LaunchPlan plan;
-  const int wide = kVectorBytes / elem_bytes;
-  plan.vec = (aligned16 && hidden % wide == 0) ? wide : 1;
+  plan.vec = vector_elements(hidden, elem_bytes, alignment);
   const int64_t nvec = hidden / plan.vec;
 
   if (nvec <= int64_t{kWarpSize} * kWarpRowsMaxChunks) {
@@ -90,7 +131,7 @@ inline LaunchPlan make_plan(int64_t rows, int64_t hidden, int elem_bytes, bool a
   } else {
     plan.kernel = Kernel::kStreamingRows;
     plan.chunks = 0;
-    plan.threads = kMaxThreads;
+    plan.threads = kStreamingThreads;
   }
   const int64_t blocks = ceil_div(rows, plan.rows_per_block);
   plan.blocks = blocks < kMaxGridX ? blocks : kMaxGridX;

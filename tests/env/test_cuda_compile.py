@@ -37,15 +37,24 @@ def variants(probe) -> dict:
 HIDDEN_SIZES = list(range(1, 4200)) + list(range(4200, 33000, 7)) + [32767, 32768, 32769, 65536, 1 << 20]
 
 
+ALIGNMENTS = (1, 2, 4, 8, 16)
+
+
+def expected_vec(hidden: int, elem_bytes: int, alignment: int, widths: list[int]) -> int:
+    """The widest vector (bytes in ``widths``) the alignment allows and the row length divides."""
+    for width in sorted(widths, reverse=True):
+        if elem_bytes <= width <= alignment and hidden % (width // elem_bytes) == 0:
+            return width // elem_bytes
+    return 1
+
+
 def test_plan_covers_each_row_with_the_smallest_variant(probe, variants):
     warp_chunks = variants["warp_rows_kernel"]
     (block_chunks,) = variants["block_rows_kernel"]
     max_threads = variants["max_threads"]
-    cases = [(3, h, b, a) for h in HIDDEN_SIZES for b in (2, 4, 8) for a in (0, 1)]
+    cases = [(3, h, b, a) for h in HIDDEN_SIZES for b in (2, 4, 8) for a in (1, 8, 16)]
     for p in plans(probe, cases):
-        wide = variants["vector_bytes"] // p["elem_bytes"]
-        expect_vec = wide if p["aligned"] and p["hidden"] % wide == 0 else 1
-        assert p["vec"] == expect_vec, p
+        assert p["vec"] == expected_vec(p["hidden"], p["elem_bytes"], p["alignment"], variants["vector_widths"]), p
         nvec = p["hidden"] // p["vec"]
         assert nvec * p["vec"] == p["hidden"], p  # a vector never straddles a row end
         if p["kernel"] == "warp_rows_kernel":
@@ -60,27 +69,32 @@ def test_plan_covers_each_row_with_the_smallest_variant(probe, variants):
             assert p["threads"] == 64 or (p["threads"] - 32) * block_chunks < nvec, p  # and no idle warp
         else:
             assert p["kernel"] == "streaming_rows_kernel", p
-            assert nvec > max_threads * block_chunks and p["threads"] == max_threads, p
+            assert nvec > max_threads * block_chunks and p["threads"] == variants["streaming_threads"], p
         assert p["blocks"] == -(-p["rows"] // p["rows_per_block"]), p
 
 
-def test_plan_reaches_every_variant_and_both_paths(probe, variants):
-    cases = [(1, h, b, a) for h in HIDDEN_SIZES for b in (2, 4, 8) for a in (0, 1)]
-    reached = {(p["kernel"], p["chunks"], p["vec"] > 1) for p in plans(probe, cases)}
-    expected = {(k, c or 0, vectorised) for k, cs in variants.items() if k.endswith("_kernel")
-                for c in cs for vectorised in (False, True)}
+def test_plan_reaches_every_variant_and_every_width(probe, variants):
+    cases = [(1, h, b, a) for h in HIDDEN_SIZES for b in (2, 4, 8) for a in ALIGNMENTS]
+    reached = {(p["kernel"], p["chunks"], p["vec"] * p["elem_bytes"] if p["vec"] > 1 else 0, p["elem_bytes"])
+               for p in plans(probe, cases)}
+    expected = {(k, c or 0, width, b) for k, cs in variants.items() if k.endswith("_kernel") for c in cs
+                for b in (2, 4, 8) for width in [0] + [w for w in variants["vector_widths"] if w > b]}
     assert reached == expected
 
 
 def test_plan_clamps_the_grid_and_loops_over_rows(probe):
-    (p,) = plans(probe, [(1 << 40, 64, 4, 1)])
+    (p,) = plans(probe, [(1 << 40, 64, 4, 16)])
     assert p["blocks"] == 2**31 - 1  # gridDim.x limit; the kernels stride over the rest
 
 
-def test_misaligned_pointers_take_the_scalar_path(probe):
-    (aligned, misaligned) = plans(probe, [(8, 512, 2, 1), (8, 512, 2, 0)])
-    assert (aligned["vec"], misaligned["vec"]) == (8, 1)
-    assert (aligned["chunks"], misaligned["chunks"]) == (2, 4)  # 64 vs 512 loads per row
+def test_misalignment_and_odd_lengths_step_down_one_width_at_a_time(probe):
+    # bf16 rows of 512: 16-byte vectors when every pointer is 16-byte aligned;
+    # an `out` at an 8-, 4- or 2-byte offset keeps 8- and 4-byte vectors.
+    got = [p["vec"] for p in plans(probe, [(8, 512, 2, a) for a in (16, 8, 4, 2)])]
+    assert got == [8, 4, 2, 1]
+    # Row lengths that 16 bytes do not divide still get the widest vector that does.
+    got = [p["vec"] for p in plans(probe, [(8, h, 2, 16) for h in (5000, 5004, 5002, 5001)])]
+    assert got == [8, 4, 2, 1]
 
 
 # --- the architecture list ---------------------------------------------------------
@@ -189,7 +203,8 @@ def test_every_kernel_fits_its_largest_launch(check, variants):
     # most, or the launch fails with "too many resources requested".
     # Shared memory is the 2 x 32 reduction slots, far under 48 KB.
     for k in check.report["kernels"]:
-        threads = variants["max_threads"] if not k["kernel"].startswith("warp_rows") else 128
+        threads = {"warp_rows": 128, "block_rows": variants["max_threads"],
+                   "streaming_rows": variants["streaming_threads"]}[k["kernel"].split("_kernel")[0]]
         assert k["registers"] * threads <= 65536, k
         assert k["registers"] <= 255 and k["shared_bytes"] <= 48 * 1024, k
 

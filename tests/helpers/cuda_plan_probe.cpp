@@ -5,8 +5,9 @@
 //   cuda_plan_probe --variants
 //       one JSON object: the compile-time variants the .cu must instantiate
 //   cuda_plan_probe < cases
-//       for each input line "rows hidden elem_bytes aligned(0/1)", one JSON
-//       line with the plan make_plan() returns
+//       for each input line "rows hidden elem_bytes alignment" (alignment: the
+//       largest power of two <= 16 dividing every pointer), one JSON line with
+//       the plan make_plan() returns
 #include <cstdio>
 #include <cstring>
 
@@ -22,19 +23,26 @@ int main(int argc, char** argv) {
       std::printf("%s%d", first ? "" : ", ", c);
       first = false;
     }
-    std::printf("], \"%s\": [%d], \"%s\": [null], \"vector_bytes\": %d, \"max_threads\": %d}\n",
+    std::printf("], \"%s\": [%d], \"%s\": [null], \"vector_bytes\": %d, \"vector_widths\": [",
                 plan::kernel_name(plan::Kernel::kBlockRows), plan::kBlockRowsChunks,
-                plan::kernel_name(plan::Kernel::kStreamingRows), plan::kVectorBytes, plan::kMaxThreads);
+                plan::kernel_name(plan::Kernel::kStreamingRows), plan::kVectorBytes);
+    first = true;
+    for (int w : plan::kVectorWidths) {
+      std::printf("%s%d", first ? "" : ", ", w);
+      first = false;
+    }
+    std::printf("], \"max_threads\": %d, \"streaming_threads\": %d}\n", plan::kMaxThreads,
+                plan::kStreamingThreads);
     return 0;
   }
   long long rows = 0, hidden = 0;
-  int elem_bytes = 0, aligned = 0;
-  while (std::scanf("%lld %lld %d %d", &rows, &hidden, &elem_bytes, &aligned) == 4) {
-    const plan::LaunchPlan p = plan::make_plan(rows, hidden, elem_bytes, aligned != 0);
+  int elem_bytes = 0, alignment = 0;
+  while (std::scanf("%lld %lld %d %d", &rows, &hidden, &elem_bytes, &alignment) == 4) {
+    const plan::LaunchPlan p = plan::make_plan(rows, hidden, elem_bytes, alignment);
     std::printf(
-        "{\"rows\": %lld, \"hidden\": %lld, \"elem_bytes\": %d, \"aligned\": %d, \"kernel\": \"%s\", \"vec\": %d, "
+        "{\"rows\": %lld, \"hidden\": %lld, \"elem_bytes\": %d, \"alignment\": %d, \"kernel\": \"%s\", \"vec\": %d, "
         "\"chunks\": %d, \"threads\": %d, \"rows_per_block\": %d, \"blocks\": %lld}\n",
-        rows, hidden, elem_bytes, aligned, plan::kernel_name(p.kernel), p.vec, p.chunks, p.threads,
+        rows, hidden, elem_bytes, alignment, plan::kernel_name(p.kernel), p.vec, p.chunks, p.threads,
         p.rows_per_block, static_cast<long long>(p.blocks));
   }
   return 0;

@@ -31,7 +31,7 @@ def read_variants(probe: Path) -> dict:
 
 
 def plans(probe: Path, cases: list[tuple[int, int, int, int]]) -> list[dict]:
-    """make_plan() for each (rows, hidden, elem_bytes, aligned) case."""
+    """make_plan() for each (rows, hidden, elem_bytes, alignment) case (alignment: a power of two <= 16)."""
     text = "".join(f"{r} {h} {b} {a}\n" for r, h, b, a in cases)
     out = subprocess.run([str(probe)], input=text, capture_output=True, text=True, check=True).stdout
     return [json.loads(line) for line in out.splitlines()]
@@ -44,7 +44,8 @@ def kernel_names(variants: dict, dtype: str) -> set[str]:
     for kernel, chunk_list in variants.items():
         if not kernel.endswith("_kernel"):
             continue
-        for vec in (variants["vector_bytes"] // size, 1):
+        vectors = {width // size for width in variants["vector_widths"] if width >= size} | {1}
+        for vec in sorted(vectors):
             for chunks in chunk_list:
                 args = [type_name, str(vec)] + ([str(chunks)] if chunks is not None else [])
                 names.add(f"{kernel}<{', '.join(args)}>")
