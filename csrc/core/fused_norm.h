@@ -90,8 +90,12 @@ int64_t cpu_rows_per_task(int64_t hidden);
 
 // --- CUDA (csrc/core/fused_norm_cuda.cu; present only in CUDA builds) --------
 
-// Launches the forward kernel on `stream` (a cudaStream_t). Returns 0 on
-// success or the cudaError_t of the launch.
-int cuda_forward(const NormProblem& p, void* stream);
+// Launches the forward kernel on `stream` (a cudaStream_t) of the current
+// device. Returns 0 on success or a cudaError_t. An error already pending on
+// this thread before the launch (left by earlier work: a faulted kernel, an
+// unchecked failed call) is returned without launching, with
+// `*error_was_pending` set, so that adapters do not report it as this op's
+// launch failure; a pending non-sticky error is cleared by reading it.
+int cuda_forward(const NormProblem& p, void* stream, bool* error_was_pending = nullptr);
 
 }  // namespace fused_norm

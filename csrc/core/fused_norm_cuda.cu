@@ -498,13 +498,21 @@ cudaError_t launch_for_type(const NormProblem& p, cudaStream_t stream) {
 
 }  // namespace cuda_kernels
 
-int cuda_forward(const NormProblem& p, void* stream) {
+int cuda_forward(const NormProblem& p, void* stream, bool* error_was_pending) {
+  if (error_was_pending != nullptr) *error_was_pending = false;
   if (p.rows < 0 || p.hidden < 0) return static_cast<int>(cudaErrorInvalidValue);
   if (p.rows == 0 || p.hidden == 0) return static_cast<int>(cudaSuccess);  // nothing to write
   if (p.x == nullptr || p.weight == nullptr || p.bias == nullptr || p.y == nullptr) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (!is_known_dtype(p.dtype)) return static_cast<int>(cudaErrorInvalidValue);
+  // cudaGetLastError after the launch reports the launch's error, but also
+  // any error still pending from earlier work; read that first.
+  const cudaError_t earlier = cudaGetLastError();
+  if (earlier != cudaSuccess) {
+    if (error_was_pending != nullptr) *error_was_pending = true;
+    return static_cast<int>(earlier);
+  }
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const cudaError_t err =
       visit(p.dtype, [&](auto tag) { return cuda_kernels::launch_for_type<typename decltype(tag)::type>(p, s); });

@@ -29,7 +29,8 @@ void RunRowTask(void* user_data, size_t task) noexcept {
 struct CpuBackend {
   static constexpr const char* kExecutionProvider = "CPUExecutionProvider";
 
-  static Ort::Status Run(Ort::KernelContext& context, const fused_norm::NormProblem& problem) {
+  static Ort::Status Run(Ort::KernelContext& context, const NormCall& call) {
+    const fused_norm::NormProblem& problem = call.problem;
     // Tasks of about 32K elements (cpu_rows_per_task): smaller ones cost more
     // to hand to a thread than they take to compute.
     const int64_t rows_per_task = fused_norm::cpu_rows_per_task(problem.hidden);

@@ -8,9 +8,10 @@
 //
 // Memory: the op declares no input/output memory type, so ORT hands the
 // kernel X, weight and bias in the CUDA provider's device memory (copying
-// host inputs there itself) and allocates Y there. ORT's CUDA provider makes
-// its device current before running a node, so the launch targets that
-// device.
+// host inputs there itself) and allocates Y there. The launch goes to the
+// device that holds Y (its memory info), made current for the launch and
+// restored after, rather than to whatever device is current on ORT's calling
+// thread.
 #include <cuda_runtime_api.h>
 
 #include <string>
@@ -25,19 +26,40 @@ namespace {
 struct CudaBackend {
   static constexpr const char* kExecutionProvider = "CUDAExecutionProvider";
 
-  static Ort::Status Run(Ort::KernelContext& context, const fused_norm::NormProblem& problem) {
-    // ORT's stream for this session, so the kernel is ordered with the
-    // provider's own copies and kernels (the null stream would serialise
-    // against every other stream instead).
-    void* stream = context.GetGPUComputeStream();
-    const int err = fused_norm::cuda_forward(problem, stream);
-    if (err != 0) {
-      const auto code = static_cast<cudaError_t>(err);
-      const std::string message = std::string(kDomain) + "::" + kOpName + " (CUDAExecutionProvider): kernel launch failed: " +
-                                  cudaGetErrorName(code) + " (" + cudaGetErrorString(code) + ")";
-      return Ort::Status(message.c_str(), ORT_EP_FAIL);
+  static Ort::Status Run(Ort::KernelContext& context, const NormCall& call) {
+    if (call.y_device_type != OrtMemoryInfoDeviceType_GPU) {
+      return Failure("Y is not in GPU memory (ORT memory info device type " +
+                     std::to_string(static_cast<int>(call.y_device_type)) + ")");
     }
-    return Ort::Status{nullptr};
+    // ORT's stream for this session, so the kernel is ordered with the
+    // provider's own copies and kernels. A null stream would mean the legacy
+    // default stream, which synchronises with every other stream: refuse it.
+    void* stream = context.GetGPUComputeStream();
+    if (stream == nullptr) return Failure("ONNX Runtime gave no CUDA compute stream; refusing the legacy default stream");
+    int previous = 0;
+    cudaError_t err = cudaGetDevice(&previous);
+    if (err == cudaSuccess && previous != call.y_device_id) err = cudaSetDevice(call.y_device_id);
+    if (err != cudaSuccess) {
+      return Failure("cannot make Y's device " + std::to_string(call.y_device_id) + " current: " + Describe(err));
+    }
+    bool earlier = false;
+    const auto launch = static_cast<cudaError_t>(fused_norm::cuda_forward(call.problem, stream, &earlier));
+    if (previous != call.y_device_id) cudaSetDevice(previous);
+    if (launch == cudaSuccess) return Ort::Status{nullptr};
+    if (earlier) {
+      return Failure("not launched: an earlier CUDA error is pending on device " + std::to_string(call.y_device_id) +
+                     " (left by a previous operation): " + Describe(launch));
+    }
+    return Failure("kernel launch failed on device " + std::to_string(call.y_device_id) + ": " + Describe(launch));
+  }
+
+ private:
+  static std::string Describe(cudaError_t err) {
+    return std::string(cudaGetErrorName(err)) + " (" + cudaGetErrorString(err) + ")";
+  }
+  static Ort::Status Failure(const std::string& what) {
+    const std::string message = std::string(kDomain) + "::" + kOpName + " (CUDAExecutionProvider): " + what;
+    return Ort::Status(message.c_str(), ORT_EP_FAIL);
   }
 };
 

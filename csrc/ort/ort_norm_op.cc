@@ -135,7 +135,7 @@ OrtStatusPtr ReadEpsilon(const OrtKernelInfo* info, float* epsilon) noexcept {
   }
 }
 
-Ort::Status PrepareNormCall(Ort::KernelContext& context, float epsilon, fused_norm::NormProblem& problem) {
+Ort::Status PrepareNormCall(Ort::KernelContext& context, float epsilon, NormCall& call) {
   if (context.GetInputCount() != 3) {
     return InvalidArgument("expects 3 inputs (X, weight, bias), got " + std::to_string(context.GetInputCount()));
   }
@@ -184,6 +184,10 @@ Ort::Status PrepareNormCall(Ort::KernelContext& context, float epsilon, fused_no
                            " but X is " + ElementTypeName(xf.type) + "; Y must have X's dtype");
   }
 
+  const Ort::ConstMemoryInfo y_memory = y.GetTensorMemoryInfo();
+  call.y_device_type = y_memory.GetDeviceType();
+  call.y_device_id = y_memory.GetDeviceId();
+  fused_norm::NormProblem& problem = call.problem;
   problem.x = x.GetTensorRawData();
   problem.weight = weight.GetTensorRawData();
   problem.bias = bias.GetTensorRawData();

@@ -11,7 +11,7 @@
 //   struct MyBackend {
 //     static constexpr const char* kExecutionProvider = "CUDAExecutionProvider";
 //     // Runs the validated call; Y is already allocated by ORT.
-//     static Ort::Status Run(Ort::KernelContext& context, const fused_norm::NormProblem& problem);
+//     static Ort::Status Run(Ort::KernelContext& context, const NormCall& call);
 //   };
 //   void AddMyOps(Ort::CustomOpDomain& domain) {
 //     static NormOp<MyBackend> op;  // must outlive every session
@@ -34,14 +34,22 @@ inline constexpr const char* kDomain = "myops";
 inline constexpr const char* kOpName = "fused_norm";
 inline constexpr const char* kEpsilonAttribute = "epsilon";
 
+// One validated call: the core's operands, and where ORT allocated Y (a
+// device provider launches on the device that holds Y).
+struct NormCall {
+  fused_norm::NormProblem problem;
+  OrtMemoryInfoDeviceType y_device_type = OrtMemoryInfoDeviceType_CPU;
+  int y_device_id = 0;
+};
+
 // Reads the float attribute `epsilon` by name; a missing or non-float
 // attribute is an error (it fails session creation: the model is malformed).
 OrtStatusPtr ReadEpsilon(const OrtKernelInfo* info, float* epsilon) noexcept;
 
 // Validates one call (ranks, lengths, dtypes, epsilon), allocates Y through
-// ORT's allocator for this node, and fills `problem` with the raw pointers.
-// Never reads tensor data, so it serves device tensors as well.
-Ort::Status PrepareNormCall(Ort::KernelContext& context, float epsilon, fused_norm::NormProblem& problem);
+// ORT's allocator for this node, and fills `call` with the raw pointers and
+// Y's device. Never reads tensor data, so it serves device tensors as well.
+Ort::Status PrepareNormCall(Ort::KernelContext& context, float epsilon, NormCall& call);
 
 // Type and shape inference: Y gets X's dtype and shape (symbolic dims kept).
 // Runs while ORT resolves and optimises the graph, with no data. Never fails
@@ -62,12 +70,12 @@ class NormKernel {
   OrtStatusPtr ComputeV2(OrtKernelContext* raw_context) noexcept {
     try {
       Ort::KernelContext context(raw_context);
-      fused_norm::NormProblem problem;
-      Ort::Status status = PrepareNormCall(context, epsilon_, problem);
+      NormCall call;
+      Ort::Status status = PrepareNormCall(context, epsilon_, call);
       if (!status.IsOK()) return status.release();
-      if (problem.rows == 0 || problem.hidden == 0) return nullptr;  // empty Y: nothing to write
-      Ort::Status run = Backend::Run(context, problem);
-      if (dump_ && run.IsOK()) dump_->Write(context, problem);  // null unless a debug dump was asked for
+      if (call.problem.rows == 0 || call.problem.hidden == 0) return nullptr;  // empty Y: nothing to write
+      Ort::Status run = Backend::Run(context, call);
+      if (dump_ && run.IsOK()) dump_->Write(context, call.problem);  // null unless a debug dump was asked for
       return run.release();
     } catch (...) {
       return StatusFromCurrentException();

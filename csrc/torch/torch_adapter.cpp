@@ -1,11 +1,11 @@
 // The torch adapter's shared part: argument checks and the view of tensors
 // as the core's NormProblem, used by the CPU and the CUDA impls.
-#include <ATen/MemoryOverlap.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Exception.h>
 #include <c10/util/Half.h>
 
 #include <cmath>
+#include <cstdint>
 #include <optional>
 
 #include "torch_adapter.h"
@@ -48,6 +48,43 @@ std::optional<fused_norm::DType> core_dtype(at::ScalarType t) {
 
 bool is_supported_dtype(at::ScalarType t) { return core_dtype(t).has_value(); }
 
+// Whether an element of the sub-tensor of `t` that starts at byte address
+// `base` and spans dims [dim, t.dim()) lies in the bytes [begin, end). Exact
+// for any strides (torch's are >= 0): a sub-tensor whose address span misses
+// the range is skipped whole, and the innermost dim is an arithmetic
+// progression, tested in O(1). Dense tensors sharing no bytes with the range
+// cost one span test; the walk only descends where the spans meet.
+bool has_element_in(const at::Tensor& t, uint64_t base, int64_t dim, uint64_t begin, uint64_t end) {
+  const uint64_t esize = static_cast<uint64_t>(t.element_size());
+  uint64_t last = base;  // address of the sub-tensor's last element
+  for (int64_t d = dim; d < t.dim(); ++d) last += static_cast<uint64_t>((t.size(d) - 1) * t.stride(d)) * esize;
+  if (last + esize <= begin || base >= end) return false;
+  if (dim == t.dim()) return true;  // a single element, inside the range
+  const uint64_t step = static_cast<uint64_t>(t.stride(dim)) * esize;
+  if (dim == t.dim() - 1) {
+    // Elements base + i * step, i in [0, size): the first one at or past
+    // `begin` (elements start on element boundaries of a shared storage).
+    if (step == 0 || base >= begin) return true;  // the span meets the range, and base or every element is in it
+    const uint64_t i = (begin - base + step - 1) / step;
+    return i < static_cast<uint64_t>(t.size(dim)) && base + i * step < end;
+  }
+  for (int64_t i = 0; i < t.size(dim); ++i) {
+    if (has_element_in(t, base + static_cast<uint64_t>(i) * step, dim + 1, begin, end)) return true;
+  }
+  return false;
+}
+
+// Whether writing the contiguous `out` would change an element of `input`,
+// whatever input's strides: only a shared byte counts. (at::get_overlap_status
+// answers "too hard" for every non-dense tensor, which would reject a strided
+// weight that shares nothing with out.)
+bool writes_into(const at::Tensor& out, const at::Tensor& input) {
+  if (out.numel() == 0 || input.numel() == 0 || !input.is_alias_of(out)) return false;
+  const auto begin = reinterpret_cast<uint64_t>(out.const_data_ptr());
+  const uint64_t end = begin + static_cast<uint64_t>(out.numel() * out.element_size());
+  return has_element_in(input, reinterpret_cast<uint64_t>(input.const_data_ptr()), 0, begin, end);
+}
+
 void check_param(const char* op, const char* name, const at::Tensor& param, const at::Tensor& x) {
   TORCH_CHECK_VALUE(param.dim() == 1 && param.size(0) == x.size(-1), op, ": ", name,
                     " must be a 1-D tensor of length x.size(-1) = ", x.size(-1), ", got shape ", param.sizes());
@@ -79,8 +116,7 @@ void check_out_arg(const at::Tensor& out, const at::Tensor& x, const at::Tensor&
               out.device());
   TORCH_CHECK_VALUE(out.is_contiguous(), op, ": out must be contiguous (it is written in place, row by row)");
   for (const at::Tensor* input : {&x, &weight, &bias}) {
-    const auto overlap = at::get_overlap_status(out, *input);
-    TORCH_CHECK_VALUE(overlap == at::MemOverlapStatus::No, op,
+    TORCH_CHECK_VALUE(!writes_into(out, *input), op,
                       ": out must not share memory with x, weight or bias (the kernel reads a row after "
                       "writing it)");
   }

@@ -24,10 +24,14 @@ void run_cuda(const char* op, const at::Tensor& x, const at::Tensor& weight, con
   // device's.
   const fused_norm::NormProblem p = make_problem(x, weight, bias, y, eps);
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
-  const int err = fused_norm::cuda_forward(p, stream);
-  TORCH_CHECK(err == 0, op, ": CUDA kernel launch failed on ", x.device(), ": ",
-              cudaGetErrorName(static_cast<cudaError_t>(err)), " (",
-              cudaGetErrorString(static_cast<cudaError_t>(err)), ")");
+  bool earlier = false;
+  const int err = fused_norm::cuda_forward(p, stream, &earlier);
+  const auto code = static_cast<cudaError_t>(err);
+  TORCH_CHECK(err == 0 || !earlier, op, ": not launched: an earlier CUDA error is pending on ", x.device(),
+              " (left by a previous operation, not by ", op, "): ", cudaGetErrorName(code), " (",
+              cudaGetErrorString(code), ")");
+  TORCH_CHECK(err == 0, op, ": CUDA kernel launch failed on ", x.device(), ": ", cudaGetErrorName(code), " (",
+              cudaGetErrorString(code), ")");
 }
 
 at::Tensor fused_norm_cuda(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {

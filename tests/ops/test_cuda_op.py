@@ -8,6 +8,7 @@ device or the library was built without its CUDA kernels.
 
 from __future__ import annotations
 
+import ctypes
 import math
 
 import pytest
@@ -46,18 +47,22 @@ def vector_width(dtype: torch.dtype) -> int:
 
 
 def hidden_sizes(dtype: torch.dtype) -> list[int]:
-    """Row lengths that reach every kernel variant (fused_norm_cuda_plan.h) on both paths.
+    """Row lengths that reach every kernel variant (fused_norm_cuda_plan.h) at every vector width.
 
     16-byte path, in vectors of 16 / sizeof(T) elements: 1 and 32 (a warp,
     one vector per lane), 33 and 64 (two), 65 and 128 (four), 129 (a block of
     64 threads), 1000, 4096 (1024 threads x 4), 4097 (the two-pass kernel).
-    Scalar path (odd lengths, never a multiple of the vector width): the same
-    thresholds counted in elements. test_every_variant_is_launched checks
-    that these really reach every variant."""
+    Narrower vectors (8 and 4 bytes, then one element): the same thresholds
+    counted in those vectors, odd counts, so the row is never a multiple of
+    the next wider vector. test_every_variant_is_launched checks that these
+    really reach every variant."""
+    esize = torch.empty((), dtype=dtype).element_size()
     w = vector_width(dtype)
-    vectorised = [w * n for n in (1, 32, 33, 64, 65, 128, 129, 1000, 4096, 4097)]
-    scalar = [1, 3, 31, 33, 63, 65, 127, 129, 1001, 4095, 4097, 5001]
-    return vectorised + scalar
+    sizes = [w * n for n in (1, 32, 33, 64, 65, 128, 129, 1000, 4096, 4097)]
+    odd_counts = (1, 3, 31, 33, 63, 65, 127, 129, 1001, 4095, 4097, 5001)
+    for vec in sorted({bytes_ // esize for bytes_ in (8, 4) if bytes_ > esize} | {1}):
+        sizes += [vec * n for n in odd_counts]
+    return sizes
 
 
 CASES = [(dtype, hidden) for dtype in FLOAT_DTYPES for hidden in hidden_sizes(dtype)]
@@ -102,7 +107,7 @@ def test_values_match_float64_reference(dtype, hidden, generator):
 @pytest.mark.parametrize("units", [32, 129, 4097], ids=lambda n: f"{n}vectors")
 def test_misaligned_pointers_fall_back_correctly(dtype, units, generator):
     # A row length that would take the 16-byte path, with x and out one
-    # element off alignment: the launcher must choose the scalar path.
+    # element off alignment: the launcher must choose the one-element path.
     hidden = vector_width(dtype) * units
     x, w, b = cuda_inputs((*ROWS, hidden), dtype, generator)
     x_off, out = misaligned_copy(x), misaligned_copy(nan_like(x))
@@ -112,6 +117,78 @@ def test_misaligned_pointers_fall_back_correctly(dtype, units, generator):
     # Misaligned weight / bias alone also forbid the vector path.
     y = ops.fused_norm(x, misaligned_copy(w), misaligned_copy(b), 1e-6)
     torch.testing.assert_close(y.double(), reference_norm(x, w, b, 1e-6), **TOLERANCES[dtype])
+
+
+@pytest.mark.parametrize("offset_bytes", [8, 4])
+def test_out_with_a_storage_offset_keeps_a_vector_path(offset_bytes, generator):
+    # bf16 out 8 or 4 bytes past a 16-byte boundary: 8- or 4-byte vectors.
+    x, w, b = cuda_inputs((*ROWS, 4096), torch.bfloat16, generator)
+    shift = offset_bytes // 2
+    buffer = torch.full((x.numel() + shift,), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    out = buffer[shift:].view(x.shape)
+    assert out.data_ptr() % 16 == offset_bytes
+    ops.fused_norm_out(x, w, b, 1e-6, out)
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.double(), reference_norm(x, w, b, 1e-6), **TOLERANCES[torch.bfloat16])
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_out_variant_with_strided_inputs_on_cuda(dtype, generator):
+    # Strided x, weight and bias (sharing no byte with out) give the result of
+    # their contiguous copies; every element of out is written.
+    x, w, b = cuda_inputs((6, 2 * 1000), dtype, generator)
+    xs, ws, bs = x[:, ::2], w[::2], b[1::2]
+    out = torch.full(xs.shape, float("nan"), dtype=dtype, device=DEVICE)
+    ops.fused_norm_out(xs, ws, bs, 1e-5, out)
+    assert not out.isnan().any()
+    assert torch.equal(out, ops.fused_norm(xs.contiguous(), ws.contiguous(), bs.contiguous(), 1e-5))
+    torch.testing.assert_close(out.double(), reference_norm(xs, ws, bs, 1e-5), **TOLERANCES[dtype])
+
+
+# rows x hidden past 2^31 elements, one shape per kernel (warp_rows,
+# block_rows, streaming_rows): element offsets must be 64-bit everywhere.
+HUGE_SHAPES = [((1 << 31) // 64 + 3, 64), ((1 << 31) // 8192 + 3, 8192), ((1 << 31) // 65536 + 3, 65536)]
+
+
+@pytest.mark.parametrize("shape", HUGE_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_more_than_2_to_the_31_elements(shape, generator):
+    rows, hidden = shape
+    assert rows * hidden > 2**31
+    free, _ = torch.cuda.mem_get_info()
+    if free < 4 * rows * hidden * 2 + (1 << 30):
+        pytest.skip(f"needs {4 * rows * hidden * 2 >> 30} GiB free on the device, {free >> 30} GiB are")
+    _, w, b = cuda_inputs((1, hidden), torch.bfloat16, generator)
+    x = torch.randn(rows, hidden, device=DEVICE, dtype=torch.bfloat16)
+    out = torch.full_like(x, float("nan"))
+    ops.fused_norm_out(x, w, b, 1e-6, out)
+    assert not out.isnan().any(), f"{int(out.isnan().sum())} output elements never written"
+    # The rows on both sides of element 2^31 and the last ones, against float64.
+    for first in (0, (1 << 31) // hidden - 1, rows - 3):
+        sl = slice(first, first + 3)
+        torch.testing.assert_close(out[sl].double(), reference_norm(x[sl], w, b, 1e-6), **TOLERANCES[torch.bfloat16])
+    del x, out
+
+
+def _loaded_cudart():
+    """The libcudart this process (torch and the op library) uses, via ctypes; None if not found."""
+    torch.cuda.init()
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "libcudart.so" in line}
+    return ctypes.CDLL(sorted(paths)[0]) if len(paths) == 1 else None
+
+
+def test_an_earlier_pending_error_is_not_reported_as_the_launch_failure(generator):
+    cudart = _loaded_cudart()
+    if cudart is None:
+        pytest.skip("libcudart is not loaded exactly once in this process (linked statically?)")
+    x, w, b = cuda_inputs((4, 512), torch.float32, generator)
+    # An invalid device ordinal: a failed runtime call leaves its error pending.
+    assert cudart.cudaSetDevice(ctypes.c_int(10_000)) != 0
+    with pytest.raises(RuntimeError, match=r"not launched: an earlier CUDA error is pending .*cudaErrorInvalidDevice"):
+        ops.fused_norm(x, w, b, 1e-6)
+    # Reading it cleared it (it was not sticky): the next call runs.
+    torch.testing.assert_close(ops.fused_norm(x, w, b, 1e-6).double(), reference_norm(x, w, b, 1e-6),
+                               **TOLERANCES[torch.float32])
 
 
 @pytest.fixture(scope="module")

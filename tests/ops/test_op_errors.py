@@ -81,6 +81,30 @@ def test_out_aliasing_x(good):
         ops.fused_norm_out(x, w, b, 1e-6, x)
 
 
+def test_out_overlapping_one_element_of_a_strided_x(generator):
+    # x's rows at [0, h) and [3h, 4h) of one buffer; out covers [h + 1, 3h + 1),
+    # which holds x[1, 0] and nothing else of x.
+    h = 16
+    buffer = make_inputs((2, 3 * h), torch.float32, generator)[0]
+    x = buffer[:, :h]
+    out = buffer.view(-1)[h + 1 : 3 * h + 1].view(2, h)
+    w, b = torch.ones(h), torch.zeros(h)
+    with pytest.raises(ValueError, match="out must not share memory with x, weight or bias"):
+        ops.fused_norm_out(x, w, b, 1e-6, out)
+
+
+@pytest.mark.parametrize("name", ["weight", "bias"])
+def test_out_overlapping_a_strided_parameter(good, name):
+    # The parameter is every other element of out's own buffer.
+    x, w, b = good
+    buffer = torch.zeros(2 * x.numel())
+    out = buffer[: x.numel()].view(x.shape)
+    args = {"weight": w, "bias": b}
+    args[name] = buffer[: 2 * x.shape[-1] : 2]
+    with pytest.raises(ValueError, match="out must not share memory with x, weight or bias"):
+        ops.fused_norm_out(x, args["weight"], args["bias"], 1e-6, out)
+
+
 def test_process_survives_and_next_call_works(good):
     for _ in range(3):
         with pytest.raises(ValueError):

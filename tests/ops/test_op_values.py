@@ -32,6 +32,35 @@ def test_out_variant_writes_every_element(dtype, generator):
     torch.testing.assert_close(out.double(), reference_norm(x, w, b, 1e-5), **TOLERANCES[dtype])
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_out_variant_with_strided_inputs(dtype, generator):
+    # Strided x, weight and bias that share no byte with out are read as
+    # their contiguous copies would be (they are not "sharing memory").
+    x, w, b = make_inputs((6, 2 * 129), dtype, generator)
+    xs, ws, bs = x[:, ::2], w[::2], b[1::2]
+    assert not (xs.is_contiguous() or ws.is_contiguous() or bs.is_contiguous())
+    out = torch.full(xs.shape, float("nan"), dtype=dtype)
+    ops.fused_norm_out(xs, ws, bs, 1e-5, out)
+    assert not out.isnan().any(), "some output elements were never written"
+    torch.testing.assert_close(out.double(), reference_norm(xs, ws, bs, 1e-5), **TOLERANCES[dtype])
+
+
+def test_out_in_the_gap_between_rows_of_a_strided_x(generator):
+    # x's rows sit at [0, h) and [3h, 4h) of one buffer, out fills [h, 3h):
+    # the spans interleave but no element is shared, so the call is valid
+    # and must leave x untouched.
+    h = 64
+    x_src, w, b = make_inputs((2, 3 * h), torch.float32, generator)
+    buffer = x_src.clone()
+    x = buffer[:, :h]
+    out = buffer.view(-1)[h : 3 * h].view(2, h)
+    x_before = x.clone()
+    expected = reference_norm(x_before, w[:h], b[:h], 1e-6)
+    ops.fused_norm_out(x, w[:h], b[:h], 1e-6, out)
+    assert torch.equal(x, x_before)
+    torch.testing.assert_close(out.double(), expected, **TOLERANCES[torch.float32])
+
+
 @pytest.mark.parametrize("eps", [0.0, 1e-12, 1e-5, 0.5])
 def test_eps_enters_the_formula(eps, generator):
     # Small-magnitude rows make eps matter: mean(x^2) ~ 1e-4.
