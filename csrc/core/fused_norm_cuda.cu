@@ -295,8 +295,11 @@ __global__ void __launch_bounds__(kWarpRowsThreads, cuda_plan::kWarpRowsMinBlock
   using A = typename Elem<T>::acc_t;
   using P = Pack<T, VEC>;
   // Weight and bias ride with x when the three fit the register cap (up to
-  // 32 bytes of x per lane); longer rows load them after the reduction.
-  constexpr bool kHoldParams = CHUNKS * sizeof(P) <= 32;
+  // 32 bytes of x per lane); longer rows load them after the reduction. Not
+  // for one-double vectors: ptxas copies each loaded double at the guard's
+  // join, and a copy waits for its load, so held parameters would cost a
+  // round per chunk instead of one after the reduction.
+  constexpr bool kHoldParams = CHUNKS * sizeof(P) <= 32 && !(sizeof(T) == 8 && VEC == 1);
   const int lane = threadIdx.x % kWarpSize;
   const int nvec = hidden / VEC;
   const A inv_hidden = A(1) / static_cast<A>(hidden);
@@ -310,7 +313,11 @@ __global__ void __launch_bounds__(kWarpRowsThreads, cuda_plan::kWarpRowsMinBlock
   for (int64_t row = first; row < rows; row += stride) {
     const P* xr = reinterpret_cast<const P*>(x + row * hidden);  // [nvec]
     P* yr = reinterpret_cast<P*>(y + row * hidden);              // [nvec]
-    word_t<P> xv[CHUNKS], wr[CHUNKS], br[CHUNKS];
+    // Zero-initialised: a guarded load then writes straight into the register
+    // that holds the vector after the guard. Without a value on the other path
+    // the compiler copies the loaded register at the join, and a copy waits for
+    // its load, splitting the row's loads into several rounds.
+    word_t<P> xv[CHUNKS] = {}, wr[CHUNKS] = {}, br[CHUNKS] = {};
 #pragma unroll
     for (int i = 0; i < CHUNKS; ++i) {
       const int c = lane + i * kWarpSize;

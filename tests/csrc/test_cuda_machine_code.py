@@ -91,6 +91,27 @@ def test_register_kernels_issue_all_x_loads_of_a_row_at_once(machine_code):
     assert not slow, f"dependent x-load rounds per row (want 1): {slow}"
 
 
+def test_warp_rows_loads_held_weight_and_bias_with_x(machine_code):
+    # Where warp_rows holds weight and bias (up to 32 bytes of x per lane, not
+    # for one-double vectors), their loads share x's round: every global load before the warp's
+    # reduction (its first shuffle) is in one round, and there are 3 per chunk.
+    sass, _ = machine_code
+    slow, held = {}, 0
+    for name, code in sorted(sass.items()):
+        if not name.startswith("warp_rows"):
+            continue
+        _, element, vec = variant_of(name)
+        chunks = int(name.rstrip(">").rsplit(", ", 1)[1])
+        if chunks * vec * ELEMENT_BYTES[element] > 32 or (element == "double" and vec == 1):
+            continue  # not held (fused_norm_cuda.cu, kHoldParams)
+        held += 1
+        loads = [i for i in code.first_row_region("SHFL") if i.is_global_load]
+        rounds = code.load_rounds(lambda inst: True, stop_at="SHFL")
+        if rounds != 1 or len(loads) != 3 * chunks:
+            slow[name] = f"{rounds} rounds, {len(loads)} loads before the reduction"
+    assert held and not slow, slow
+
+
 def test_every_access_is_as_wide_as_the_variant_vector(machine_code):
     sass, _ = machine_code
     wrong = []

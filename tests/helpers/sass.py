@@ -94,29 +94,33 @@ class KernelCode:
     def global_accesses(self) -> list[Instruction]:
         return [i for i in self.instructions if i.is_global_load or i.is_global_store]
 
-    def first_row_region(self) -> list[Instruction]:
-        """Instructions before the first global store: one row's loads and its reduction."""
+    def first_row_region(self, stop_at: str = "STG") -> list[Instruction]:
+        """Instructions before the first ``stop_at`` (default: the row's first global store)."""
         region = []
         for inst in self.instructions:
-            if inst.is_global_store:
+            if inst.mnemonic == stop_at:
                 break
             region.append(inst)
         return region
 
     def x_load_rounds(self) -> int:
-        """Dependent rounds of x loads before the row's first store.
+        """Dependent rounds of x loads before the row's first store."""
+        return self.load_rounds(lambda inst: inst.is_streaming_load)
 
-        Walks the code in program order. Each x load's destination registers
-        are pending until an instruction names one of them (it must wait for
-        the value: the load's latency is paid there). A load issued after such
-        a wait starts a new round. One round = every x load of the row in
-        flight at once.
+    def load_rounds(self, counts, stop_at: str = "STG") -> int:
+        """Dependent rounds of the loads ``counts`` selects, before the first ``stop_at``.
+
+        Walks the code in program order. Each counted load's destination
+        registers are pending until an instruction names one of them (it must
+        wait for the value: the load's latency is paid there). A counted load
+        issued after such a wait starts a new round. One round = all of them
+        in flight at once.
         """
         rounds, pending, waited = 0, set(), True
-        for inst in self.first_row_region():
+        for inst in self.first_row_region(stop_at):
             if pending and inst.mentioned_registers() & pending:
                 waited, pending = True, set()
-            if inst.is_streaming_load:
+            if inst.is_global_load and counts(inst):
                 if waited:
                     rounds, waited = rounds + 1, False
                 pending |= inst.destination_registers()
