@@ -334,8 +334,10 @@ __global__ void __launch_bounds__(kWarpRowsThreads, cuda_plan::kWarpRowsMinBlock
     for (int i = 0; i < CHUNKS; ++i) {
       if (lane + i * kWarpSize < nvec) sum_sq += sum_squares<T, VEC, A>(unpack<P>(xv[i]));
     }
+    if constexpr (sizeof(T) == 2) {  // only 16-bit elements are converted
 #pragma unroll
-    for (int i = 0; i < CHUNKS; ++i) forget_conversions(xv[i]);
+      for (int i = 0; i < CHUNKS; ++i) forget_conversions(xv[i]);
+    }
     const A inv_rms = inverse_rms(warp_sum(sum_sq) * inv_hidden, eps);
 #pragma unroll
     for (int i = 0; i < CHUNKS; ++i) {
@@ -354,11 +356,11 @@ __global__ void __launch_bounds__(kWarpRowsThreads, cuda_plan::kWarpRowsMinBlock
 // One block per row; thread t holds vectors t, t + blockDim.x, ... of the
 // row (CHUNKS of them), so consecutive threads touch consecutive words.
 // Weight and bias are loaded after the reduction (they stay in L1/L2: every
-// row reads them), which keeps the kernel within block_rows_max_registers:
+// row reads them), which keeps the kernel within kBlockRowsMaxRegisters:
 // at 48, 5 blocks of 256 threads fit an SM (64K registers), 1280 threads with
 // CHUNKS x 16 bytes of x in flight each.
 template <typename T, int VEC, int CHUNKS>
-__global__ void FUSED_NORM_MAX_REGISTERS(cuda_plan::block_rows_max_registers(sizeof(T)))
+__global__ void FUSED_NORM_MAX_REGISTERS(cuda_plan::kBlockRowsMaxRegisters)
     block_rows_kernel(const T* __restrict__ x,       // [rows, hidden]
                       const T* __restrict__ weight,  // [hidden]
                       const T* __restrict__ bias,    // [hidden]
@@ -376,7 +378,9 @@ __global__ void FUSED_NORM_MAX_REGISTERS(cuda_plan::block_rows_max_registers(siz
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x, parity ^= 1) {
     const P* xr = reinterpret_cast<const P*>(x + row * hidden);  // [nvec]
     P* yr = reinterpret_cast<P*>(y + row * hidden);              // [nvec]
-    word_t<P> xv[CHUNKS];
+    // Zero-initialised, as in warp_rows_kernel: no copies at the guards'
+    // joins, so the four loads stay in one round (float64 split them without).
+    word_t<P> xv[CHUNKS] = {};
 #pragma unroll
     for (int i = 0; i < CHUNKS; ++i) {
       const int c = threadIdx.x + i * blockDim.x;
@@ -387,8 +391,10 @@ __global__ void FUSED_NORM_MAX_REGISTERS(cuda_plan::block_rows_max_registers(siz
     for (int i = 0; i < CHUNKS; ++i) {
       if (threadIdx.x + i * blockDim.x < nvec) sum_sq += sum_squares<T, VEC, A>(unpack<P>(xv[i]));
     }
+    if constexpr (sizeof(T) == 2) {  // only 16-bit elements are converted
 #pragma unroll
-    for (int i = 0; i < CHUNKS; ++i) forget_conversions(xv[i]);
+      for (int i = 0; i < CHUNKS; ++i) forget_conversions(xv[i]);
+    }
     const A inv_rms = inverse_rms(block_sum(sum_sq, partials[parity]) * inv_hidden, eps);
 #pragma unroll
     for (int i = 0; i < CHUNKS; ++i) {

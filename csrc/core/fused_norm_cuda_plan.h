@@ -27,8 +27,7 @@
 // SM), checked from the machine code by tests/csrc/test_cuda_machine_code.py:
 //   warp_rows     8 blocks of 128 threads per SM (__launch_bounds__: <= 64 registers);
 //   block_rows    <= 48 registers: 5 blocks of 256 threads (the 4096 x 8192
-//                 bf16 shape), 1280 threads x 64 bytes of x in flight per SM
-//                 (float64: 64 registers, 4 blocks);
+//                 bf16 shape), 1280 threads x 64 bytes of x in flight per SM;
 //   streaming     2 blocks of 512 threads per SM, so one block's loads run
 //                 while another waits at its row's barrier.
 #pragma once
@@ -47,11 +46,8 @@ constexpr int kWarpRowsChunkVariants[] = {1, 2, 4};
 constexpr int kWarpRowsMaxChunks = 4;
 constexpr int kWarpRowsMinBlocksPerSm = 8;
 constexpr int kBlockRowsChunks = 4;
-// block_rows' register cap (nvcc __maxnreg__). 48: 5 blocks of 256 threads.
-// float64 gets 64 (4 blocks of 256, the same as 56 would give): below that its
-// 64-bit sums and pointers leave too few registers to keep four 16-byte
-// loads in flight, and ptxas splits them into two dependent rounds.
-constexpr int block_rows_max_registers(int elem_bytes) { return elem_bytes == 8 ? 64 : 48; }
+// block_rows' register cap (nvcc __maxnreg__): 5 blocks of 256 threads.
+constexpr int kBlockRowsMaxRegisters = 48;
 constexpr int kStreamingThreads = 512;
 constexpr int kStreamingMinBlocksPerSm = 2;
 constexpr int kMaxThreads = 1024;
