@@ -360,7 +360,7 @@ __global__ void __launch_bounds__(kWarpRowsThreads, cuda_plan::kWarpRowsMinBlock
 // at 48, 5 blocks of 256 threads fit an SM (64K registers), 1280 threads with
 // CHUNKS x 16 bytes of x in flight each.
 template <typename T, int VEC, int CHUNKS>
-__global__ void FUSED_NORM_MAX_REGISTERS(cuda_plan::kBlockRowsMaxRegisters)
+__global__ void FUSED_NORM_MAX_REGISTERS(VEC == 1 ? cuda_plan::kBlockRowsScalarMaxRegisters : cuda_plan::kBlockRowsMaxRegisters)
     block_rows_kernel(const T* __restrict__ x,       // [rows, hidden]
                       const T* __restrict__ weight,  // [hidden]
                       const T* __restrict__ bias,    // [hidden]

@@ -47,7 +47,9 @@ constexpr int kWarpRowsMaxChunks = 4;
 constexpr int kWarpRowsMinBlocksPerSm = 8;
 constexpr int kBlockRowsChunks = 4;
 // block_rows' register cap (nvcc __maxnreg__): 5 blocks of 256 threads.
+// One-element vectors hold fewer bytes: 40 registers, 6 blocks.
 constexpr int kBlockRowsMaxRegisters = 48;
+constexpr int kBlockRowsScalarMaxRegisters = 40;
 constexpr int kStreamingThreads = 512;
 constexpr int kStreamingMinBlocksPerSm = 2;
 constexpr int kMaxThreads = 1024;
