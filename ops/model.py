@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from ops.norms import Norm
+from ops.reference import activations
 
 
 @dataclass(frozen=True)
@@ -195,17 +196,6 @@ def with_norm_impl(model: SequenceModel, impl: str) -> SequenceModel:
 def example_input(
     batch: int, seq: int, d_model: int, generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32
 ) -> Tensor:
-    """Activations as a norm in a trained model sees them.
-
-    Residual streams are neither centred nor unit-variance per feature, and a
-    few features carry outliers an order of magnitude larger than the rest;
-    an RMS norm (no mean subtraction) must cope with all of it. So: a Gaussian
-    with a per-feature offset and scale, and about 1 feature in 64 scaled x20.
-    """
-    g = generator if generator is not None else torch.Generator().manual_seed(0)
-    offset = torch.randn(d_model, generator=g) * 0.5
-    scale = torch.rand(d_model, generator=g) * 1.5 + 0.5
-    outliers = torch.rand(d_model, generator=g) < 1 / 64
-    scale = torch.where(outliers, scale * 20, scale)
-    x = torch.randn(batch, seq, d_model, generator=g) * scale + offset
-    return x.to(dtype)
+    """Activations as a norm in a trained model sees them: the residual stream of ops/reference.py
+    (per-feature offset and scale, about 1 feature in 64 scaled x20)."""
+    return activations((batch, seq, d_model), dtype, generator, distribution="features")

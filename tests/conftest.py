@@ -1,5 +1,8 @@
 """Shared test fixtures.
 
+``device`` runs a test once per device: cpu, and cuda (marked ``gpu``; skipped
+with the reason where there is no CUDA device or no CUDA kernel).
+
 Random inputs are fresh on every run (the seed comes from the clock) but
 reproducible: the seed is printed in the header, and FUSEDBENCH_TEST_SEED=N
 replays a run.
@@ -27,3 +30,14 @@ def generator(request) -> torch.Generator:
     g = torch.Generator()
     g.manual_seed((_SEED + zlib.crc32(request.node.nodeid.encode())) % 2**31)
     return g
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request) -> str:
+    if request.param == "cuda":
+        from tests.helpers.devices import cuda_skip_reason
+
+        reason = cuda_skip_reason()
+        if reason is not None:
+            pytest.skip(reason)
+    return request.param

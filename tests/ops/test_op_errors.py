@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import ops
-from tests.helpers.op_reference import make_inputs
+from ops.reference import make_inputs
 
 
 @pytest.fixture

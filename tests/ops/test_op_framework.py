@@ -8,7 +8,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import ops
 from ops.norms import unfused_norm
-from tests.helpers.op_reference import FLOAT_DTYPES, make_inputs
+from ops.reference import FLOAT_DTYPES, make_inputs
 
 OPCHECK_SHAPES = [(8, 64), (2, 3, 127), (1, 1), (5, 4097)]
 
@@ -23,37 +23,37 @@ def test_schema_is_exactly_as_specified():
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 @pytest.mark.parametrize("shape", OPCHECK_SHAPES, ids=str)
 @pytest.mark.parametrize("requires_grad", [False, True])
-def test_opcheck(shape, dtype, requires_grad, generator):
+def test_opcheck(shape, dtype, requires_grad, generator, device):
     # opcheck runs the schema, fake-tensor, autograd-registration and
     # aot_dispatch (torch.compile) checks against the real kernel.
-    x, w, b = make_inputs(shape, dtype, generator, requires_grad=requires_grad)
+    x, w, b = make_inputs(shape, dtype, generator, device=device, requires_grad=requires_grad)
     torch.library.opcheck(torch.ops.myops.fused_norm.default, (x, w, b, 1e-6))
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
-def test_opcheck_out_variant(dtype, generator):
-    x, w, b = make_inputs((6, 100), dtype, generator)
+def test_opcheck_out_variant(dtype, generator, device):
+    x, w, b = make_inputs((6, 100), dtype, generator, device=device)
     out = torch.empty_like(x)
     torch.library.opcheck(torch.ops.myops.fused_norm_out.default, (x, w, b, 1e-5, out))
 
 
-def test_gradcheck_float64(generator):
-    x, w, b = make_inputs((3, 4, 9), torch.float64, generator, requires_grad=True)
+def test_gradcheck_float64(generator, device):
+    x, w, b = make_inputs((3, 4, 9), torch.float64, generator, device=device, requires_grad=True)
     assert torch.autograd.gradcheck(lambda x, w, b: ops.fused_norm(x, w, b, 1e-5), (x, w, b))
 
 
-def test_gradgradcheck_float64(generator):
-    x, w, b = make_inputs((2, 7), torch.float64, generator, requires_grad=True)
+def test_gradgradcheck_float64(generator, device):
+    x, w, b = make_inputs((2, 7), torch.float64, generator, device=device, requires_grad=True)
     assert torch.autograd.gradgradcheck(lambda x, w, b: ops.fused_norm(x, w, b, 1e-5), (x, w, b))
 
 
 @pytest.mark.parametrize("which", ["x", "weight", "bias"])
-def test_gradient_of_one_input_only(which, generator):
+def test_gradient_of_one_input_only(which, generator, device):
     # needs_input_grad paths: only the requested gradient is computed.
-    x, w, b = make_inputs((4, 33), torch.float64, generator)
+    x, w, b = make_inputs((4, 33), torch.float64, generator, device=device)
     inputs = {"x": x, "weight": w, "bias": b}
     inputs[which].requires_grad_(True)
-    g = torch.randn(4, 33, dtype=torch.float64, generator=generator)
+    g = torch.randn(4, 33, dtype=torch.float64, generator=generator).to(device)
     (grad,) = torch.autograd.grad(ops.fused_norm(inputs["x"], inputs["weight"], inputs["bias"], 1e-6), inputs[which], g)
     ref_inputs = {k: v.detach().clone().requires_grad_(k == which) for k, v in inputs.items()}
     (ref,) = torch.autograd.grad(unfused_norm(ref_inputs["x"], ref_inputs["weight"], ref_inputs["bias"], 1e-6), ref_inputs[which], g)
@@ -61,9 +61,9 @@ def test_gradient_of_one_input_only(which, generator):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
-def test_low_precision_gradients_match_float64(dtype, generator):
-    x, w, b = make_inputs((16, 96), dtype, generator, requires_grad=True)
-    g = torch.randn(16, 96, generator=generator).to(dtype)
+def test_low_precision_gradients_match_float64(dtype, generator, device):
+    x, w, b = make_inputs((16, 96), dtype, generator, device=device, requires_grad=True)
+    g = torch.randn(16, 96, generator=generator).to(device=device, dtype=dtype)
     grads = torch.autograd.grad(ops.fused_norm(x, w, b, 1e-6), (x, w, b), g)
     refs = [t.detach().double().requires_grad_() for t in (x, w, b)]
     ref_grads = torch.autograd.grad(unfused_norm(*refs, 1e-6), refs, g.double())
@@ -75,8 +75,8 @@ def test_low_precision_gradients_match_float64(dtype, generator):
         torch.testing.assert_close(got.double(), ref, rtol=rtol, atol=rtol)
 
 
-def test_inference_call_builds_no_graph(generator):
-    x, w, b = make_inputs((2, 8), torch.float32, generator)
+def test_inference_call_builds_no_graph(generator, device):
+    x, w, b = make_inputs((2, 8), torch.float32, generator, device=device)
     y = ops.fused_norm(x, w, b, 1e-6)
     assert y.grad_fn is None and not y.requires_grad
     w.requires_grad_(True)
@@ -84,8 +84,8 @@ def test_inference_call_builds_no_graph(generator):
 
 
 @pytest.mark.parametrize("shape", [(4, 16), (2, 3, 5), (7,)], ids=str)
-def test_fake_tensor_shapes_equal_real(shape, generator):
-    x, w, b = make_inputs(shape, torch.float32, generator)
+def test_fake_tensor_shapes_equal_real(shape, generator, device):
+    x, w, b = make_inputs(shape, torch.float32, generator, device=device)
     real = ops.fused_norm(x, w, b, 1e-6)
     with FakeTensorMode() as mode:
         fx, fw, fb = (mode.from_tensor(t) for t in (x, w, b))
@@ -102,22 +102,22 @@ def test_fake_kernel_rejects_what_the_real_kernel_rejects():
             torch.ops.myops.fused_norm.default(x, w, torch.empty(8), 1e-6)
 
 
-def test_torch_compile_with_dynamic_shapes(generator):
+def test_torch_compile_with_dynamic_shapes(generator, device):
     def block(x, w, b):
         return torch.relu(ops.fused_norm(x, w, b, 1e-6)) * 2.0
 
     compiled = torch.compile(block, dynamic=True, fullgraph=True)
     for rows in (3, 17):
-        x, w, b = make_inputs((rows, 48), torch.float32, generator)
+        x, w, b = make_inputs((rows, 48), torch.float32, generator, device=device)
         torch.testing.assert_close(compiled(x, w, b), block(x, w, b))
 
 
-def test_torch_compile_out_variant(generator):
+def test_torch_compile_out_variant(generator, device):
     def into(x, w, b, out):
         ops.fused_norm_out(x, w, b, 1e-6, out)
         return out + 1
 
-    x, w, b = make_inputs((5, 40), torch.float32, generator)
+    x, w, b = make_inputs((5, 40), torch.float32, generator, device=device)
     out = torch.full_like(x, float("nan"))
     result = torch.compile(into, fullgraph=True)(x, w, b, out)
     torch.testing.assert_close(result, ops.fused_norm(x, w, b, 1e-6) + 1)

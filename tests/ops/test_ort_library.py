@@ -20,11 +20,12 @@ from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 import ops
 from env.build import ort_headers
+from ops.reference import make_inputs, reference_norm, tolerance
 from tests.helpers.ort_test_models import (
     ONNX_TYPES,
     chained_model,
     from_bfloat16_bits,
-    reference_norm,
+    attribute_eps,
     single_node_model,
     to_bfloat16_bits,
     two_epsilon_model,
@@ -33,22 +34,7 @@ from tests.helpers.ort_test_models import (
 # Same constant as fused_norm::cpu_rows_per_task (elements per pool task).
 ELEMENTS_PER_TASK = 32768
 
-# |y - ref| <= atol + rtol * |ref|, ref computed in float64 from the very
-# inputs the kernel saw (already rounded to the dtype). The kernel computes in
-# float (double for float64) and rounds once on store, so the error is half an
-# ulp of the output plus the reduction's rounding:
-#   float64: ~1e-16 relative; 1e-12 leaves room for summing 4097 squares.
-#   float32: ~6e-8 relative per op, sum over 4097 squares ~1e-6 worst case.
-#   float16: half ulp = 2^-11 relative; allow 2^-10.
-#   bfloat16: half ulp = 2^-8 relative; allow 2^-7.
-#   atol covers outputs near 0, where x*rsqrt(.)*w and b (each up to ~40 in
-#   size) nearly cancel and the float rounding of those terms dominates.
-TOLERANCES = {
-    "float64": (1e-12, 1e-12),
-    "float32": (1e-5, 2e-5),
-    "float16": (2.0**-10, 1e-4),
-    "bfloat16": (2.0**-7, 1e-4),
-}
+# Tolerances: the fused kernel's table in ops/reference.py (the library runs the same kernel core).
 NUMPY_STORAGE = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": np.uint16}
 HIDDEN_SIZES = [1, 3, 127, 512, 4097]
 
@@ -67,12 +53,8 @@ def make_session(library: str | None, model: bytes, threads: int = 2) -> ort.Inf
 
 
 def random_inputs(generator: torch.Generator, rows: int, hidden: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Activations with per-row scales from 0.1 to 10, weight near 1, small non-zero bias (float64)."""
-    scale = torch.exp(torch.empty(rows, 1, dtype=torch.float64).uniform_(np.log(0.1), np.log(10.0), generator=generator))
-    x = torch.randn(rows, hidden, dtype=torch.float64, generator=generator) * scale
-    weight = 1.0 + 0.1 * torch.randn(hidden, dtype=torch.float64, generator=generator)
-    bias = 0.05 * torch.randn(hidden, dtype=torch.float64, generator=generator)
-    return x.numpy(), weight.numpy(), bias.numpy()
+    """Realistic x [rows, hidden], weight and bias (ops/reference.py), in float64 for ORT's numpy feeds."""
+    return tuple(t.numpy() for t in make_inputs((rows, hidden), torch.float64, generator))  # type: ignore[return-value]
 
 
 def to_storage(a: np.ndarray, dtype: str) -> np.ndarray:
@@ -109,7 +91,8 @@ def run_into_nan_buffer(session: ort.InferenceSession, feeds: dict[str, np.ndarr
 
 
 def assert_close(actual: np.ndarray, expected: np.ndarray, dtype: str) -> None:
-    rtol, atol = TOLERANCES[dtype]
+    bound = tolerance(getattr(torch, dtype))
+    rtol, atol = bound.rtol, bound.atol
     assert not np.isnan(actual).any(), f"{np.isnan(actual).sum()} of {actual.size} outputs never written"
     err = np.abs(actual - expected)
     worst = np.unravel_index(np.argmax(err - rtol * np.abs(expected)), err.shape)
@@ -133,7 +116,7 @@ def test_values_match_float64_reference(library, generator, dtype, hidden):
     y = run_into_nan_buffer(session, feeds, dtype, {"Y": (1, rows, hidden)})["Y"]
     # Reference from the inputs as the kernel saw them (rounded to dtype).
     seen = {k: from_storage(v, dtype) for k, v in feeds.items()}
-    expected = reference_norm(seen["X"], seen["weight"], seen["bias"], eps)
+    expected = reference_norm(seen["X"], seen["weight"], seen["bias"], attribute_eps(eps))
     assert_close(from_storage(y, dtype), expected, dtype)
 
 
@@ -144,7 +127,7 @@ def test_plain_run_returns_ort_allocated_output(library, generator):
              "bias": bias.astype(np.float32)}
     (y,) = session.run(None, feeds)
     assert y.shape == (2, 12, 64) and y.dtype == np.float32
-    assert_close(y.astype(np.float64), reference_norm(*(v.astype(np.float64) for v in feeds.values()), 1e-5), "float32")
+    assert_close(y.astype(np.float64), reference_norm(*(v.astype(np.float64) for v in feeds.values()), attribute_eps(1e-5)), "float32")
 
 
 def test_epsilon_is_read_by_name(library, generator):
@@ -155,8 +138,8 @@ def test_epsilon_is_read_by_name(library, generator):
     feeds = {"X": x.astype(np.float32), "weight": weight.astype(np.float32), "bias": bias.astype(np.float32)}
     out = run_into_nan_buffer(session, feeds, "float32", {"Y_a": x.shape, "Y_b": x.shape})
     seen = [v.astype(np.float64) for v in feeds.values()]
-    assert_close(out["Y_a"].astype(np.float64), reference_norm(*seen, 1e-6), "float32")
-    assert_close(out["Y_b"].astype(np.float64), reference_norm(*seen, 0.5), "float32")
+    assert_close(out["Y_a"].astype(np.float64), reference_norm(*seen, attribute_eps(1e-6)), "float32")
+    assert_close(out["Y_b"].astype(np.float64), reference_norm(*seen, attribute_eps(0.5)), "float32")
     assert np.abs(out["Y_a"] - out["Y_b"]).max() > 1e-2
 
 
@@ -219,7 +202,7 @@ def test_bad_call_raises_from_run_and_session_lives_on(library, generator, case)
         session.run(None, {**feeds, **change})
     # The process lives on and the library still works: a good call on a
     # fresh session, and on the same one where its graph admits a good call.
-    expected = reference_norm(*(v.astype(np.float64) for v in feeds.values()), 1e-5)
+    expected = reference_norm(*(v.astype(np.float64) for v in feeds.values()), attribute_eps(1e-5))
     sessions = [make_session(library, single_node_model("float32", 1e-5))]
     if "dtype" not in case and "epsilon" not in case:
         sessions.append(session)

@@ -1,0 +1,24 @@
+"""Why a CUDA test cannot run here (None when it can): no device, or a library built without CUDA kernels."""
+
+from __future__ import annotations
+
+import torch
+
+
+def cuda_skip_reason() -> str | None:
+    from bench.devices import cuda_missing_reason
+
+    reason = cuda_missing_reason()
+    if reason is not None:
+        return f"{reason}; these tests run on a GPU machine (scripts/gpu_check.py)"
+    import ops  # noqa: F401  (registers the op's kernels)
+
+    if not torch._C._dispatch_has_kernel_for_dispatch_key("myops::fused_norm", "CUDA"):
+        from env.build import toolchain
+
+        try:
+            why = toolchain.read_record()["build"].get("torch_cuda_kernels_reason", "unknown")
+        except (OSError, KeyError, ValueError):
+            why = "no toolchain record"
+        return f"the fused_norm library was built without CUDA kernels ({why}); rebuild with `invoke build`"
+    return None
