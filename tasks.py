@@ -55,22 +55,25 @@ def test(c, k="", args=""):
 @task(
     pre=[build],
     help={
-        "baseline": "all (default), one name, or a comma list: unfused, fused, native, compiled, ort",
+        "baseline": "all (default), one name, or a comma list: unfused, fused, native, compiled, liger, ort",
         "quick": "small grid for CI (about 2 minutes)",
         "warmup": "untimed calls before each measurement, an integer >= 0 (default 50)",
         "threads": "torch and ONNX Runtime intra-op threads, an integer >= 1 (default: every core this process may use)",
         "out": "report folder (default <repo>/reports; FUSEDBENCH_REPORTS_DIR overrides the default)",
-        "dtype": "float32 (default), or a comma list of float32, float64, float16, bfloat16",
+        "dtype": "each device's default (cpu: float32; cuda: float32,bfloat16), or a comma list of float32, float64, float16, bfloat16",
+        "device": "all (default: every device present), cpu, cuda, or a comma list",
+        "l2_flush": "CUDA: overwrite the L2 cache before each timed call of a case that fits in it (default: L2 warm)",
     },
 )
 @cli.fails_with(ValueError)
-def bench(c, baseline="all", quick=False, warmup="50", threads="", out="", dtype="float32"):
+def bench(c, baseline="all", quick=False, warmup="50", threads="", out="", dtype="", device="all", l2_flush=False):
     """Benchmark the baselines; write reports/<UTC time>-<host>.csv (+ samples, plot) and print a summary."""
     from bench.run import BenchOptions, main
 
     options = BenchOptions(
         baseline=baseline, quick=quick, warmup=cli.integer("--warmup", warmup, minimum=0),
         threads=cli.integer("--threads", threads, minimum=1) if threads else None, out_dir=out or None, dtype=dtype,
+        device=device, l2_flush=l2_flush,
     )
     if code := main(options):
         raise Exit("bench: some baselines failed (listed above) - their rows are not in the report", code=code)

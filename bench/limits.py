@@ -1,12 +1,16 @@
 """The machine's limits, measured in the same run as the baselines.
 
   * copy bandwidth: ``dst.copy_(x)`` into a preallocated buffer, at every op-level
-    shape - the most a norm (which also reads x once and writes y once) can hope for;
-  * dispatch floor: the cheapest call through each runtime - a no-op torch op
+    shape - the most a norm (which also reads x once and writes y once) can hope
+    for; on CUDA a device-to-device copy of the same bytes;
+  * CPU dispatch floor: the cheapest call through each runtime - a no-op torch op
     (``aten.alias``: dispatcher in and out, a view, no data touched) and an ONNX
-    Runtime ``Identity`` graph on one element with IO binding.
+    Runtime ``Identity`` graph on one element with IO binding;
+  * CUDA launch floor: an empty kernel launched from Python, and the same kernel
+    replayed from a CUDA graph (the device's own per-kernel cost).
 They run through the same verify-then-time path as the baselines and land in
-the report as rows with workload ``limit``.
+the report as rows with workload ``limit``; the report's copy_share and
+vs_launch_floor are ratios to them.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from bench.registry import Variant
+from bench.registry import Prepared, Variant
+from bench.timing import GRAPH_CALLS, capture_cuda_graph
 from bench.workloads import OpCase
 
 
@@ -30,6 +35,7 @@ class LimitCase:
     bytes_moved: float
     workdir: Path
     tolerance: float = 0.0  # a copy or an identity must be exact
+    device: str = "cpu"
     workload: str = field(default="limit", init=False)
 
     def reference(self) -> Tensor:
@@ -38,13 +44,14 @@ class LimitCase:
 
 def copy_limit(case: OpCase) -> tuple[LimitCase, str, Variant]:
     x = case.x
-    limit = LimitCase(shape=case.shape, dtype=case.dtype, x=x, bytes_moved=2.0 * x.numel() * x.element_size(), workdir=case.workdir)
+    limit = LimitCase(shape=case.shape, dtype=case.dtype, x=x, bytes_moved=2.0 * x.numel() * x.element_size(), workdir=case.workdir, device=case.device)
 
     def prepare():
         dst = torch.full_like(x, float("nan"))
         return lambda: dst.copy_(x)
 
-    return limit, "copy", Variant("into_preallocated", prepare, note="dst.copy_(x), dst allocated once; bytes = read x + write dst")
+    where = "device-to-device " if case.device != "cpu" else ""
+    return limit, "copy", Variant("into_preallocated", prepare, note=f"{where}dst.copy_(x), dst allocated once; bytes = read x + write dst")
 
 
 def dispatch_floor(workdir: Path) -> list[tuple[LimitCase, str, Variant]]:
@@ -78,3 +85,26 @@ def _ort_identity(x: Tensor, workdir: Path):
     for buffer in runner.run(feeds):  # binds the reused output; NaN it so verification proves it is rewritten
         buffer.fill(float("nan"))
     return lambda: runner.run(feeds)
+
+
+def launch_floor(workdir: Path, device: str = "cuda") -> list[tuple[LimitCase, str, Variant]]:
+    """The cheapest kernel on ``device``: launched from Python, and replayed from a CUDA graph."""
+    x = torch.zeros(1, device=device)
+    limit = LimitCase(shape=(1,), dtype=torch.float32, x=x, bytes_moved=math.nan, workdir=workdir, device=device)
+
+    def empty_kernel():
+        sleep = torch.cuda._sleep  # a kernel that spins for the given cycles: 0 makes it empty
+
+        def call():
+            sleep(0)
+            return x
+
+        return call
+
+    def empty_graph():
+        return Prepared(capture_cuda_graph(empty_kernel(), GRAPH_CALLS, poison=False), calls=GRAPH_CALLS)
+
+    return [
+        (limit, "launch", Variant("empty_kernel", empty_kernel, note="torch.cuda._sleep(0): one empty kernel per call")),
+        (limit, "launch", Variant("empty_kernel_graph", empty_graph, note=f"{GRAPH_CALLS} empty kernels in one CUDA graph; time per kernel")),
+    ]

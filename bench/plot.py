@@ -1,4 +1,4 @@
-"""The report's PNG: latency and achieved bandwidth vs input size per baseline (log axes)."""
+"""The report's PNG: per device, latency and achieved bandwidth vs input size per baseline (log axes), and the model."""
 
 from __future__ import annotations
 
@@ -38,8 +38,9 @@ _COLORS = {
     "ort standard": "#08519c",
     "ort opset23": "#4292c6",
     "ort custom": "#9ecae1",
+    "liger": "tab:brown",
 }
-_DASHED_VARIANTS = ("out", "iobinding")
+_DASHED_VARIANTS = ("out", "iobinding", "graph")
 
 
 def _style(baseline: str, variant: str) -> dict:
@@ -51,13 +52,12 @@ def _style(baseline: str, variant: str) -> dict:
     return {"color": color, "linestyle": "--" if dashed else "-", "marker": "s" if dashed else "o", "markersize": 4}
 
 
-def write_plot(frame: pd.DataFrame, path: Path) -> Path:
-    op = frame[frame.workload.isin(["op", "limit"]) & (frame.baseline != "dispatch")].copy()
+def _device_panels(axes, frame: pd.DataFrame, device: str) -> None:
+    """One device's row of panels: latency and bandwidth against size, and the model-level bars."""
+    op = frame[frame.workload.isin(["op", "limit"]) & ~frame.baseline.isin(["dispatch", "launch"])].copy()
     model = frame[frame.workload == "model"]
     serve = frame[frame.workload == "serve"]
     op["x_bytes"] = _size_bytes(op)
-    panels = 2 + bool(len(model)) + bool(len(serve))
-    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 5), constrained_layout=True)
     latency, bandwidth = axes[0], axes[1]
     for (baseline, variant, dtype), rows in op.groupby(["baseline", "variant", "dtype"], sort=False):
         rows = rows.sort_values("x_bytes")
@@ -73,24 +73,39 @@ def write_plot(frame: pd.DataFrame, path: Path) -> Path:
         ax.set_yscale("log")
         ax.set_xlabel("bytes of x")
         ax.set_ylabel(ylabel)
-        ax.set_title(title)
+        ax.set_title(f"{device}: {title}", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
     if len(op):  # a serving-only report has no op rows
         latency.legend(fontsize=7)
+    else:
+        latency.set_axis_off()
+        bandwidth.set_axis_off()
+    ax = axes[2]
     if len(model):
-        ax = axes[2]
-        labels = [f"{r.shape} {r.baseline}/{r.variant}" for r in model.itertuples()]
+        labels = [f"{r.shape} {r.dtype} {r.baseline}/{r.variant}" for r in model.itertuples()]
         colors = [_style(r.baseline, r.variant)["color"] or "gray" for r in model.itertuples()]
         ax.barh(range(len(model)), model.median_us, xerr=model.iqr_us / 2, color=colors)
         ax.set_yticks(range(len(model)), labels, fontsize=7)
         ax.set_xscale("log")
         ax.set_xlabel("median per forward (µs); bars: IQR")
-        ax.set_title("model level")
+        ax.set_title(f"{device}: model level", fontsize=9)
         ax.invert_yaxis()
+    else:
+        ax.set_axis_off()
     if len(serve):
         from bench.serve.plot import serve_panel
 
-        serve_panel(axes[-1], serve)
+        serve_panel(axes[3], serve)
+    else:
+        axes[3].set_axis_off()
+
+
+def write_plot(frame: pd.DataFrame, path: Path) -> Path:
+    """One row of panels per device (cpu, then each GPU), in the order the run measured them."""
+    devices = list(dict.fromkeys(frame.device))
+    fig, axes = plt.subplots(len(devices), 4, figsize=(24, 5 * len(devices)), constrained_layout=True, squeeze=False)
+    for row, device in zip(axes, devices):
+        _device_panels(row, frame[frame.device == device], device)
     threads = frame.threads.iloc[0] if len(frame) else "?"
     fig.suptitle(f"fusedbench {frame.timestamp_utc.iloc[0]} - {frame.cpu_model.iloc[0]}, {threads} threads", fontsize=10)
     with atomic_path(path) as tmp:

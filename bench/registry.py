@@ -35,6 +35,8 @@ class Prepared:
     call: TimedCall
     note: str = ""
     reused_setup_s: float = 0.0  # one-off cost paid earlier in the run and reused here (e.g. a cached export)
+    calls: int = 1  # calls of the op one timed call makes (a CUDA graph replaying several): time is per op call
+    timer: str | None = None  # "perf_counter" forces the host clock on a GPU (work that synchronises itself)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The report format: columns declared once, written atomically, read back with checks.
 
 A report is three files with one stem, ``reports/<UTC timestamp>-<host>``:
-  * ``.csv``          one row per (workload, shape, dtype, baseline, variant);
+  * ``.csv``          one row per (workload, shape, dtype, baseline, variant, device);
   * ``.samples.npz``  the raw per-call samples of every row (for `invoke compare`);
   * ``.png``          the plot (bench/plot.py).
 """
@@ -18,8 +18,9 @@ import pandas as pd
 from env.files import atomic_path
 
 # Bump on any change of COLUMNS: compare refuses to join reports of different versions.
-# 2: cpu_allocator column. 3: serving columns (clients ... errors).
-SCHEMA_VERSION = 3
+# 2: cpu_allocator column. 3: serving columns (clients ... errors). 4: device joins the key (one run
+# measures every device), timer and vs_launch_floor columns.
+SCHEMA_VERSION = 4
 
 # (column, pandas dtype, meaning) - field order = column order. The one declaration
 # of the format: writing, reading, validation and the tests all use this table.
@@ -46,8 +47,12 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("gbps", "float64", "bytes_moved / median time"),
     ("copy_gbps", "float64", "measured copy bandwidth into a preallocated buffer at the same size"),
     ("copy_share", "float64", "gbps / copy_gbps"),
-    ("speedup_vs_unfused", "float64", "median of unfused/call over this median, same workload/shape/dtype"),
+    ("speedup_vs_unfused", "float64", "median of unfused/call over this median, same workload/shape/dtype/device"),
+    ("vs_launch_floor", "float64", "this median over the device's cheapest call: CPU dispatch/torch_noop; "
+     "CUDA launch/empty_kernel (graph variants: launch/empty_kernel_graph)"),
     ("timer_resolution_ns", "float64", "measured perf_counter_ns resolution"),
+    ("timer", "string", "perf_counter (host clock) | cuda_events (L2 warm: calls back to back) | "
+     "cuda_events+l2_flush (L2 overwritten before each call)"),
     ("timestamp_utc", "string", "start of the run"),
     ("host", "string", ""),
     ("git_commit", "string", "HEAD, with -dirty when the work tree has changes"),
@@ -76,7 +81,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("errors", "Int64", "serve: requests that raised"),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in COLUMNS)
-KEY_COLUMNS: tuple[str, ...] = ("workload", "shape", "dtype", "baseline", "variant")
+KEY_COLUMNS: tuple[str, ...] = ("workload", "shape", "dtype", "baseline", "variant", "device")
 SERVE_COLUMNS: tuple[str, ...] = COLUMN_NAMES[COLUMN_NAMES.index("clients") :]
 # What a row of any other workload holds in the serving columns.
 NOT_SERVING: dict[str, object] = {

@@ -2,12 +2,15 @@
 
 The run is three plain steps, each a public function so other drivers (an A/B
 run of two builds) can compose them:
-  1. :func:`plan_jobs` - the ordered list of jobs: the dispatch floor; then per
-     case (shape x dtype) the copy limit and every baseline back to back, so
-     ratios within a case share the machine's state; then the model-level cases;
+  1. :func:`plan_jobs` - the ordered list of jobs, device by device (``--device``,
+     default every device present): the dispatch or launch floor; then per case
+     (shape x dtype of that device's grid) the copy limit and every baseline
+     that runs on the device, back to back, so ratios within a case share the
+     machine's state; then the model-level cases;
   2. :func:`run_round` - one pass over the jobs. Every variant is prepared
      (outside the timed loop), verified against the float64 reference, warmed
-     up and timed (bench/timing.py); its timing is added to :class:`Results`;
+     up and timed (bench/timing.py: the host clock on the CPU, CUDA events on
+     a GPU); its timing is added to :class:`Results`;
   3. :func:`record_results` - pool each row's rounds, add the ratios and write
      the report (CSV, samples, plot).
 
@@ -23,6 +26,7 @@ a stretch from a real slowdown. Later rounds re-use the first round's setup
 from __future__ import annotations
 
 import gc
+import math
 import os
 import tempfile
 import time
@@ -37,22 +41,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bench import metrics
 from bench.environment import environment_columns, utc_timestamp
-from bench.limits import copy_limit, dispatch_floor
+from bench.devices import device_label, resolve_devices
+from bench.limits import copy_limit, dispatch_floor, launch_floor
 from bench.registry import Baseline, Prepared, Unsupported, Variant, select
 from bench.report import ReportPaths, RowSamples, to_frame, write_report
-from bench.timing import Timing, TimingConfig, measure, timer_resolution_ns
+from bench.timing import L2Flush, Timing, TimingConfig, measure, measure_cuda, timer_resolution_ns
 from bench.verify import VerificationError, verify
-from bench.workloads import (
-    MODEL_BATCHES_FULL,
-    MODEL_BATCHES_QUICK,
-    OP_SHAPES_FULL,
-    OP_SHAPES_QUICK,
-    ModelCase,
-    OpCase,
-    dtype_name,
-    parse_dtypes,
-    shape_label,
-)
+from bench.workloads import GRIDS, ModelCase, OpCase, dtype_name, parse_dtypes, shape_label
 from env.paths import REPO_ROOT
 
 REPORTS_ENV = "FUSEDBENCH_REPORTS_DIR"
@@ -70,11 +65,13 @@ class BenchOptions:
     warmup: int = 50
     threads: int | None = None  # None or 0: every core this process may run on
     out_dir: Path | None = None
-    dtype: str = "float32"
+    dtype: str = ""  # "": each device's default dtypes (bench/workloads.py GRIDS)
     budget_s: float | None = None
-    op_shapes: tuple[tuple[int, int, int], ...] | None = None  # override the grid (tests)
+    op_shapes: tuple[tuple[int, ...], ...] | None = None  # override every device's grid (tests)
     model_batches: tuple[tuple[str, int, int], ...] | None = None
     rounds: int = ROUNDS
+    device: str = "all"  # cpu | cuda | all (every device present) | a comma list
+    l2_flush: bool = False  # CUDA: overwrite L2 before each timed call of a case that fits in it
 
     @property
     def mode(self) -> str:
@@ -138,34 +135,48 @@ def _baseline_job(label: str, baseline: Baseline, case: _LazyCase, release: bool
     return Job(f"{label} {baseline.name}", measurements)
 
 
-def _op_jobs(shape: tuple[int, int, int], dtype: torch.dtype, baselines: list[Baseline], workdir: Path) -> list[Job]:
-    case = _LazyCase(lambda: OpCase.create(shape, dtype, workdir))
-    label = f"op {shape_label(shape)} {dtype_name(dtype)}"
+def _prefix(device: str) -> str:
+    return "" if device == "cpu" else f"{device} "  # CPU labels stay as they were before devices existed
+
+
+def _op_jobs(shape: tuple[int, ...], dtype: torch.dtype, device: str, baselines: list[Baseline], workdir: Path) -> list[Job]:
+    case = _LazyCase(lambda: OpCase.create(shape, dtype, workdir, device=device))
+    label = f"{_prefix(device)}op {shape_label(shape)} {dtype_name(dtype)}"
     jobs = [Job(f"{label} copy", lambda: iter([copy_limit(case.get())]))]
     jobs += [_baseline_job(label, b, case, release=i == len(baselines) - 1) for i, b in enumerate(baselines)]
     return jobs
 
 
-def _model_jobs(name: str, batch: int, seq: int, dtype: torch.dtype, baselines: list[Baseline], workdir: Path) -> list[Job]:
-    case = _LazyCase(lambda: ModelCase.create(name, batch, seq, dtype, workdir))
-    label = f"model {name} {batch}x{seq} {dtype_name(dtype)}"
+def _model_jobs(name: str, batch: int, seq: int, dtype: torch.dtype, device: str, baselines: list[Baseline], workdir: Path) -> list[Job]:
+    case = _LazyCase(lambda: ModelCase.create(name, batch, seq, dtype, workdir, device=device))
+    label = f"{_prefix(device)}model {name} {batch}x{seq} {dtype_name(dtype)}"
     return [_baseline_job(label, b, case, release=i == len(baselines) - 1) for i, b in enumerate(baselines)]
 
 
+def _floor_job(device: str, workdir: Path) -> Job:
+    if device == "cpu":
+        return Job("limit dispatch floor", lambda: iter(dispatch_floor(workdir)))
+    return Job(f"{_prefix(device)}limit launch floor", lambda: iter(launch_floor(workdir, device)))
+
+
 def plan_jobs(options: BenchOptions, workdir: Path) -> list[Job]:
-    """Every job of a run, in order; no case is built until its first job runs."""
+    """Every job of a run, device by device, in order; no case is built until its first job runs."""
     baselines = select(options.baseline)
-    dtypes = parse_dtypes(options.dtype)
-    op_shapes = options.op_shapes or (OP_SHAPES_QUICK if options.quick else OP_SHAPES_FULL)
-    batches = options.model_batches if options.model_batches is not None else (MODEL_BATCHES_QUICK if options.quick else MODEL_BATCHES_FULL)
-    op_baselines = [b for b in baselines if "op" in b.workloads]
-    model_baselines = [b for b in baselines if "model" in b.workloads]
-    jobs = [Job("limit dispatch floor", lambda: iter(dispatch_floor(workdir)))]
-    for dtype in dtypes:
-        for shape in op_shapes:
-            jobs += _op_jobs(shape, dtype, op_baselines, workdir)
-        for name, batch, seq in batches:
-            jobs += _model_jobs(name, batch, seq, dtype, model_baselines, workdir)
+    jobs = []
+    for device in resolve_devices(options.device):
+        grid = GRIDS[device]
+        dtypes = parse_dtypes(options.dtype or grid.dtypes)
+        op_shapes = options.op_shapes or grid.shapes(options.quick)
+        batches = options.model_batches if options.model_batches is not None else grid.batches(options.quick)
+        here = [b for b in baselines if device in b.devices]
+        op_baselines = [b for b in here if "op" in b.workloads]
+        model_baselines = [b for b in here if "model" in b.workloads]
+        jobs.append(_floor_job(device, workdir))
+        for dtype in dtypes:
+            for shape in op_shapes:
+                jobs += _op_jobs(shape, dtype, device, op_baselines, workdir)
+            for name, batch, seq in batches:
+                jobs += _model_jobs(name, batch, seq, dtype, device, model_baselines, workdir)
     return jobs
 
 
@@ -179,6 +190,8 @@ class RunSettings:
     config: TimingConfig
     rounds: int
     resolution_ns: float
+    l2_flush: bool = False
+    _flushes: dict = field(default_factory=dict, compare=False, repr=False)  # device -> L2Flush, made on first use
 
     def round_config(self, round_index: int) -> TimingConfig:
         """Round 0 warms up fully; later rounds re-warm caches only. Each round takes 1/rounds of the budget."""
@@ -188,6 +201,15 @@ class RunSettings:
             budget_s=self.config.budget_s / self.rounds,
             min_samples=max(1, -(-self.config.min_samples // self.rounds)),
         )
+
+    def flush_for(self, case) -> L2Flush | None:
+        """The device's L2 flush when --l2-flush is on and the case's bytes fit in L2 (larger ones evict themselves)."""
+        if not self.l2_flush or case.device == "cpu" or math.isnan(case.bytes_moved):
+            return None
+        if case.device not in self._flushes:
+            self._flushes[case.device] = L2Flush(case.device)
+        flush = self._flushes[case.device]
+        return flush if case.bytes_moved <= flush.l2_bytes else None
 
 
 @dataclass
@@ -200,6 +222,7 @@ class MeasuredRow:
     note: str
     setup_s: float  # the first round's: later rounds re-use its caches
     block: int
+    timer: str
     timings: list[Timing] = field(default_factory=list)
 
     def pooled(self, warmup: int) -> tuple[Timing, RowSamples]:
@@ -224,24 +247,44 @@ class Results:
         self.measured.pop(key, None)
 
 
-def _measure(case, variant: Variant, config: TimingConfig, resolution_ns: float, block: int | None) -> tuple[Timing, float, str]:
+@dataclass(frozen=True)
+class _Measured:
+    timing: Timing
+    setup_s: float
+    note: str
+    timer: str  # the report's "timer" column
+
+
+def _time(case, prepared: Prepared, config: TimingConfig, settings: RunSettings, block: int | None) -> tuple[Timing, str]:
+    """The host clock on the CPU (or where the call synchronises itself), CUDA events on a GPU."""
+    if case.device == "cpu" or prepared.timer == "perf_counter":
+        timing = measure(prepared.call, config, settings.resolution_ns, block)
+        return replace(timing, samples_us=timing.samples_us / prepared.calls), "perf_counter"
+    flush = settings.flush_for(case)
+    timing = measure_cuda(prepared.call, config, block, flush, prepared.calls)
+    return timing, "cuda_events+l2_flush" if flush is not None else "cuda_events"
+
+
+def _measure(case, variant: Variant, config: TimingConfig, settings: RunSettings, block: int | None) -> _Measured:
     started = time.perf_counter()
     prepared = variant.prepare()
     setup_s = time.perf_counter() - started
     if not isinstance(prepared, Prepared):
         prepared = Prepared(prepared, variant.note)
     verify(prepared.call(), case.reference(), case.tolerance, "output")  # every round: a wrong call is never timed
-    return measure(prepared.call, config, resolution_ns, block), setup_s + prepared.reused_setup_s, prepared.note or variant.note
+    timing, timer = _time(case, prepared, config, settings, block)
+    return _Measured(timing, setup_s + prepared.reused_setup_s, prepared.note or variant.note, timer)
 
 
 def _run_variant(case, baseline: str, variant: Variant, round_index: int, config: TimingConfig, settings: RunSettings, results: Results) -> None:
-    key = (case.workload, shape_label(case.shape), dtype_name(case.dtype), baseline, variant.name)
+    device = device_label(case.device)
+    key = (case.workload, shape_label(case.shape), dtype_name(case.dtype), baseline, variant.name, device)
     if key in results.dropped:
         return
-    where = " ".join(key[:3]) + f" {baseline}/{variant.name}" + (f" (round {round_index + 1})" if round_index else "")
+    where = _prefix(case.device) + " ".join(key[:3]) + f" {baseline}/{variant.name}" + (f" (round {round_index + 1})" if round_index else "")
     row = results.measured.get(key)
     try:
-        timing, setup_s, note = _measure(case, variant, config, settings.resolution_ns, row.block if row else None)
+        measured = _measure(case, variant, config, settings, row.block if row else None)
     except Unsupported as reason:
         results.skipped.append(f"{where}: {reason}")
     except VerificationError as error:
@@ -250,8 +293,9 @@ def _run_variant(case, baseline: str, variant: Variant, round_index: int, config
         results.failures.append(f"{where}: {type(error).__name__}: {error}")
     else:
         if row is None:
-            row = results.measured[key] = MeasuredRow(metrics.CaseInfo.of(case), baseline, variant.name, note, setup_s, timing.block)
-        row.timings.append(timing)
+            info = metrics.CaseInfo.of(case, device)
+            row = results.measured[key] = MeasuredRow(info, baseline, variant.name, measured.note, measured.setup_s, measured.timing.block, measured.timer)
+        row.timings.append(measured.timing)
         return
     results.drop(key)
 
@@ -289,7 +333,7 @@ def record_results(results: Results, settings: RunSettings, env: dict[str, objec
     rows, samples = [], {}
     for key, row in results.measured.items():
         timing, row_samples = row.pooled(settings.config.warmup)
-        rows.append(metrics.measurement_row(row.case, row.baseline, row.variant, row.note, timing, row.setup_s, settings.resolution_ns, env, settings.rounds))
+        rows.append(metrics.measurement_row(row.case, row.baseline, row.variant, row.note, timing, row.setup_s, settings.resolution_ns, env, settings.rounds, row.timer))
         samples[key] = row_samples
     if not rows:
         return Outcome(paths=None, frame=None, failures=failures or ["nothing was measured"], skipped=skipped, seconds=time.perf_counter() - started)
@@ -318,7 +362,7 @@ def run_settings(options: BenchOptions) -> RunSettings:
     if options.rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {options.rounds}")
     config = TimingConfig(warmup=options.warmup, budget_s=options.budget_s or BUDGET_S[options.mode], min_samples=MIN_SAMPLES)
-    return RunSettings(config=config, rounds=options.rounds, resolution_ns=timer_resolution_ns())
+    return RunSettings(config=config, rounds=options.rounds, resolution_ns=timer_resolution_ns(), l2_flush=options.l2_flush)
 
 
 def run_bench(options: BenchOptions, console: Console | None = None) -> Outcome:
@@ -334,13 +378,21 @@ def _run_bench(options: BenchOptions, console: Console) -> Outcome:
     started = time.perf_counter()
     threads = options.threads or default_threads()
     torch.set_num_threads(threads)
-    baselines = select(options.baseline)  # before anything is measured: a bad name fails at once
+    baselines = select(options.baseline)  # before anything is measured: a bad name, dtype or device fails at once
+    devices = resolve_devices(options.device)
+    for device in devices:
+        parse_dtypes(options.dtype or GRIDS[device].dtypes)
     settings = run_settings(options)
-    env = environment_columns(threads, "cpu", utc_timestamp())
+    env = environment_columns(threads, "cpu", utc_timestamp())  # "device" is set per row
+    names = [device_label(d) for d in devices]
+    dtypes = {options.dtype or GRIDS[d].dtypes for d in devices}
+    dtype_text = dtypes.pop() if len(dtypes) == 1 else "; ".join(f"{d} {options.dtype or GRIDS[d].dtypes}" for d in devices)
     console.print(
-        f"[bold]fusedbench[/] {options.mode} run: baselines {[b.name for b in baselines]}, dtype {options.dtype}, "
+        f"[bold]fusedbench[/] {options.mode} run on {', '.join(names)}: baselines {[b.name for b in baselines]}, "
+        f"dtype {dtype_text}, "
         f"{threads} threads, warm-up {settings.config.warmup} calls, {settings.config.budget_s:g} s per variant over "
         f"{settings.rounds} rounds, timer resolution {settings.resolution_ns:.0f} ns"
+        + ("" if devices == ["cpu"] else f"; CUDA: events, L2 {'flushed before each call that fits in it' if options.l2_flush else 'warm (calls back to back)'}")
     )
     results = Results()
     with tempfile.TemporaryDirectory(prefix="fusedbench-") as tmp:

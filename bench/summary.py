@@ -18,14 +18,14 @@ def _fmt(value: float, spec: str) -> str:
 def summary_table(frame) -> Table:
     table = Table(title="median per call (µs); speed-up = unfused median / this median", show_lines=False)
     for name, justify in (
-        ("workload", "left"), ("shape", "left"), ("dtype", "left"), ("baseline", "left"), ("variant", "left"),
-        ("n", "right"), ("median µs", "right"), ("p99 µs", "right"), ("IQR µs", "right"), ("GB/s", "right"),
+        ("device", "left"), ("workload", "left"), ("shape", "left"), ("dtype", "left"), ("baseline", "left"),
+        ("variant", "left"), ("n", "right"), ("median µs", "right"), ("p99 µs", "right"), ("IQR µs", "right"), ("GB/s", "right"),
         ("% copy", "right"), ("speed-up", "right"), ("setup s", "right"),
     ):
         table.add_column(name, justify=justify)
     for r in frame.itertuples():
         table.add_row(
-            r.workload, r.shape, r.dtype, r.baseline, r.variant, str(r.n), _fmt(r.median_us, ".2f"), _fmt(r.p99_us, ".2f"),
+            r.device, r.workload, r.shape, r.dtype, r.baseline, r.variant, str(r.n), _fmt(r.median_us, ".2f"), _fmt(r.p99_us, ".2f"),
             _fmt(r.iqr_us, ".2f"), _fmt(r.gbps, ".1f"), _fmt(100 * r.copy_share, ".0f"), _fmt(r.speedup_vs_unfused, ".2f"),
             _fmt(r.setup_s, ".2f"),
         )
@@ -37,7 +37,7 @@ def print_summary(outcome, console: Console) -> None:
         console.print(summary_table(outcome.frame))
         targets = evaluate_targets(outcome.frame)
         if targets:
-            console.print("[bold]targets[/] (ratios within this run, fp32 rows)")
+            console.print("[bold]targets[/] (ratios within this run and device; CPU: fp32 rows)")
             for target in targets:
                 mark = "[green]met[/]" if target.met else ("[red]MISSED[/]" if target.met is False else "[yellow]not measured[/]")
                 console.print(f"  {mark}  {target.name}: {target.detail}")

@@ -1,6 +1,6 @@
 """How one call is timed: warm-up, block size, sample count, statistics.
 
-Method (the README states it too):
+Method on the CPU (the README states it too):
   * warm-up calls are made and thrown away (allocator, caches, lazy init);
   * perf_counter_ns around each call; when one call takes less than
     ``BLOCK_FACTOR`` x the measured timer resolution, around a block of calls
@@ -9,6 +9,8 @@ Method (the README states it too):
     sample would be charged to whatever op happened to run);
   * sampling continues until the time budget is spent AND at least
     ``min_samples`` samples exist, or ``max_samples`` is reached.
+On a CUDA device the same loop runs with CUDA events instead of the host
+clock (:func:`measure_cuda`, explained above it).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -162,3 +165,147 @@ def summarize(samples_us: np.ndarray) -> Summary:
         std_us=float(samples_us.std(ddof=1)) if len(samples_us) > 1 else 0.0,
         iqr_us=float(p75 - p25),
     )
+
+
+# --- CUDA -----------------------------------------------------------------------------------
+#
+# On a GPU the host clock would time the launch, not the work: a kernel runs
+# asynchronously. So CUDA rows are timed with CUDA events recorded on the
+# current stream around a block of calls; events resolve about 0.5 us, so a
+# block lasts at least CUDA_SAMPLE_TARGET_US. Samples are collected
+# SAMPLES_PER_SYNC at a time between synchronisations, so the device never
+# waits for the host between the calls of a sample. With an L2 flush, a buffer
+# twice the L2 size is overwritten before every sample and each sample is one
+# call: the call then starts from a cold L2, as after other work in a model.
+
+CUDA_SAMPLE_TARGET_US = 50.0
+SAMPLES_PER_SYNC = 16
+MAX_CUDA_BLOCK = 1000
+GRAPH_CALLS = 20  # calls captured in one CUDA graph; a replay's time / GRAPH_CALLS is the per-call time
+
+
+class EventClock(Protocol):
+    """What the CUDA timer needs from the device: timing events and a synchronisation."""
+
+    def event(self) -> Any: ...  # an object with record() and elapsed_time(other) -> milliseconds
+
+    def synchronize(self) -> None: ...
+
+
+class CudaEventClock:
+    def event(self) -> Any:
+        import torch
+
+        return torch.cuda.Event(enable_timing=True)
+
+    def synchronize(self) -> None:
+        import torch
+
+        torch.cuda.synchronize()
+
+
+class L2Flush:
+    """Overwrites a buffer of twice the device's L2 size: whatever a call left in L2 is evicted."""
+
+    def __init__(self, device: str = "cuda") -> None:
+        import torch
+
+        self.l2_bytes = int(torch.cuda.get_device_properties(torch.device(device)).L2_cache_size)
+        self._buffer = torch.empty(2 * self.l2_bytes, dtype=torch.uint8, device=device)
+
+    def __call__(self) -> None:
+        self._buffer.zero_()
+
+
+def cuda_block_size(call: Callable[[], object], clock: EventClock) -> int:
+    """Calls per sample so that one sample lasts at least CUDA_SAMPLE_TARGET_US (event resolution <= 1 %)."""
+    calls = 1
+    while True:
+        start, end = clock.event(), clock.event()
+        start.record()
+        for _ in range(calls):
+            call()
+        end.record()
+        clock.synchronize()
+        elapsed_us = start.elapsed_time(end) * 1e3
+        if elapsed_us >= CUDA_SAMPLE_TARGET_US or calls >= MAX_CUDA_BLOCK:
+            break
+        calls *= 2
+    per_call_us = max(elapsed_us / calls, 1e-3)  # an event pair can read 0 for empty work
+    return 1 if calls == 1 else min(MAX_CUDA_BLOCK, math.ceil(CUDA_SAMPLE_TARGET_US / per_call_us))
+
+
+def measure_cuda(
+    call: Callable[[], object],
+    config: TimingConfig,
+    block: int | None = None,
+    flush: Callable[[], None] | None = None,
+    calls_per_call: int = 1,
+    clock: EventClock | None = None,
+) -> Timing:
+    """Warm up, then sample ``call`` with CUDA events (see above). ``call`` is already verified.
+
+    ``flush`` (an :class:`L2Flush`) runs before every sample, which then holds
+    one call; ``calls_per_call`` divides the time when one call runs several
+    (a graph replay of GRAPH_CALLS captured calls).
+    """
+    clock = clock or CudaEventClock()
+    for _ in range(config.warmup):
+        call()
+    clock.synchronize()
+    block = 1 if flush is not None else (block or cuda_block_size(call, clock))
+    samples: list[float] = []
+    budget_ns = config.budget_s * 1e9
+    with gc_disabled():
+        cpu_before = machine.snapshot()
+        began = time.perf_counter_ns()
+        while len(samples) < config.max_samples and (len(samples) < config.min_samples or time.perf_counter_ns() - began < budget_ns):
+            events = []
+            for _ in range(SAMPLES_PER_SYNC):
+                if flush is not None:
+                    flush()
+                start, end = clock.event(), clock.event()
+                start.record()
+                for _ in range(block):
+                    call()
+                end.record()
+                events.append((start, end))
+            clock.synchronize()
+            samples += [start.elapsed_time(end) * 1e3 / (block * calls_per_call) for start, end in events]
+        cpu_after = machine.snapshot()
+    return Timing(
+        samples_us=np.asarray(samples[: config.max_samples], dtype=np.float64),
+        block=block,
+        warmup=config.warmup,
+        other_cpu_s=machine.other_cpu_seconds(cpu_before, cpu_after),
+        wall_s=cpu_after.wall_s - cpu_before.wall_s,
+    )
+
+
+def capture_cuda_graph(call: Callable[[], object], calls: int = GRAPH_CALLS, poison: bool = True) -> Callable[[], object]:
+    """``calls`` calls of ``call`` captured in one CUDA graph; returns a replay that returns the last call's output.
+
+    The call is warmed up on a side stream first (lazy initialisation and
+    allocations must not happen during capture, as torch's CUDA graph docs say).
+    """
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            output = call()
+    if poison and isinstance(output, torch.Tensor):
+        output.fill_(float("nan"))  # verification then proves the replay wrote every element
+
+    def replay() -> object:
+        graph.replay()
+        return output
+
+    return replay

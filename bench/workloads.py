@@ -1,11 +1,16 @@
-"""What is benchmarked: op-level cases over a grid of shapes, model-level cases.
+"""What is benchmarked: op-level cases over a grid of shapes per device, model-level cases.
 
-Op-level shapes span the three regimes of a norm on a CPU:
+CPU op shapes span the three regimes of a norm on a CPU:
   * dispatch-bound  1x8x512     (16 KiB: the Python/dispatcher cost of each call dominates);
   * cache-resident  8x128x1024  (4 MiB: fits the 32 MiB L3, compute and L3 bandwidth count);
   * memory-bound    32x512x4096 (256 MiB: DRAM bandwidth, and page faults for fresh outputs);
-plus two in between for the plot. Model-level cases run the sequence model of
-ops/model.py (its default size) at a small and a medium batch.
+plus two in between for the plot. CUDA shapes span the same regimes on a GPU:
+launch-bound 1x8x512, L2-resident 8x128x1024, and HBM-bound 4096x8192 and
+16384x8192 (64 and 256 MiB in bfloat16, past any L2), where the fused kernel
+is held against a device-to-device copy. Model-level cases run the sequence
+model of ops/model.py (its default size) at a small and a medium batch.
+
+Inputs, the float64 reference and the tolerances come from ops/reference.py.
 """
 
 from __future__ import annotations
@@ -18,35 +23,50 @@ import torch
 from torch import Tensor
 
 from ops.model import SequenceModel, build_model, example_input
+from ops.reference import COMPOSITION_TOLERANCES, EPS, make_inputs, reference_norm
 
-OP_SHAPES_FULL: tuple[tuple[int, int, int], ...] = (
-    (1, 8, 512),
-    (4, 64, 768),
-    (8, 128, 1024),
-    (16, 256, 2048),
-    (32, 512, 4096),
-)
-OP_SHAPES_QUICK: tuple[tuple[int, int, int], ...] = ((1, 8, 512), (8, 128, 1024))
+Shape = tuple[int, ...]
 
-# (label, batch, seq) for the model's default size (d_model 128, 2 layers, 5 norms).
-MODEL_BATCHES_FULL: tuple[tuple[str, int, int], ...] = (("small", 1, 32), ("medium", 8, 128))
-MODEL_BATCHES_QUICK: tuple[tuple[str, int, int], ...] = (("small", 1, 32),)
 
-EPS = 1e-6
-MODEL_SEED = 0
+@dataclass(frozen=True)
+class Grid:
+    """One device's grid: op shapes and model batches (full and --quick), and the dtypes run by default."""
 
-# Verification tolerance |out - ref| <= tol * (1 + |ref|) against the float64
-# reference, by dtype. Outputs are O(1); the reduction over <= 4096 elements and
-# the final rounding cost a few units of the dtype's epsilon (fp32 1.2e-7, fp16
-# 9.8e-4, bf16 7.8e-3): the bounds leave ~100x headroom for fp32 yet stay far
-# below the O(0.1) error of wrong math (a missing bias, a wrong eps, mean not mean-square).
-OP_TOLERANCE: dict[torch.dtype, float] = {
-    torch.float64: 1e-9,
-    torch.float32: 1e-4,
-    torch.float16: 1e-2,
-    torch.bfloat16: 5e-2,
+    op_shapes: tuple[Shape, ...]
+    op_shapes_quick: tuple[Shape, ...]
+    model_batches: tuple[tuple[str, int, int], ...]  # (label, batch, seq) for the model's default size
+    model_batches_quick: tuple[tuple[str, int, int], ...]
+    dtypes: str  # the --dtype used when none is given
+
+    def shapes(self, quick: bool) -> tuple[Shape, ...]:
+        return self.op_shapes_quick if quick else self.op_shapes
+
+    def batches(self, quick: bool) -> tuple[tuple[str, int, int], ...]:
+        return self.model_batches_quick if quick else self.model_batches
+
+
+GRIDS: dict[str, Grid] = {
+    "cpu": Grid(
+        op_shapes=((1, 8, 512), (4, 64, 768), (8, 128, 1024), (16, 256, 2048), (32, 512, 4096)),
+        op_shapes_quick=((1, 8, 512), (8, 128, 1024)),
+        model_batches=(("small", 1, 32), ("medium", 8, 128)),
+        model_batches_quick=(("small", 1, 32),),
+        dtypes="float32",
+    ),
+    "cuda": Grid(
+        op_shapes=((1, 8, 512), (8, 128, 1024), (32, 512, 4096), (4096, 8192), (16384, 8192)),
+        op_shapes_quick=((1, 8, 512), (4096, 8192)),
+        model_batches=(("small", 1, 32), ("medium", 8, 128)),
+        model_batches_quick=(("small", 1, 32),),
+        dtypes="float32,bfloat16",  # float32 for the launch floor, bfloat16 as models run on a GPU
+    ),
 }
-# The model stacks two blocks of matmuls on top: 10x the op tolerance.
+# The CPU grid under its former names (tests and other drivers use them).
+OP_SHAPES_FULL, OP_SHAPES_QUICK = GRIDS["cpu"].op_shapes, GRIDS["cpu"].op_shapes_quick
+MODEL_BATCHES_FULL, MODEL_BATCHES_QUICK = GRIDS["cpu"].model_batches, GRIDS["cpu"].model_batches_quick
+
+MODEL_SEED = 0
+# The model stacks two blocks of matmuls on top of its norms: 10x the op tolerance.
 MODEL_TOLERANCE_FACTOR = 10.0
 
 
@@ -63,8 +83,8 @@ def parse_dtypes(spec: str) -> list[torch.dtype]:
     dtypes = []
     for name in (s.strip() for s in spec.split(",") if s.strip()):
         dtype = getattr(torch, name, None)
-        if not isinstance(dtype, torch.dtype) or dtype not in OP_TOLERANCE:
-            raise ValueError(f"--dtype must be a comma list of {[dtype_name(d) for d in OP_TOLERANCE]}, got {name!r}")
+        if not isinstance(dtype, torch.dtype) or dtype not in COMPOSITION_TOLERANCES:
+            raise ValueError(f"--dtype must be a comma list of {[dtype_name(d) for d in COMPOSITION_TOLERANCES]}, got {name!r}")
         dtypes.append(dtype)
     if not dtypes:
         raise ValueError("--dtype must name at least one dtype")
@@ -73,7 +93,7 @@ def parse_dtypes(spec: str) -> list[torch.dtype]:
 
 @dataclass
 class OpCase:
-    """One norm call: x [*shape], weight and bias [hidden], realistic values."""
+    """One norm call: x [*shape], weight and bias [hidden], realistic values, on ``device``."""
 
     shape: tuple[int, ...]
     dtype: torch.dtype
@@ -82,19 +102,15 @@ class OpCase:
     bias: Tensor
     workdir: Path
     eps: float = EPS
+    device: str = "cpu"
     workload: str = field(default="op", init=False)
     _reference: Tensor | None = field(default=None, init=False, repr=False)
 
     @classmethod
-    def create(cls, shape: tuple[int, int, int], dtype: torch.dtype, workdir: Path, seed: int = 0) -> OpCase:
-        g = torch.Generator().manual_seed(seed)
-        batch, seq, hidden = shape
-        # Trained-norm scale: weight near 1, bias near 0, neither exactly. Drawn
-        # before x, so they depend on the hidden size only (exports can be shared).
-        weight = (1.0 + 0.1 * torch.randn(hidden, generator=g)).to(dtype)
-        bias = (0.05 * torch.randn(hidden, generator=g)).to(dtype)
-        x = example_input(batch, seq, hidden, generator=g, dtype=dtype)
-        return cls(shape=tuple(shape), dtype=dtype, x=x, weight=weight, bias=bias, workdir=workdir)
+    def create(cls, shape: Shape, dtype: torch.dtype, workdir: Path, seed: int = 0, device: str = "cpu") -> OpCase:
+        # Residual-stream activations; weight and bias depend on the hidden size only (exports can be shared).
+        x, weight, bias = make_inputs(tuple(shape), dtype, seed=seed, device=device, distribution="features")
+        return cls(shape=tuple(shape), dtype=dtype, x=x, weight=weight, bias=bias, workdir=workdir, device=device)
 
     @property
     def hidden(self) -> int:
@@ -108,19 +124,18 @@ class OpCase:
 
     @property
     def tolerance(self) -> float:
-        return OP_TOLERANCE[self.dtype]
+        # verify() takes one number t for |out - ref| <= t * (1 + |ref|); the table's rtol = atol.
+        return COMPOSITION_TOLERANCES[self.dtype].rtol
 
     def reference(self) -> Tensor:
-        """float64 math written out here, independent of every implementation under test."""
         if self._reference is None:
-            x, w, b = self.x.double(), self.weight.double(), self.bias.double()
-            self._reference = x / torch.sqrt((x * x).mean(-1, keepdim=True) + self.eps) * w + b
+            self._reference = reference_norm(self.x, self.weight, self.bias, self.eps)
         return self._reference
 
 
 @dataclass
 class ModelCase:
-    """One forward pass of the sequence model on [batch, seq, d_model] activations."""
+    """One forward pass of the sequence model on [batch, seq, d_model] activations, on ``device``."""
 
     label: str
     shape: tuple[int, ...]
@@ -128,14 +143,15 @@ class ModelCase:
     x: Tensor
     workdir: Path
     seed: int = MODEL_SEED
+    device: str = "cpu"
     workload: str = field(default="model", init=False)
     _reference: Tensor | None = field(default=None, init=False, repr=False)
 
     @classmethod
-    def create(cls, label: str, batch: int, seq: int, dtype: torch.dtype, workdir: Path, seed: int = 0) -> ModelCase:
+    def create(cls, label: str, batch: int, seq: int, dtype: torch.dtype, workdir: Path, seed: int = 0, device: str = "cpu") -> ModelCase:
         d_model = build_model("unfused").config.d_model
-        x = example_input(batch, seq, d_model, generator=torch.Generator().manual_seed(seed), dtype=dtype)
-        return cls(label=label, shape=(batch, seq, d_model), dtype=dtype, x=x, workdir=workdir)
+        x = example_input(batch, seq, d_model, generator=torch.Generator().manual_seed(seed), dtype=dtype).to(device)
+        return cls(label=label, shape=(batch, seq, d_model), dtype=dtype, x=x, workdir=workdir, device=device)
 
     @property
     def bytes_moved(self) -> float:
@@ -143,14 +159,14 @@ class ModelCase:
 
     @property
     def tolerance(self) -> float:
-        return OP_TOLERANCE[self.dtype] * MODEL_TOLERANCE_FACTOR
+        return COMPOSITION_TOLERANCES[self.dtype].rtol * MODEL_TOLERANCE_FACTOR
 
     def model(self, impl: str) -> SequenceModel:
         """The model with norms computed by ``impl``; the same weights for every impl.
 
         Parameters stop requiring grad: an inference benchmark must not record autograd graphs.
         """
-        return build_model(impl, seed=self.seed, dtype=self.dtype).requires_grad_(False)
+        return build_model(impl, seed=self.seed, dtype=self.dtype).to(self.device).requires_grad_(False)
 
     def forward_call(self, impl: str):
         """Build the model with ``impl`` norms; return the timed call (one forward on this case's input)."""
@@ -161,9 +177,9 @@ class ModelCase:
     def reference(self) -> Tensor:
         """The unfused model in float64 (same weights): the model's math without the implementations' rounding."""
         if self._reference is None:
-            self._reference = build_model("unfused", seed=self.seed, dtype=torch.float64)(self.x.double())
+            model = build_model("unfused", seed=self.seed, dtype=torch.float64).to(self.device)
+            self._reference = model(self.x.double())
         return self._reference
 
 
 Case = OpCase | ModelCase
-

@@ -1,4 +1,4 @@
-"""``compiled``: ``torch.compile`` of the unfused composition (Inductor's generated C++ kernel).
+"""``compiled``: ``torch.compile`` of the unfused composition (Inductor: a C++ kernel on the CPU, Triton on CUDA).
 
 The compile happens in ``prepare`` (reported as setup_s), never in the timed
 loop. It is a cold compile every time: Dynamo is reset (no reuse across shapes,
@@ -43,13 +43,13 @@ def _inductor_cache(folder: Path) -> Iterator[None]:
 class Compiled:
     name = "compiled"
     workloads = frozenset({"op"})
-    devices = frozenset({"cpu"})
+    devices = frozenset({"cpu", "cuda"})
     order = 30
 
     def variants(self, case: Case) -> list[Variant]:
         assert isinstance(case, OpCase)
         x, w, b, eps = case.x, case.weight, case.bias, case.eps
-        cache = case.workdir / f"inductor-{shape_label(case.shape)}-{dtype_name(case.dtype)}"
+        cache = case.workdir / f"inductor-{case.device}-{shape_label(case.shape)}-{dtype_name(case.dtype)}"
 
         def prepare():
             torch._dynamo.reset()

@@ -22,7 +22,7 @@ class EagerNorm:
     function: Callable[[Tensor, Tensor, Tensor, float], Tensor]
     order: int
     workloads: frozenset[str] = frozenset({"op", "model"})
-    devices: frozenset[str] = frozenset({"cpu"})
+    devices: frozenset[str] = frozenset({"cpu", "cuda"})
 
     def variants(self, case: Case) -> list[Variant]:
         if not isinstance(case, OpCase):

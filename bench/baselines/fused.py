@@ -1,11 +1,17 @@
-"""``fused``: the custom op, allocating its output (``call``) or writing a preallocated buffer (``out``)."""
+"""``fused``: the custom op, allocating its output (``call``) or writing a preallocated buffer (``out``).
+
+On CUDA also ``graph``: GRAPH_CALLS calls captured in one CUDA graph and
+replayed, timed per call - the kernel's own time without the host's launch
+cost, as a model captured in a graph runs it.
+"""
 
 from __future__ import annotations
 
 import torch
 
 import ops  # noqa: F401  (loads the op library: registers torch.ops.myops.*)
-from bench.registry import Variant, register
+from bench.registry import Prepared, Variant, register
+from bench.timing import GRAPH_CALLS, capture_cuda_graph
 from bench.workloads import Case, OpCase
 
 
@@ -13,7 +19,7 @@ from bench.workloads import Case, OpCase
 class Fused:
     name = "fused"
     workloads = frozenset({"op", "model"})
-    devices = frozenset({"cpu"})
+    devices = frozenset({"cpu", "cuda"})
     order = 10
 
     def variants(self, case: Case) -> list[Variant]:
@@ -32,7 +38,11 @@ class Fused:
 
             return call
 
-        return [
+        variants = [
             Variant("call", lambda: lambda: op(x, w, b, eps)),
             Variant("out", prepare_out, note="preallocated output buffer reused across calls"),
         ]
+        if case.device == "cuda":
+            graph = lambda: Prepared(capture_cuda_graph(lambda: op(x, w, b, eps)), calls=GRAPH_CALLS)  # noqa: E731
+            variants.append(Variant("graph", graph, note=f"CUDA graph of {GRAPH_CALLS} calls, replayed; time per call"))
+        return variants

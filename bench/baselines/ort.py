@@ -1,20 +1,25 @@
-"""``ort``: ONNX Runtime (CPU) on each export route, called plainly and through IO binding.
+"""``ort``: ONNX Runtime on each export route, called plainly and through IO binding.
 
-Variants are ``<route>-run`` (``session.run``, a fresh output each call) and
-``<route>-iobinding`` (ops.ort.session.IOBoundRunner: output buffers bound once
-and reused) for the routes of ops/onnx/routes.py:
+On the CPU, variants are ``<route>-run`` (``session.run``, a fresh output each
+call) and ``<route>-iobinding`` (ops.ort.session.IOBoundRunner: output buffers
+bound once and reused); on CUDA, ``<route>-iobinding`` binds the case's device
+tensors as inputs and a preallocated device tensor as the output, so nothing
+crosses the bus. The routes are those of ops/onnx/routes.py:
   * ``standard``: plain ONNX ops that ORT fuses into SimplifiedLayerNormalization;
   * ``opset23``: ONNX RMSNormalization;
   * ``custom``:  one myops::fused_norm node run by the custom-op library.
 Each file is exported once per run (every dim but the last is dynamic, so one
 export serves every batch and sequence length) and the session threads match
 torch's. setup_s = export time + session creation; the note lists the norm
-nodes ORT actually runs after its graph optimisation.
+nodes ORT actually runs after its graph optimisation. Where the installed
+onnxruntime has no working CUDA provider, the CUDA rows are skipped with ORT's
+own reason.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,16 +29,18 @@ from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as OrtNot
 
 from bench.registry import Prepared, Unsupported, Variant, register
 from bench.workloads import Case, OpCase, dtype_name
+from ops.norms import Norm
 from ops.onnx.export import export_model
 from ops.onnx.routes import ROUTES
-from ops.norms import Norm
 from ops.ort.session import IOBoundRunner, OrtConfig, create_session
 
-# numpy has no bfloat16: ORT cannot be fed one from Python.
+# numpy has no bfloat16: ORT cannot be fed one from Python on the CPU.
 _UNSUPPORTED_DTYPES = {torch.bfloat16: "numpy (ORT's Python feed type) has no bfloat16"}
 # Node types that show how a norm ended up after ORT's optimisation.
 _NORM_NODE_TYPES = ("SimplifiedLayerNormalization", "RMSNormalization", "fused_norm", "Pow", "ReduceMean", "Sqrt", "Div", "Reciprocal")
 _EXPORT_BATCH, _EXPORT_SEQ = 2, 4  # the exporter needs dynamic dims of size >= 2 in the example
+# ONNX TensorProto element types, which IO binding takes for device buffers (numpy has no bfloat16).
+_ONNX_ELEMENT = {torch.float32: 1, torch.float16: 10, torch.float64: 11, torch.bfloat16: 16}
 
 
 @dataclass(frozen=True)
@@ -55,10 +62,10 @@ def _exported(case: Case, route: str, cache: dict) -> _Exported:
         if isinstance(case, OpCase):
             module = Norm(case.hidden, impl="fused", eps=case.eps).to(case.dtype)
             with torch.no_grad():
-                module.weight.copy_(case.weight)
-                module.bias.copy_(case.bias)
+                module.weight.copy_(case.weight.cpu())
+                module.bias.copy_(case.bias.cpu())
         else:
-            module = case.model("fused")
+            module = case.model("fused").cpu()
         example = torch.randn(_EXPORT_BATCH, _EXPORT_SEQ, case.shape[-1]).to(case.dtype)
         path = case.workdir / f"ort-{'-'.join(str(k) for k in key[1:])}.onnx"
         result = export_model(module, example, route, path)
@@ -72,11 +79,35 @@ def _norm_nodes(optimized: Path) -> str:
     return ", ".join(found) or "no norm-related nodes"
 
 
+@functools.cache
+def _cuda_provider() -> tuple[bool, str]:
+    from env.build.ort_runtime import cuda_provider_status
+
+    return cuda_provider_status()  # a child process: ask once per run
+
+
+def _device_binding(session, case: Case):
+    """Bind the case's device tensor as the input and a NaN-filled device tensor as the output; return the call."""
+    x = case.x.contiguous()
+    out = torch.full_like(case.reference(), float("nan"), dtype=case.dtype)
+    element, index = _ONNX_ELEMENT[case.dtype], x.device.index or 0
+    binding = session.io_binding()
+    binding.bind_input(session.get_inputs()[0].name, "cuda", index, element, list(x.shape), x.data_ptr())
+    binding.bind_output(session.get_outputs()[0].name, "cuda", index, element, list(out.shape), out.data_ptr())
+    torch.cuda.synchronize()  # ORT runs on its own stream: the inputs must be written before it reads them
+
+    def call():
+        session.run_with_iobinding(binding)  # returns after ORT synchronised its stream
+        return out
+
+    return call
+
+
 @register
 class Ort:
     name = "ort"
     workloads = frozenset({"op", "model"})
-    devices = frozenset({"cpu"})
+    devices = frozenset({"cpu", "cuda"})
     order = 40
 
     def __init__(self) -> None:
@@ -84,6 +115,11 @@ class Ort:
         self._notes: dict = {}  # (_export_key, mode) -> what ORT runs after optimisation
 
     def variants(self, case: Case) -> list[Variant]:
+        if case.device == "cuda":
+            usable, why = _cuda_provider()
+            if not usable:
+                raise Unsupported(f"no working CUDA provider in onnxruntime: {why}")
+            return [Variant(f"{route}-iobinding", self._prepare(case, route, "iobinding")) for route in ROUTES]
         if case.dtype in _UNSUPPORTED_DTYPES:
             raise Unsupported(_UNSUPPORTED_DTYPES[case.dtype])
         return [Variant(f"{route}-{mode}", self._prepare(case, route, mode)) for route in ROUTES for mode in ("run", "iobinding")]
@@ -92,10 +128,11 @@ class Ort:
         def prepare() -> Prepared:
             cached = _export_key(case, route) in self._exports
             exported = _exported(case, route, self._exports)
-            note_key = (_export_key(case, route), mode)
+            note_key = (_export_key(case, route), mode, case.device)
             # The optimised graph is written once (first round) to read what ORT fused; later rounds reuse the note.
-            optimized = None if note_key in self._notes else exported.path.with_name(exported.path.stem + f".optimized-{mode}.onnx")
-            config = OrtConfig(threads=torch.get_num_threads(), register_custom_ops=route == "custom", optimized_model_path=optimized)
+            optimized = None if note_key in self._notes else exported.path.with_name(exported.path.stem + f".optimized-{mode}-{case.device}.onnx")
+            provider = "cuda" if case.device == "cuda" else "cpu"
+            config = OrtConfig(provider=provider, threads=torch.get_num_threads(), register_custom_ops=route == "custom", optimized_model_path=optimized)
             try:
                 session = create_session(exported.path, config)
             except OrtNotImplemented as error:  # e.g. no float64 Erf kernel on the CPU provider
@@ -103,8 +140,11 @@ class Ort:
             if optimized is not None:
                 self._notes[note_key] = f"{_norm_nodes(optimized)} after ORT optimisation; setup = export {exported.seconds:.1f} s + session"
             note = self._notes[note_key]
-            feeds = {session.get_inputs()[0].name: case.x.numpy()}
             reused = exported.seconds if cached else 0.0
+            if case.device == "cuda":
+                # ORT runs on its own stream and synchronises before returning: a host timer times it whole.
+                return Prepared(_device_binding(session, case), note + "; device buffers bound (no copies)", reused, timer="perf_counter")
+            feeds = {session.get_inputs()[0].name: case.x.numpy()}
             if mode == "run":
                 return Prepared(lambda: session.run(None, feeds), note, reused)
             runner = IOBoundRunner(session)

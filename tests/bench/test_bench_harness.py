@@ -22,7 +22,7 @@ TINY_MODEL = (("tiny", 1, 4),)
 
 
 def _run(tmp_path, **kwargs):
-    options = BenchOptions(**{"warmup": 3, "budget_s": 0.01, "threads": 1, "out_dir": tmp_path, **kwargs})
+    options = BenchOptions(**{"warmup": 3, "budget_s": 0.01, "threads": 1, "out_dir": tmp_path, "device": "cpu", **kwargs})
     return run_bench(options, Console(file=io.StringIO(), width=200))
 
 
@@ -40,13 +40,13 @@ def test_tiny_grid_writes_one_row_per_baseline_variant_and_case(torch_run):
     tmp_path, outcome = torch_run
     assert outcome.failures == [] and outcome.skipped == []
     frame = read_report(outcome.paths.csv)
-    expected = {("limit", "1", "float32", "dispatch", v) for v in ("torch_noop", "ort_identity_iobinding")}
+    expected = {("limit", "1", "float32", "dispatch", v, "cpu") for v in ("torch_noop", "ort_identity_iobinding")}
     for shape in ("1x4x64", "2x8x128"):
-        expected.add(("limit", shape, "float32", "copy", "into_preallocated"))
+        expected.add(("limit", shape, "float32", "copy", "into_preallocated", "cpu"))
         for baseline, variant in (("unfused", "call"), ("fused", "call"), ("fused", "out"), ("native", "call")):
-            expected.add(("op", shape, "float32", baseline, variant))
+            expected.add(("op", shape, "float32", baseline, variant, "cpu"))
     for baseline in ("unfused", "fused", "native"):
-        expected.add(("model", "1x4x128", "float32", baseline, "call"))
+        expected.add(("model", "1x4x128", "float32", baseline, "call", "cpu"))
     assert _keys(frame) == expected
     assert re.fullmatch(r"\d{8}T\d{6}Z-.+\.csv", outcome.paths.csv.name)
     assert outcome.paths.csv.parent == tmp_path.resolve()
@@ -78,7 +78,9 @@ def test_ratios_bandwidth_and_environment(torch_run):
         copy = frame[(frame.baseline == "copy") & (frame["shape"] == row.shape)].iloc[0]
         assert row.copy_gbps == copy.gbps and row.copy_share == pytest.approx(row.gbps / copy.gbps)
     assert frame[frame.workload == "model"].gbps.isna().all()  # no single "bytes moved" for a model
-    assert (frame.threads == 1).all() and (frame.device == "cpu").all()
+    assert (frame.threads == 1).all() and (frame.device == "cpu").all() and (frame.timer == "perf_counter").all()
+    floor = frame[(frame.baseline == "dispatch") & (frame.variant == "torch_noop")].median_us.iloc[0]
+    np.testing.assert_allclose(frame.vs_launch_floor, frame.median_us / floor)
     assert (frame.torch == torch.__version__).all()
     assert frame.git_commit.str.fullmatch(r"[0-9a-f]{40}(-dirty)?|unknown").all()
     assert frame.timestamp_utc.nunique() == 1 and frame.schema_version.nunique() == 1
@@ -127,7 +129,7 @@ def test_dtype_a_runtime_cannot_take_is_skipped_with_its_reason(tmp_path):
 
 
 def test_plan_jobs_limits_first_then_each_case_with_every_baseline(tmp_path):
-    options = BenchOptions(baseline="native,unfused", dtype="float32,float16", op_shapes=TINY_SHAPES, model_batches=TINY_MODEL)
+    options = BenchOptions(baseline="native,unfused", dtype="float32,float16", op_shapes=TINY_SHAPES, model_batches=TINY_MODEL, device="cpu")
     labels = [job.label for job in plan_jobs(options, tmp_path)]
     expected = ["limit dispatch floor"]
     for dtype in ("float32", "float16"):
@@ -153,7 +155,7 @@ def test_a_round_adds_timings_and_drops_a_row_that_fails_in_a_later_round(tmp_pa
     results = Results()
     run_round([job], 0, settings, results)
     # prepare() returned the call; verify called it once, then the timing loop raised on the second call
-    assert results.measured == {} and ("limit", "1", "float64", "test", "v") in results.dropped
+    assert results.measured == {} and ("limit", "1", "float64", "test", "v", "cpu") in results.dropped
     assert results.failures == ["limit 1 float64 test/v: RuntimeError: device lost"]
     run_round([job], 1, settings, results)
     assert len(results.failures) == 1  # a dropped row is not retried
@@ -170,7 +172,7 @@ def test_every_baseline_declares_its_order_and_devices():
 
 
 def test_baseline_selection_and_errors():
-    assert [b.name for b in select("all")] == ["unfused", "fused", "native", "compiled", "ort"]
+    assert [b.name for b in select("all")] == ["unfused", "fused", "native", "compiled", "liger", "ort"]
     assert [b.name for b in select("ort, fused,ort")] == ["ort", "fused"]
     with pytest.raises(ValueError, match=r"unknown baseline\(s\) \['fast'\]: choose from"):
         select("fused,fast")

@@ -86,7 +86,7 @@ def wrong_baseline_registered():
 
 
 def test_a_wrong_baseline_is_a_failure_and_never_a_row(tmp_path, wrong_baseline_registered):
-    options = BenchOptions(baseline="fused,test_wrong", warmup=1, budget_s=0.01, threads=1, out_dir=tmp_path, op_shapes=((4, 8, 128),), model_batches=())
+    options = BenchOptions(baseline="fused,test_wrong", warmup=1, budget_s=0.01, threads=1, out_dir=tmp_path, op_shapes=((4, 8, 128),), model_batches=(), device="cpu")
     outcome = run_bench(options, Console(file=io.StringIO()))
     assert len(outcome.failures) == 2
     assert all("WRONG OUTPUT" in f for f in outcome.failures)
@@ -101,5 +101,5 @@ def test_a_wrong_baseline_is_a_failure_and_never_a_row(tmp_path, wrong_baseline_
 def test_main_exits_non_zero_when_a_baseline_is_wrong(tmp_path, wrong_baseline_registered, monkeypatch):
     from bench import run
 
-    options = BenchOptions(baseline="test_wrong", warmup=1, budget_s=0.01, threads=1, out_dir=tmp_path, op_shapes=((2, 4, 64),), model_batches=())
+    options = BenchOptions(baseline="test_wrong", warmup=1, budget_s=0.01, threads=1, out_dir=tmp_path, op_shapes=((2, 4, 64),), model_batches=(), device="cpu")
     assert run.main(options) == 1

@@ -13,8 +13,9 @@ from bench.timing import summarize
 _DEFAULTS = {"string": "synthetic", "int64": 1, "Int64": 1, "float64": math.nan}
 
 
-def make_key(shape: str = "8x128x1024", baseline: str = "fused", variant: str = "call", workload: str = "op") -> tuple[str, ...]:
-    return (workload, shape, "float32", baseline, variant)
+def make_key(shape: str = "8x128x1024", baseline: str = "fused", variant: str = "call", workload: str = "op",
+             device: str = "cpu") -> tuple[str, ...]:
+    return (workload, shape, "float32", baseline, variant, device)
 
 
 def in_rounds(values: np.ndarray, rounds: int = 3) -> RowSamples:
