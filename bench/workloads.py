@@ -61,10 +61,6 @@ GRIDS: dict[str, Grid] = {
         dtypes="float32,bfloat16",  # float32 for the launch floor, bfloat16 as models run on a GPU
     ),
 }
-# The CPU grid under its former names (tests and other drivers use them).
-OP_SHAPES_FULL, OP_SHAPES_QUICK = GRIDS["cpu"].op_shapes, GRIDS["cpu"].op_shapes_quick
-MODEL_BATCHES_FULL, MODEL_BATCHES_QUICK = GRIDS["cpu"].model_batches, GRIDS["cpu"].model_batches_quick
-
 MODEL_SEED = 0
 # The model stacks two blocks of matmuls on top of its norms: 10x the op tolerance.
 MODEL_TOLERANCE_FACTOR = 10.0
