@@ -388,13 +388,15 @@ def _run_bench(options: BenchOptions, console: Console) -> Outcome:
     dtypes = {options.dtype or GRIDS[d].dtypes for d in devices}
     dtype_text = dtypes.pop() if len(dtypes) == 1 else "; ".join(f"{d} {options.dtype or GRIDS[d].dtypes}" for d in devices)
     console.print(
-        f"[bold]fusedbench[/] {options.mode} run on {', '.join(names)}: baselines {[b.name for b in baselines]}, "
+        f"[bold]fusedbench[/] {options.mode} run on {', '.join(names)}: baselines {[b.name for b in baselines if b.devices & set(devices)]}, "
         f"dtype {dtype_text}, "
         f"{threads} threads, warm-up {settings.config.warmup} calls, {settings.config.budget_s:g} s per variant over "
         f"{settings.rounds} rounds, timer resolution {settings.resolution_ns:.0f} ns"
         + ("" if devices == ["cpu"] else f"; CUDA: events, L2 {'flushed before each call that fits in it' if options.l2_flush else 'warm (calls back to back)'}")
     )
     results = Results()
+    if options.baseline.strip() != "all":  # named but not runnable on any device measured: say so
+        results.skipped += [f"{b.name}: runs on {', '.join(sorted(b.devices))} only" for b in baselines if not b.devices & set(devices)]
     with tempfile.TemporaryDirectory(prefix="fusedbench-") as tmp:
         jobs = plan_jobs(options, Path(tmp))
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

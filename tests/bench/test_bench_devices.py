@@ -271,3 +271,17 @@ def test_cuda_rows_on_a_tiny_grid(tmp_path):
     assert (frame.device == torch.cuda.get_device_name()).all() and set(frame.timer) == {"cuda_events"}
     assert {"empty_kernel", "empty_kernel_graph", "graph"} <= set(frame.variant)
     assert frame.vs_launch_floor.notna().all() and (frame[frame.baseline == "copy"].copy_share == 1.0).all()
+
+
+def test_a_named_baseline_that_runs_on_no_measured_device_is_listed_as_skipped(no_cuda, tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from bench.run import run_bench
+
+    options = BenchOptions(baseline="liger,fused", device="cpu", warmup=1, budget_s=0.01, threads=1, out_dir=tmp_path,
+                           op_shapes=((1, 4, 64),), model_batches=())
+    outcome = run_bench(options, Console(file=io.StringIO()))
+    assert outcome.skipped == ["liger: runs on cuda only"] and outcome.failures == []
+    assert "liger" not in set(outcome.frame.baseline) and "fused" in set(outcome.frame.baseline)
