@@ -55,6 +55,11 @@ class Timing:
     other_cpu_s: float = float("nan")  # CPU seconds other processes used while sampling (bench/machine.py)
     wall_s: float = 0.0  # wall time of the sampling loop
 
+    @classmethod
+    def sampled(cls, samples_us: np.ndarray, block: int, warmup: int, before, after) -> Timing:
+        """A timing whose machine load is read from snapshots before and after its sampling loop."""
+        return cls(samples_us, block, warmup, machine.other_cpu_seconds(before, after), after.wall_s - before.wall_s)
+
 
 @dataclass(frozen=True)
 class Summary:
@@ -142,13 +147,7 @@ def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: flo
                 samples[n] = (clock() - start) / block
             n += 1
         cpu_after = machine.snapshot()
-    return Timing(
-        samples_us=samples[:n] / 1e3,
-        block=block,
-        warmup=config.warmup,
-        other_cpu_s=machine.other_cpu_seconds(cpu_before, cpu_after),
-        wall_s=cpu_after.wall_s - cpu_before.wall_s,
-    )
+    return Timing.sampled(samples[:n] / 1e3, block, config.warmup, cpu_before, cpu_after)
 
 
 def summarize(samples_us: np.ndarray) -> Summary:
@@ -273,13 +272,7 @@ def measure_cuda(
             clock.synchronize()
             samples += [start.elapsed_time(end) * 1e3 / (block * calls_per_call) for start, end in events]
         cpu_after = machine.snapshot()
-    return Timing(
-        samples_us=np.asarray(samples[: config.max_samples], dtype=np.float64),
-        block=block,
-        warmup=config.warmup,
-        other_cpu_s=machine.other_cpu_seconds(cpu_before, cpu_after),
-        wall_s=cpu_after.wall_s - cpu_before.wall_s,
-    )
+    return Timing.sampled(np.asarray(samples[: config.max_samples], dtype=np.float64), block, config.warmup, cpu_before, cpu_after)
 
 
 def capture_cuda_graph(call: Callable[[], object], calls: int = GRAPH_CALLS, poison: bool = True) -> Callable[[], object]:
