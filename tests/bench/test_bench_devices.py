@@ -178,9 +178,14 @@ def test_cuda_timing_of_a_graph_divides_by_the_calls_it_replays():
 
 def test_cuda_timing_respects_the_time_budget():
     device = _FakeDevice(call_us=100.0)
-    started = time.perf_counter()
-    measure_cuda(device.call, TimingConfig(warmup=0, budget_s=0.05, min_samples=1), clock=device)
-    assert time.perf_counter() - started < 1.0
+
+    def call():  # at least 1 ms of host time per call: 50 ms of budget holds at most 50 calls
+        time.sleep(1e-3)
+        device.call()
+
+    timing = measure_cuda(call, TimingConfig(warmup=0, budget_s=0.05, min_samples=1), clock=device)
+    # Samples come 16 per synchronisation: the budget is checked between those batches.
+    assert 16 <= len(timing.samples_us) <= 64 and len(timing.samples_us) % 16 == 0
 
 
 def _rows(device: str, rows: list[tuple[str, str, str, str, str, float, float]]) -> list[dict]:
