@@ -22,7 +22,7 @@ import torch
 
 from env.build.cuda import short_kernel_name
 from tests.helpers.cuda_variants import KERNEL_TYPES, build_probe, plans, read_variants
-from tests.helpers.op_reference import TOLERANCES, make_inputs, reference_norm
+from ops.reference import TOLERANCES, make_inputs, reference_norm
 
 DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
 DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -243,10 +243,10 @@ def check_case(kernels: EmulatedKernels, case: Case, order: str, generator: torc
         problems.append(f"{label}: {int(unwritten.sum())} output elements never written, first at (row, col) {first}")
     tol = TOLERANCES[case.dtype]
     ref = reference_norm(x, weight, bias, eps)
-    bad = ~((y.double() - ref).abs() <= tol["atol"] + tol["rtol"] * ref.abs()) & ~unwritten
+    bad = ~((y.double() - ref).abs() <= tol.atol + tol.rtol * ref.abs()) & ~unwritten
     if bad.any():
         r, c = bad.nonzero()[0].tolist()
-        problems.append(f"{label}: {int(bad.sum())} elements outside rtol={tol['rtol']:g} atol={tol['atol']:g}, "
+        problems.append(f"{label}: {int(bad.sum())} elements outside rtol={tol.rtol:g} atol={tol.atol:g}, "
                         f"first at ({r}, {c}): {float(y[r, c])} vs reference {float(ref[r, c])}")
     return problems, launch
 
