@@ -11,7 +11,7 @@ import torch
 
 from ops.ort.dump_replay import DumpError, replay
 from ops.ort.session import OrtConfig, create_session, session_options
-from tests.helpers.op_reference import make_inputs
+from ops.reference import make_inputs
 from tests.helpers.ort_test_models import two_epsilon_model, single_node_model
 
 DUMP_KEY = "myops.fused_norm.dump_dir"
