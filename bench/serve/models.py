@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.workloads import MODEL_TOLERANCE_FACTOR, OP_TOLERANCE
+from bench.workloads import MODEL_TOLERANCE_FACTOR
+from ops.reference import COMPOSITION_TOLERANCES
 from ops.model import build_model, example_input
 from ops.onnx.routes import ROUTES
 
@@ -94,4 +95,4 @@ def make_bank(model: ServedModel, size: int = 64, seed: int = 1) -> Bank:
             inputs.append(x.numpy())
             references.append(reference_model(x.double()).numpy())
     # Two blocks of matmuls on top of the norms: the model-level tolerance of the benchmarks.
-    return Bank(inputs, references, OP_TOLERANCE[torch.float32] * MODEL_TOLERANCE_FACTOR)
+    return Bank(inputs, references, COMPOSITION_TOLERANCES[torch.float32].rtol * MODEL_TOLERANCE_FACTOR)
