@@ -118,7 +118,7 @@ def test_out_with_a_storage_offset_keeps_a_vector_path(offset_bytes, generator):
     assert out.data_ptr() % 16 == offset_bytes
     ops.fused_norm_out(x, w, b, 1e-6, out)
     assert not out.isnan().any()
-    torch.testing.assert_close(out.double(), reference_norm(x, w, b, 1e-6), **TOLERANCES[torch.bfloat16])
+    torch.testing.assert_close(out.double(), reference_norm(x, w, b, 1e-6), **TOLERANCES[torch.bfloat16].as_kwargs())
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
@@ -131,7 +131,7 @@ def test_out_variant_with_strided_inputs_on_cuda(dtype, generator):
     ops.fused_norm_out(xs, ws, bs, 1e-5, out)
     assert not out.isnan().any()
     assert torch.equal(out, ops.fused_norm(xs.contiguous(), ws.contiguous(), bs.contiguous(), 1e-5))
-    torch.testing.assert_close(out.double(), reference_norm(xs, ws, bs, 1e-5), **TOLERANCES[dtype])
+    torch.testing.assert_close(out.double(), reference_norm(xs, ws, bs, 1e-5), **TOLERANCES[dtype].as_kwargs())
 
 
 # rows x hidden past 2^31 elements, one shape per kernel (warp_rows,
@@ -154,7 +154,7 @@ def test_more_than_2_to_the_31_elements(shape, generator):
     # The rows on both sides of element 2^31 and the last ones, against float64.
     for first in (0, (1 << 31) // hidden - 1, rows - 3):
         sl = slice(first, first + 3)
-        torch.testing.assert_close(out[sl].double(), reference_norm(x[sl], w, b, 1e-6), **TOLERANCES[torch.bfloat16])
+        torch.testing.assert_close(out[sl].double(), reference_norm(x[sl], w, b, 1e-6), **TOLERANCES[torch.bfloat16].as_kwargs())
     del x, out
 
 
@@ -177,7 +177,7 @@ def test_an_earlier_pending_error_is_not_reported_as_the_launch_failure(generato
         ops.fused_norm(x, w, b, 1e-6)
     # Reading it cleared it (it was not sticky): the next call runs.
     torch.testing.assert_close(ops.fused_norm(x, w, b, 1e-6).double(), reference_norm(x, w, b, 1e-6),
-                               **TOLERANCES[torch.float32])
+                               **TOLERANCES[torch.float32].as_kwargs())
 
 
 @pytest.fixture(scope="module")
