@@ -82,13 +82,16 @@ def bench(c, baseline="all", quick=False, warmup="50", threads="", out="", dtype
         "new": "the later report CSV",
         "threshold": "slowdown that counts as a regression when significant, in (0, 1) (default 0.10 = 10%)",
         "alpha": "significance level of the one-sided Mann-Whitney U test, in (0, 1) (default 0.002, as asv)",
+        "allow_different_machines": "compare reports from different machines anyway (printed under a warning; "
+        "without it they are refused with exit code 3)",
     },
 )
-def compare(c, base, new, threshold="0.10", alpha="0.002"):
-    """Compare two bench reports row by row; exit non-zero when NEW has a significant regression."""
+def compare(c, base, new, threshold="0.10", alpha="0.002", allow_different_machines=False):
+    """Compare two bench reports row by row; exit 1 on a significant regression, 3 if the machines differ."""
     from bench.compare import main
 
-    if code := main(base, new, threshold=cli.fraction("--threshold", threshold), alpha=cli.fraction("--alpha", alpha)):
+    threshold, alpha = cli.fraction("--threshold", threshold), cli.fraction("--alpha", alpha)
+    if code := main(base, new, threshold=threshold, alpha=alpha, allow_different_machines=allow_different_machines):
         raise Exit(code=code)
 
 

@@ -1,7 +1,11 @@
 """The machine's limits, measured in the same run as the baselines.
 
-  * copy bandwidth: ``dst.copy_(x)`` into a preallocated buffer, at every op-level
-    shape - the most a norm (which also reads x once and writes y once) can hope for;
+  * copy bandwidth, at every op-level shape, two ways: ``dst.copy_(x)`` into a
+    preallocated buffer - the most a norm writing into a caller's buffer (which
+    also reads x once and writes y once) can hope for - and ``x.clone()``, a copy
+    into a fresh output - the most a norm allocating its output can hope for:
+    torch's allocator returns large blocks to the OS, so at large sizes every
+    call pays the page faults of its new output, whatever the kernel does;
   * dispatch floor: the cheapest call through each runtime - a no-op torch op
     (``aten.alias``: dispatcher in and out, a view, no data touched) and an ONNX
     Runtime ``Identity`` graph on one element with IO binding.
@@ -36,7 +40,7 @@ class LimitCase:
         return self.x.double()
 
 
-def copy_limit(case: OpCase) -> tuple[LimitCase, str, Variant]:
+def copy_limits(case: OpCase) -> list[tuple[LimitCase, str, Variant]]:
     x = case.x
     limit = LimitCase(shape=case.shape, dtype=case.dtype, x=x, bytes_moved=2.0 * x.numel() * x.element_size(), workdir=case.workdir)
 
@@ -44,7 +48,10 @@ def copy_limit(case: OpCase) -> tuple[LimitCase, str, Variant]:
         dst = torch.full_like(x, float("nan"))
         return lambda: dst.copy_(x)
 
-    return limit, "copy", Variant("into_preallocated", prepare, note="dst.copy_(x), dst allocated once; bytes = read x + write dst")
+    return [
+        (limit, "copy", Variant("into_preallocated", prepare, note="dst.copy_(x), dst allocated once; bytes = read x + write dst")),
+        (limit, "copy", Variant("fresh_output", lambda: x.clone, note="x.clone(): a new output every call, as an allocating op; bytes = read x + write it")),
+    ]
 
 
 def dispatch_floor(workdir: Path) -> list[tuple[LimitCase, str, Variant]]:

@@ -14,7 +14,17 @@ from bench.timing import Timing, summarize
 from bench.workloads import dtype_name, shape_label
 
 SPEEDUP_REFERENCE = ("unfused", "call")
-COPY_REFERENCE = ("limit", "copy", "into_preallocated")
+# The two copy limits (bench/limits.py), by the variant name of their limit/copy row.
+PREALLOCATED_COPY, FRESH_COPY = "into_preallocated", "fresh_output"
+# Variants named "call" return a new tensor from torch's allocator each call: at large sizes
+# fresh pages, so their limit is the fresh-output copy. "out" and ORT's variants write into
+# memory allocated once (a caller's buffer, a bound output, ORT's arena).
+ALLOCATING_VARIANTS = frozenset({"call"})
+# A fresh-output copy must fault at least this many pages per call for its extra time over the
+# preallocated copy to give a cost per fault (below, allocator overhead would dominate).
+MIN_FAULTS_FOR_COST = 64
+# A row spending more than this share of its median serving page faults is page-fault bound.
+PAGE_FAULT_BOUND = 0.5
 
 
 @dataclass(frozen=True)
@@ -65,21 +75,60 @@ def measurement_row(
         "timer_resolution_ns": resolution_ns,
         **env,
         "other_cpu_share": machine.other_cpu_share(timing.other_cpu_s, timing.wall_s),
+        "minor_faults_per_call": timing.minor_faults_per_call,
+        "page_fault_share": math.nan,
+        "copy_limit": "",
         "note": note,
         **NOT_SERVING,
     }
 
 
 def add_ratios(frame: pd.DataFrame) -> pd.DataFrame:
-    """Fill copy_gbps/copy_share (same shape and dtype) and speedup_vs_unfused (same workload, shape, dtype)."""
+    """Fill the ratios that need other rows of the run.
+
+    copy_gbps/copy_share: against the copy at the same shape and dtype - the
+    fresh-output copy for variants that allocate their output, the copy into a
+    preallocated buffer for the rest (copy_limit names which); page_fault_share
+    (see fault_cost_us); speedup_vs_unfused: same workload, shape and dtype.
+    """
     frame = frame.copy()
-    copy = frame[(frame.workload == COPY_REFERENCE[0]) & (frame.baseline == COPY_REFERENCE[1]) & (frame.variant == COPY_REFERENCE[2])]
-    copy_gbps = {(r.shape, r.dtype): r.gbps for r in copy.itertuples()}
-    frame["copy_gbps"] = [copy_gbps.get((r.shape, r.dtype), math.nan) if not math.isnan(r.gbps) else math.nan for r in frame.itertuples()]
+    copies = frame[(frame.workload == "limit") & (frame.baseline == "copy")]
+    copy_gbps = {(r.shape, r.dtype, r.variant): r.gbps for r in copies.itertuples()}
+    limits = [
+        "" if math.isnan(r.gbps) else FRESH_COPY if r.workload == "op" and r.variant in ALLOCATING_VARIANTS else PREALLOCATED_COPY
+        for r in frame.itertuples()
+    ]
+    frame["copy_limit"] = limits
+    frame["copy_gbps"] = [copy_gbps.get((r.shape, r.dtype, limit), math.nan) if limit else math.nan for r, limit in zip(frame.itertuples(), limits)]
     frame["copy_share"] = frame["gbps"] / frame["copy_gbps"]
+    frame["page_fault_share"] = (frame["minor_faults_per_call"] * fault_cost_us(frame) / frame["median_us"]).clip(upper=1.0)
     unfused = frame[(frame.baseline == SPEEDUP_REFERENCE[0]) & (frame.variant == SPEEDUP_REFERENCE[1])]
     reference = {(r.workload, r.shape, r.dtype): r.median_us for r in unfused.itertuples()}
     frame["speedup_vs_unfused"] = [
         reference.get((r.workload, r.shape, r.dtype), math.nan) / r.median_us for r in frame.itertuples()
     ]
     return frame
+
+
+def fault_cost_us(frame: pd.DataFrame) -> float:
+    """Microseconds one page fault costs on this machine in this run; NaN when no copy faulted enough.
+
+    The fresh-output copy and the copy into a preallocated buffer move the same
+    bytes; the fresh one also gets new pages from the OS. Its extra time over its
+    faults, per shape, is the cost of one fault (the kernel mapping and zeroing
+    a page); the median over the shapes that fault enough is the run's estimate.
+    """
+    copies = frame[(frame.workload == "limit") & (frame.baseline == "copy")].set_index(["shape", "dtype", "variant"])
+    costs = []
+    for shape, dtype, variant in copies.index:
+        if variant != FRESH_COPY or (shape, dtype, PREALLOCATED_COPY) not in copies.index:
+            continue
+        fresh, preallocated = copies.loc[(shape, dtype, FRESH_COPY)], copies.loc[(shape, dtype, PREALLOCATED_COPY)]
+        if fresh.minor_faults_per_call >= MIN_FAULTS_FOR_COST:
+            costs.append(max(0.0, fresh.median_us - preallocated.median_us) / fresh.minor_faults_per_call)
+    return float(pd.Series(costs).median()) if costs else math.nan
+
+
+def page_fault_bound(frame: pd.DataFrame) -> pd.Series:
+    """Rows whose median is mostly the OS serving page faults, not the code under test."""
+    return frame["page_fault_share"] > PAGE_FAULT_BOUND

@@ -19,7 +19,8 @@ from env.files import atomic_path
 
 # Bump on any change of COLUMNS: compare refuses to join reports of different versions.
 # 2: cpu_allocator column. 3: serving columns (clients ... errors).
-SCHEMA_VERSION = 3
+# 4: copy_limit, minor_faults_per_call, page_fault_share, thp columns; limit/copy/fresh_output rows.
+SCHEMA_VERSION = 4
 
 # (column, pandas dtype, meaning) - field order = column order. The one declaration
 # of the format: writing, reading, validation and the tests all use this table.
@@ -46,6 +47,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("gbps", "float64", "bytes_moved / median time"),
     ("copy_gbps", "float64", "measured copy bandwidth into a preallocated buffer at the same size"),
     ("copy_share", "float64", "gbps / copy_gbps"),
+    ("copy_limit", "string", "the copy of copy_gbps: fresh_output (x.clone(); variants that allocate their output) or into_preallocated"),
     ("speedup_vs_unfused", "float64", "median of unfused/call over this median, same workload/shape/dtype"),
     ("timer_resolution_ns", "float64", "measured perf_counter_ns resolution"),
     ("timestamp_utc", "string", "start of the run"),
@@ -61,6 +63,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("device", "string", "cpu, or the GPU model"),
     ("cpu_allocator", "string", "thp when THP_MEM_ALLOC_ENABLE=1 (torch madvises huge pages), else default"),
     ("other_cpu_share", "float64", "share of all cores other processes used while timing (all rounds; NaN if < 0.1 s)"),
+    ("minor_faults_per_call", "float64", "minor page faults of the process per call while timing (getrusage, all threads)"),
+    ("page_fault_share", "float64", "est. share of the median spent serving page faults: faults/call x this run's µs per fault / median"),
+    ("thp", "string", "transparent huge pages as the kernel reports them: enabled=<mode> defrag=<mode>"),
     ("note", "string", "what else a reader needs (fused ORT nodes, compile mode, ...)"),
     # Serving rows (workload "serve", bench/serve): one row per configuration, samples = per-request latency.
     ("clients", "Int64", "serve: concurrent client threads; empty for other workloads"),

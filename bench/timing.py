@@ -51,6 +51,12 @@ class Timing:
     warmup: int
     other_cpu_s: float = float("nan")  # CPU seconds other processes used while sampling (bench/machine.py)
     wall_s: float = 0.0  # wall time of the sampling loop
+    minor_faults: int = 0  # page faults this process took while sampling (bench/machine.py)
+    calls: int = 0  # calls made while sampling (samples x block)
+
+    @property
+    def minor_faults_per_call(self) -> float:
+        return self.minor_faults / self.calls if self.calls else math.nan
 
 
 @dataclass(frozen=True)
@@ -145,6 +151,8 @@ def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: flo
         warmup=config.warmup,
         other_cpu_s=machine.other_cpu_seconds(cpu_before, cpu_after),
         wall_s=cpu_after.wall_s - cpu_before.wall_s,
+        minor_faults=machine.minor_faults(cpu_before, cpu_after),
+        calls=n * block,
     )
 
 
