@@ -61,10 +61,12 @@ def test(c, k="", args=""):
         "threads": "torch and ONNX Runtime intra-op threads, an integer >= 1 (default: every core this process may use)",
         "out": "report folder (default <repo>/reports; FUSEDBENCH_REPORTS_DIR overrides the default)",
         "dtype": "float32 (default), or a comma list of float32, float64, float16, bfloat16",
+        "against": "a git ref: build it apart, measure it and this checkout interleaved in one run, compare "
+        "(exit code as `compare`; 4 when the A/B run cannot be set up)",
     },
 )
 @cli.fails_with(ValueError)
-def bench(c, baseline="all", quick=False, warmup="50", threads="", out="", dtype="float32"):
+def bench(c, baseline="all", quick=False, warmup="50", threads="", out="", dtype="float32", against=""):
     """Benchmark the baselines; write reports/<UTC time>-<host>.csv (+ samples, plot) and print a summary."""
     from bench.run import BenchOptions, main
 
@@ -72,7 +74,12 @@ def bench(c, baseline="all", quick=False, warmup="50", threads="", out="", dtype
         baseline=baseline, quick=quick, warmup=cli.integer("--warmup", warmup, minimum=0),
         threads=cli.integer("--threads", threads, minimum=1) if threads else None, out_dir=out or None, dtype=dtype,
     )
-    if code := main(options):
+    if against:
+        from bench import ab
+
+        if code := ab.main(against, options):
+            raise Exit(code=code)
+    elif code := main(options):
         raise Exit("bench: some baselines failed (listed above) - their rows are not in the report", code=code)
 
 
