@@ -114,13 +114,16 @@ def checkout(sha: str, root: Path, repo: Path = REPO_ROOT) -> Path:
 
 
 def _side_env(build: Path | None) -> dict[str, str]:
-    """The environment of a process working on one side's tree: only that side's build is visible."""
-    env = {k: v for k, v in os.environ.items() if k not in _BUILD_VARIABLES}
+    """The environment of a process working on one side's tree.
+
+    With ``build``, only that build is visible (no library or build folder of the
+    caller's leaks in); without, the caller's environment as it is (this checkout,
+    run as a plain `invoke bench` would run).
+    """
+    env = dict(os.environ)
     if build is not None:
+        env = {k: v for k, v in env.items() if k not in _BUILD_VARIABLES}
         env["FUSEDBENCH_BUILD_DIR"] = str(build)
-    elif "FUSEDBENCH_BUILD_DIR" in os.environ:
-        env["FUSEDBENCH_BUILD_DIR"] = os.environ["FUSEDBENCH_BUILD_DIR"]
-    env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
 
@@ -154,7 +157,10 @@ class Worker:
             self.process.wait()
             tail = "".join(self.log.read_text(errors="replace").splitlines(keepends=True)[-15:])
             raise AbError(f"the {self.label} worker exited (code {self.process.returncode}); last lines of {self.log}:\n{tail}")
-        return json.loads(line)
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            raise AbError(f"the {self.label} worker answered {line.strip()[:200]!r}, not a JSON line (its log: {self.log})") from None
 
     def ask(self, request: dict) -> dict:
         self.process.stdin.write(json.dumps(request) + "\n")
