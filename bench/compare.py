@@ -26,7 +26,8 @@ under a warning. Measure two builds on one machine with `invoke bench --against 
 
 A row is a regression only when ALL hold: the slowdown is beyond the threshold
 (ratio > 1 + threshold), it is significant (p < alpha), and it is in every
-round (best-round ratio > 1 + threshold). A row that fails only the last test
+round (best-round ratio > 1 + threshold); and it is not a limit row (a copy or
+an empty call: those measure the machine and are shown, not counted). A row that fails only the last test
 is marked "transient" (re-run it on a quiet machine) and does not fail the
 comparison. Improvements are judged the same way the other way round.
 
@@ -55,6 +56,11 @@ MACHINE_COLUMNS = ("host", "cpu_model", "threads", "device", "cpu_allocator", "t
 # Columns whose difference between the two reports a reader must know about (expected between two builds).
 ENVIRONMENT_COLUMNS = ("git_commit", "onnx", "compiler", "cxx11_abi")
 EXIT_OK, EXIT_REGRESSION, EXIT_NOT_A_REPORT, EXIT_MACHINES_DIFFER = 0, 1, 2, 3
+
+# Rows of this workload are the machine's limits (bench/limits.py), measured for reference: a change in
+# them is the machine or the process, never the code under test (seen in A/A runs: one process's
+# 16 KiB copy 12 % slower than the other's in every round), so they are shown but not counted.
+LIMIT_WORKLOAD = "limit"
 
 BUSY_SHARE = 0.10  # other processes above this share of the CPU make a row suspect
 
@@ -85,7 +91,12 @@ class Comparison:
 
     @property
     def regressions(self) -> list[RowComparison]:
-        return [r for r in self.rows if r.verdict == REGRESSION]
+        """Regressions of the code: limit rows (a copy, an empty call) measure the machine and are not counted."""
+        return [r for r in self.rows if r.verdict == REGRESSION and r.key[0] != LIMIT_WORKLOAD]
+
+    @property
+    def limit_changes(self) -> list[RowComparison]:
+        return [r for r in self.rows if r.verdict == REGRESSION and r.key[0] == LIMIT_WORKLOAD]
 
 
 def bootstrap_medians(samples: np.ndarray, rng: np.random.Generator, resamples: int = BOOTSTRAP_RESAMPLES) -> np.ndarray:
@@ -237,6 +248,9 @@ def main(
         for key in keys:
             console.print(f"{label}: {' '.join(key)}", highlight=False)
     count = len(comparison.regressions)
+    if comparison.limit_changes:
+        rows = ", ".join(f"{r.key[3]}/{r.key[4]} {r.key[1]}" for r in comparison.limit_changes)
+        console.print(f"[yellow]limit rows slower in NEW (the machine or the process, not the code; not counted):[/] {rows}", highlight=False)
     transient = sum(r.verdict == TRANSIENT for r in comparison.rows)
     if transient:
         console.print(f"[yellow]{transient} row(s) changed in some rounds only (machine noise): not counted; re-run on a quiet machine to be sure[/]")

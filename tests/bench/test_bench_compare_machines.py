@@ -108,3 +108,15 @@ def test_cli_refuses_then_allows(tmp_path, rng):
     assert refused.returncode == 3 and "cpu_model: AMD EPYC 9B14 -> Intel Xeon" in refused.stdout
     allowed = subprocess.run([*command, "--allow-different-machines", str(base), str(new)], capture_output=True, text=True, cwd=tmp_path)
     assert allowed.returncode == 1 and "WARNING: different machines" in allowed.stdout and "REGRESSION" in allowed.stdout
+
+
+def test_a_slower_limit_row_is_shown_but_not_counted(tmp_path, rng):
+    limit, op = make_key(workload="limit", baseline="copy", variant="into_preallocated"), make_key()
+    base = synthetic_report(tmp_path / "a.csv", {limit: lognormal(rng, 1.4, 2000), op: lognormal(rng, 3.0, 2000)})
+    new = synthetic_report(tmp_path / "b.csv", {limit: lognormal(rng, 1.6, 2000), op: lognormal(rng, 3.0, 2000)})
+    comparison = compare_reports(base, new)
+    assert [r.key for r in comparison.limit_changes] == [limit] and comparison.regressions == []
+    code, text = _run(base, new)
+    assert code == 0 and "limit rows slower in NEW" in text and "copy/into_preallocated 8x128x1024" in text
+    slower_op = synthetic_report(tmp_path / "c.csv", {limit: lognormal(rng, 1.4, 2000), op: lognormal(rng, 3.6, 2000)})
+    assert _run(base, slower_op)[0] == 1
