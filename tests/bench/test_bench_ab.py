@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from rich.console import Console
 
@@ -102,7 +103,7 @@ def test_a_slowed_op_is_flagged_against_the_clean_commit(repo, tmp_path):
     base_build = repo["root"] / "build" / "ab" / repo["clean"] / "build"
     assert (base_build / "toolchain.json").is_file() and (repo["root"] / "build" / "toolchain.json").is_file()
     assert (repo["root"] / "build" / "ab" / repo["clean"] / "src" / KERNEL).read_text() != (repo["root"] / KERNEL).read_text()
-    commits = {p.parent.name: set(__import__("pandas").read_csv(p).git_commit) for p in result.folder.glob("*/*.csv")}
+    commits = {p.parent.name: set(pd.read_csv(p).git_commit) for p in result.folder.glob("*/*.csv")}
     assert commits == {"new": {repo["slow"]}, "base": {repo["clean"]}}
     assert (result.folder / "compare.txt").read_text().count("REGRESSION") == 2
     assert "round 6/6" in text and "2 regression(s)" in text
