@@ -63,10 +63,12 @@ def test(c, k="", args=""):
         "dtype": "each device's default (cpu: float32; cuda: float32,bfloat16), or a comma list of float32, float64, float16, bfloat16",
         "device": "all (default: every device present), cpu, cuda, or a comma list",
         "l2_flush": "CUDA: overwrite the L2 cache before each timed call of a case that fits in it (default: L2 warm)",
+        "against": "a git ref: build it apart, measure it and this checkout interleaved in one run, compare "
+        "(exit code as `compare`; 4 when the A/B run cannot be set up)",
     },
 )
 @cli.fails_with(ValueError)
-def bench(c, baseline="all", quick=False, warmup="50", threads="", out="", dtype="", device="all", l2_flush=False):
+def bench(c, baseline="all", quick=False, warmup="50", threads="", out="", dtype="", device="all", l2_flush=False, against=""):
     """Benchmark the baselines; write reports/<UTC time>-<host>.csv (+ samples, plot) and print a summary."""
     from bench.run import BenchOptions, main
 
@@ -75,7 +77,12 @@ def bench(c, baseline="all", quick=False, warmup="50", threads="", out="", dtype
         threads=cli.integer("--threads", threads, minimum=1) if threads else None, out_dir=out or None, dtype=dtype,
         device=device, l2_flush=l2_flush,
     )
-    if code := main(options):
+    if against:
+        from bench import ab
+
+        if code := ab.main(against, options):
+            raise Exit(code=code)
+    elif code := main(options):
         raise Exit("bench: some baselines failed (listed above) - their rows are not in the report", code=code)
 
 
@@ -85,13 +92,16 @@ def bench(c, baseline="all", quick=False, warmup="50", threads="", out="", dtype
         "new": "the later report CSV",
         "threshold": "slowdown that counts as a regression when significant, in (0, 1) (default 0.10 = 10%)",
         "alpha": "significance level of the one-sided Mann-Whitney U test, in (0, 1) (default 0.002, as asv)",
+        "allow_different_machines": "compare reports from different machines anyway (printed under a warning; "
+        "without it they are refused with exit code 3)",
     },
 )
-def compare(c, base, new, threshold="0.10", alpha="0.002"):
-    """Compare two bench reports row by row; exit non-zero when NEW has a significant regression."""
+def compare(c, base, new, threshold="0.10", alpha="0.002", allow_different_machines=False):
+    """Compare two bench reports row by row; exit 1 on a significant regression, 3 if the machines differ."""
     from bench.compare import main
 
-    if code := main(base, new, threshold=cli.fraction("--threshold", threshold), alpha=cli.fraction("--alpha", alpha)):
+    threshold, alpha = cli.fraction("--threshold", threshold), cli.fraction("--alpha", alpha)
+    if code := main(base, new, threshold=threshold, alpha=alpha, allow_different_machines=allow_different_machines):
         raise Exit(code=code)
 
 

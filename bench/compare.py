@@ -17,13 +17,22 @@ For each row present in both reports:
     of seconds in which the machine was slow (seen on this VM with no other
     process running) is in some rounds only. Noise only ever adds time, so the
     best round is the least disturbed estimate (timeit's "min of repeats").
+Reports from different machines are not compared: the ratios would measure the
+machines (seen: 34 of 35 rows "regressed" by 1.08-7.7x between two VMs of one
+kind running the same code, mostly in how their kernels served page faults).
+When a machine fact (MACHINE_COLUMNS) differs, compare names each one and exits
+with MACHINES_DIFFER, unless allow_different_machines: then the table is printed
+under a warning. Measure two builds on one machine with `invoke bench --against REF`.
+
 A row is a regression only when ALL hold: the slowdown is beyond the threshold
 (ratio > 1 + threshold), it is significant (p < alpha), and it is in every
-round (best-round ratio > 1 + threshold). A row that fails only the last test
+round (best-round ratio > 1 + threshold); and it is not a limit row (a copy or
+an empty call: those measure the machine and are shown, not counted). A row that fails only the last test
 is marked "transient" (re-run it on a quiet machine) and does not fail the
-comparison. Improvements are judged the same way the other way round. The exit
-code is 1 when any row regressed, 2 when an input is not a report of this
-schema version, else 0.
+comparison. Improvements are judged the same way the other way round.
+
+Exit codes: 0 no regression; 1 a row regressed; 2 an input is not a report of
+this schema version; 3 the reports come from different machines (refused).
 """
 
 from __future__ import annotations
@@ -42,8 +51,16 @@ from bench.report import KEY_COLUMNS, ReportError, RowSamples, read_report, read
 
 BOOTSTRAP_RESAMPLES = 4000
 CONFIDENCE = 0.95
-# Columns whose difference between the two reports a reader must know about.
-ENVIRONMENT_COLUMNS = ("git_commit", "torch", "onnxruntime", "onnx", "compiler", "cxx11_abi", "cpu_model", "threads", "device", "cpu_allocator", "host")
+# Facts of the machine and runtime a timing depends on: reports differing in any are refused.
+MACHINE_COLUMNS = ("host", "cpu_model", "threads", "device", "cpu_allocator", "thp", "torch", "onnxruntime")
+# Columns whose difference between the two reports a reader must know about (expected between two builds).
+ENVIRONMENT_COLUMNS = ("git_commit", "onnx", "compiler", "cxx11_abi")
+EXIT_OK, EXIT_REGRESSION, EXIT_NOT_A_REPORT, EXIT_MACHINES_DIFFER = 0, 1, 2, 3
+
+# Rows of this workload are the machine's limits (bench/limits.py), measured for reference: a change in
+# them is the machine or the process, never the code under test (seen in A/A runs: one process's
+# 16 KiB copy 12 % slower than the other's in every round), so they are shown but not counted.
+LIMIT_WORKLOAD = "limit"
 
 BUSY_SHARE = 0.10  # other processes above this share of the CPU make a row suspect
 
@@ -70,10 +87,16 @@ class Comparison:
     only_in_base: list[tuple[str, ...]] = field(default_factory=list)
     only_in_new: list[tuple[str, ...]] = field(default_factory=list)
     environment_changes: list[str] = field(default_factory=list)
+    machine_differences: list[str] = field(default_factory=list)  # "fact: BASE value -> NEW value"
 
     @property
     def regressions(self) -> list[RowComparison]:
-        return [r for r in self.rows if r.verdict == REGRESSION]
+        """Regressions of the code: limit rows (a copy, an empty call) measure the machine and are not counted."""
+        return [r for r in self.rows if r.verdict == REGRESSION and r.key[0] != LIMIT_WORKLOAD]
+
+    @property
+    def limit_changes(self) -> list[RowComparison]:
+        return [r for r in self.rows if r.verdict == REGRESSION and r.key[0] == LIMIT_WORKLOAD]
 
 
 def bootstrap_medians(samples: np.ndarray, rng: np.random.Generator, resamples: int = BOOTSTRAP_RESAMPLES) -> np.ndarray:
@@ -139,11 +162,16 @@ def _environment_changes(base: pd.DataFrame, new: pd.DataFrame) -> list[str]:
                 f"{name} was measured while other processes used up to {100 * busiest:.0f}% of the CPU: "
                 "those rows include waiting for a core"
             )
-    for column in ENVIRONMENT_COLUMNS:
+    return changes + _differences(base, new, ENVIRONMENT_COLUMNS)
+
+
+def _differences(base: pd.DataFrame, new: pd.DataFrame, columns: tuple[str, ...]) -> list[str]:
+    differences = []
+    for column in columns:
         before, after = sorted(set(base[column].astype(str))), sorted(set(new[column].astype(str)))
         if before != after:
-            changes.append(f"{column} differs: {', '.join(before)} -> {', '.join(after)}")
-    return changes
+            differences.append(f"{column}: {', '.join(before)} -> {', '.join(after)}")
+    return differences
 
 
 def compare_reports(base_csv: Path | str, new_csv: Path | str, threshold: float = 0.10, alpha: float = 0.002, seed: int = 0) -> Comparison:
@@ -167,6 +195,7 @@ def compare_reports(base_csv: Path | str, new_csv: Path | str, threshold: float 
         only_in_base=[k for k in base_keys if k not in set(new_keys)],
         only_in_new=[k for k in new_keys if k not in set(base_keys)],
         environment_changes=_environment_changes(base, new),
+        machine_differences=_differences(base, new, MACHINE_COLUMNS),
     )
 
 
@@ -186,22 +215,44 @@ def comparison_table(comparison: Comparison, threshold: float, alpha: float) -> 
     return table
 
 
-def main(base: str, new: str, threshold: float = 0.10, alpha: float = 0.002, console: Console | None = None) -> int:
+def main(
+    base: str, new: str, threshold: float = 0.10, alpha: float = 0.002, console: Console | None = None, allow_different_machines: bool = False
+) -> int:
     console = console or Console(width=None if Console().is_terminal else 200)
     try:
         comparison = compare_reports(base, new, threshold=float(threshold), alpha=float(alpha))
     except (ReportError, ValueError) as error:
         console.print(f"[red bold]compare: {error}[/]", highlight=False)
-        return 2
+        return EXIT_NOT_A_REPORT
+    if comparison.machine_differences and not allow_different_machines:
+        console.print(
+            "[red bold]compare: the two reports come from different machines or runtimes[/] - differing: "
+            + "; ".join(comparison.machine_differences)
+            + ".\nTheir ratios would measure the machines, not the code. Measure both builds on one machine in one run: "
+            "`invoke bench --against REF`. To see the table anyway: `invoke compare --allow-different-machines BASE NEW`.",
+            highlight=False,
+        )
+        return EXIT_MACHINES_DIFFER
+    warning = (
+        "[red bold]WARNING: different machines or runtimes[/] (" + "; ".join(comparison.machine_differences) + "): "
+        "the ratios below measure the machines as much as the code"
+    )
+    if comparison.machine_differences:
+        console.print(warning, highlight=False)
     console.print(comparison_table(comparison, float(threshold), float(alpha)))
+    if comparison.machine_differences:
+        console.print(warning, highlight=False)
     for change in comparison.environment_changes:
         console.print(f"[yellow]environment:[/] {change}", highlight=False)
     for label, keys in (("only in BASE", comparison.only_in_base), ("only in NEW", comparison.only_in_new)):
         for key in keys:
             console.print(f"{label}: {' '.join(key)}", highlight=False)
     count = len(comparison.regressions)
+    if comparison.limit_changes:
+        rows = ", ".join(f"{r.key[3]}/{r.key[4]} {r.key[1]}" for r in comparison.limit_changes)
+        console.print(f"[yellow]limit rows slower in NEW (the machine or the process, not the code; not counted):[/] {rows}", highlight=False)
     transient = sum(r.verdict == TRANSIENT for r in comparison.rows)
     if transient:
         console.print(f"[yellow]{transient} row(s) changed in some rounds only (machine noise): not counted; re-run on a quiet machine to be sure[/]")
     console.print(f"{len(comparison.rows)} rows compared, {count} regression(s)" + ("" if count else " - OK"))
-    return 1 if count else 0
+    return EXIT_REGRESSION if count else EXIT_OK

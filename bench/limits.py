@@ -1,8 +1,12 @@
 """The machine's limits, measured in the same run as the baselines.
 
-  * copy bandwidth: ``dst.copy_(x)`` into a preallocated buffer, at every op-level
-    shape - the most a norm (which also reads x once and writes y once) can hope
-    for; on CUDA a device-to-device copy of the same bytes;
+  * copy bandwidth, at every op-level shape, two ways: ``dst.copy_(x)`` into a
+    preallocated buffer - the most a norm writing into a caller's buffer (which
+    also reads x once and writes y once) can hope for - and ``x.clone()``, a copy
+    into a fresh output - the most a norm allocating its output can hope for:
+    torch's allocator returns large blocks to the OS, so at large sizes every
+    call pays the page faults of its new output, whatever the kernel does; on
+    CUDA both are device-to-device copies of the same bytes;
   * CPU dispatch floor: the cheapest call through each runtime - a no-op torch op
     (``aten.alias``: dispatcher in and out, a view, no data touched) and an ONNX
     Runtime ``Identity`` graph on one element with IO binding;
@@ -42,7 +46,7 @@ class LimitCase:
         return self.x.double()
 
 
-def copy_limit(case: OpCase) -> tuple[LimitCase, str, Variant]:
+def copy_limits(case: OpCase) -> list[tuple[LimitCase, str, Variant]]:
     x = case.x
     limit = LimitCase(shape=case.shape, dtype=case.dtype, x=x, bytes_moved=2.0 * x.numel() * x.element_size(), workdir=case.workdir, device=case.device)
 
@@ -51,7 +55,10 @@ def copy_limit(case: OpCase) -> tuple[LimitCase, str, Variant]:
         return lambda: dst.copy_(x)
 
     where = "device-to-device " if case.device != "cpu" else ""
-    return limit, "copy", Variant("into_preallocated", prepare, note=f"{where}dst.copy_(x), dst allocated once; bytes = read x + write dst")
+    return [
+        (limit, "copy", Variant("into_preallocated", prepare, note=f"{where}dst.copy_(x), dst allocated once; bytes = read x + write dst")),
+        (limit, "copy", Variant("fresh_output", lambda: x.clone, note=f"{where}x.clone(): a new output every call, as an allocating op; bytes = read x + write it")),
+    ]
 
 
 def dispatch_floor(workdir: Path) -> list[tuple[LimitCase, str, Variant]]:

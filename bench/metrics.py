@@ -14,10 +14,20 @@ from bench.timing import Timing, summarize
 from bench.workloads import dtype_name, shape_label
 
 SPEEDUP_REFERENCE = ("unfused", "call")
-COPY_REFERENCE = ("limit", "copy", "into_preallocated")
 # The cheapest call on each device (bench/limits.py), first found wins; graph variants use the graph floor.
 LAUNCH_FLOORS = (("launch", "empty_kernel"), ("dispatch", "torch_noop"))
 GRAPH_FLOOR = ("launch", "empty_kernel_graph")
+# The two copy limits (bench/limits.py), by the variant name of their limit/copy row.
+PREALLOCATED_COPY, FRESH_COPY = "into_preallocated", "fresh_output"
+# Variants named "call" return a new tensor from torch's allocator each call: at large sizes
+# fresh pages, so their limit is the fresh-output copy. "out" and ORT's variants write into
+# memory allocated once (a caller's buffer, a bound output, ORT's arena).
+ALLOCATING_VARIANTS = frozenset({"call"})
+# A fresh-output copy must fault at least this many pages per call for its extra time over the
+# preallocated copy to give a cost per fault (below, allocator overhead would dominate).
+MIN_FAULTS_FOR_COST = 64
+# A row spending more than this share of its median serving page faults is page-fault bound.
+PAGE_FAULT_BOUND = 0.5
 
 
 @dataclass(frozen=True)
@@ -73,25 +83,41 @@ def measurement_row(
         **env,
         "device": case.device,
         "other_cpu_share": machine.other_cpu_share(timing.other_cpu_s, timing.wall_s),
+        "minor_faults_per_call": timing.minor_faults_per_call,
+        "page_fault_share": math.nan,
+        "copy_limit": "",
         "note": note,
         **NOT_SERVING,
     }
 
 
 def add_ratios(frame: pd.DataFrame) -> pd.DataFrame:
-    """Fill, within each device: copy_gbps/copy_share (same shape and dtype), speedup_vs_unfused
-    (same workload, shape, dtype) and vs_launch_floor (the device's cheapest call)."""
+    """Fill the ratios that need other rows of the run, each within its device.
+
+    copy_gbps/copy_share: against the copy at the same shape and dtype - the
+    fresh-output copy for variants that allocate their output, the copy into a
+    preallocated buffer for the rest (copy_limit names which); page_fault_share
+    (see fault_cost_us); speedup_vs_unfused: same workload, shape and dtype;
+    vs_launch_floor: against the device's cheapest call.
+    """
     frame = frame.copy()
 
     def rows(workload: str | None, baseline: str, variant: str) -> pd.DataFrame:
         hit = (frame.baseline == baseline) & (frame.variant == variant)
         return frame[hit & (frame.workload == workload)] if workload else frame[hit]
 
-    copy_gbps = {(r.shape, r.dtype, r.device): r.gbps for r in rows(*COPY_REFERENCE).itertuples()}
+    copies = frame[(frame.workload == "limit") & (frame.baseline == "copy")]
+    copy_gbps = {(r.shape, r.dtype, r.device, r.variant): r.gbps for r in copies.itertuples()}
+    limits = [
+        "" if math.isnan(r.gbps) else FRESH_COPY if r.workload == "op" and r.variant in ALLOCATING_VARIANTS else PREALLOCATED_COPY
+        for r in frame.itertuples()
+    ]
+    frame["copy_limit"] = limits
     frame["copy_gbps"] = [
-        copy_gbps.get((r.shape, r.dtype, r.device), math.nan) if not math.isnan(r.gbps) else math.nan for r in frame.itertuples()
+        copy_gbps.get((r.shape, r.dtype, r.device, limit), math.nan) if limit else math.nan for r, limit in zip(frame.itertuples(), limits)
     ]
     frame["copy_share"] = frame["gbps"] / frame["copy_gbps"]
+    frame["page_fault_share"] = (frame["minor_faults_per_call"] * fault_cost_us(frame) / frame["median_us"]).clip(upper=1.0)
     reference = {(r.workload, r.shape, r.dtype, r.device): r.median_us for r in rows(None, *SPEEDUP_REFERENCE).itertuples()}
     frame["speedup_vs_unfused"] = [
         reference.get((r.workload, r.shape, r.dtype, r.device), math.nan) / r.median_us for r in frame.itertuples()
@@ -104,3 +130,29 @@ def add_ratios(frame: pd.DataFrame) -> pd.DataFrame:
         r.median_us / (graph_floors if r.variant.endswith("graph") else floors).get(r.device, math.nan) for r in frame.itertuples()
     ]
     return frame
+
+
+def fault_cost_us(frame: pd.DataFrame) -> float:
+    """Microseconds one page fault costs on this machine in this run; NaN when no copy faulted enough.
+
+    The fresh-output copy and the copy into a preallocated buffer move the same
+    bytes; the fresh one also gets new pages from the OS. Its extra time over its
+    faults, per shape, is the cost of one fault (the kernel mapping and zeroing
+    a page); the median over the shapes that fault enough is the run's estimate.
+    """
+    # Page faults are the host's: only CPU copies measure them.
+    cpu = frame.device == "cpu"
+    copies = frame[cpu & (frame.workload == "limit") & (frame.baseline == "copy")].set_index(["shape", "dtype", "variant"])
+    costs = []
+    for shape, dtype, variant in copies.index:
+        if variant != FRESH_COPY or (shape, dtype, PREALLOCATED_COPY) not in copies.index:
+            continue
+        fresh, preallocated = copies.loc[(shape, dtype, FRESH_COPY)], copies.loc[(shape, dtype, PREALLOCATED_COPY)]
+        if fresh.minor_faults_per_call >= MIN_FAULTS_FOR_COST:
+            costs.append(max(0.0, fresh.median_us - preallocated.median_us) / fresh.minor_faults_per_call)
+    return float(pd.Series(costs).median()) if costs else math.nan
+
+
+def page_fault_bound(frame: pd.DataFrame) -> pd.Series:
+    """Rows whose median is mostly the OS serving page faults, not the code under test."""
+    return frame["page_fault_share"] > PAGE_FAULT_BOUND

@@ -44,8 +44,8 @@ _DASHED_VARIANTS = ("out", "iobinding", "graph")
 
 
 def _style(baseline: str, variant: str) -> dict:
-    if baseline == "copy":
-        return {"color": "black", "linestyle": ":", "linewidth": 2}
+    if baseline == "copy":  # dotted: into a preallocated buffer; dash-dot: into a fresh output
+        return {"color": "black", "linestyle": ":" if variant == "into_preallocated" else "-.", "linewidth": 2}
     route = variant.split("-")[0] if baseline == "ort" else ""
     color = _COLORS.get(f"{baseline} {route}".strip())
     dashed = any(variant.endswith(v) for v in _DASHED_VARIANTS)

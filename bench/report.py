@@ -19,7 +19,8 @@ from env.files import atomic_path
 
 # Bump on any change of COLUMNS: compare refuses to join reports of different versions.
 # 2: cpu_allocator column. 3: serving columns (clients ... errors). 4: device joins the key (one run
-# measures every device), timer and vs_launch_floor columns.
+# measures every device), timer and vs_launch_floor columns; copy_limit, minor_faults_per_call,
+# page_fault_share, thp columns; limit/copy/fresh_output rows.
 SCHEMA_VERSION = 4
 
 # (column, pandas dtype, meaning) - field order = column order. The one declaration
@@ -45,8 +46,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("setup_s", "float64", "one-off cost outside the timed loop: torch.compile, export, session creation"),
     ("bytes_moved", "float64", "read x + weight + bias + write y (op level); NaN where not meaningful"),
     ("gbps", "float64", "bytes_moved / median time"),
-    ("copy_gbps", "float64", "measured copy bandwidth into a preallocated buffer at the same size"),
+    ("copy_gbps", "float64", "measured copy bandwidth at the same size, shape, dtype and device (copy_limit says which copy)"),
     ("copy_share", "float64", "gbps / copy_gbps"),
+    ("copy_limit", "string", "the copy of copy_gbps: fresh_output (x.clone(); variants that allocate their output) or into_preallocated"),
     ("speedup_vs_unfused", "float64", "median of unfused/call over this median, same workload/shape/dtype/device"),
     ("vs_launch_floor", "float64", "this median over the device's cheapest call: CPU dispatch/torch_noop; "
      "CUDA launch/empty_kernel (graph variants: launch/empty_kernel_graph)"),
@@ -66,6 +68,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("device", "string", "cpu, or the GPU model"),
     ("cpu_allocator", "string", "thp when THP_MEM_ALLOC_ENABLE=1 (torch madvises huge pages), else default"),
     ("other_cpu_share", "float64", "share of all cores other processes used while timing (all rounds; NaN if < 0.1 s)"),
+    ("minor_faults_per_call", "float64", "minor page faults of the process per call while timing (getrusage, all threads)"),
+    ("page_fault_share", "float64", "est. share of the median spent serving page faults: faults/call x this run's µs per fault / median"),
+    ("thp", "string", "transparent huge pages as the kernel reports them: enabled=<mode> defrag=<mode>"),
     ("note", "string", "what else a reader needs (fused ORT nodes, compile mode, ...)"),
     # Serving rows (workload "serve", bench/serve): one row per configuration, samples = per-request latency.
     ("clients", "Int64", "serve: concurrent client threads; empty for other workloads"),

@@ -42,7 +42,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bench import metrics
 from bench.environment import environment_columns, utc_timestamp
 from bench.devices import device_label, resolve_devices
-from bench.limits import copy_limit, dispatch_floor, launch_floor
+from bench.limits import copy_limits, dispatch_floor, launch_floor
 from bench.registry import Baseline, Prepared, Unsupported, Variant, select
 from bench.report import ReportPaths, RowSamples, to_frame, write_report
 from bench.timing import L2Flush, Timing, TimingConfig, measure, measure_cuda, timer_resolution_ns
@@ -142,7 +142,7 @@ def _prefix(device: str) -> str:
 def _op_jobs(shape: tuple[int, ...], dtype: torch.dtype, device: str, baselines: list[Baseline], workdir: Path) -> list[Job]:
     case = _LazyCase(lambda: OpCase.create(shape, dtype, workdir, device=device))
     label = f"{_prefix(device)}op {shape_label(shape)} {dtype_name(dtype)}"
-    jobs = [Job(f"{label} copy", lambda: iter([copy_limit(case.get())]))]
+    jobs = [Job(f"{label} copy", lambda: iter(copy_limits(case.get())))]
     jobs += [_baseline_job(label, b, case, release=i == len(baselines) - 1) for i, b in enumerate(baselines)]
     return jobs
 
@@ -230,7 +230,8 @@ class MeasuredRow:
         rounds = np.concatenate([np.full(len(t.samples_us), r, dtype=np.int16) for r, t in enumerate(self.timings)])
         others = sum(t.other_cpu_s for t in self.timings)
         wall = sum(t.wall_s for t in self.timings)
-        return Timing(values, self.block, warmup, others, wall), RowSamples(values, rounds)
+        faults, calls = sum(t.minor_faults for t in self.timings), sum(t.calls for t in self.timings)
+        return Timing(values, self.block, warmup, others, wall, faults, calls), RowSamples(values, rounds)
 
 
 @dataclass

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.compare import BUSY_SHARE
+from bench.metrics import PAGE_FAULT_BOUND, fault_cost_us, page_fault_bound
 from bench.targets import evaluate_targets
 
 
@@ -16,20 +17,40 @@ def _fmt(value: float, spec: str) -> str:
 
 
 def summary_table(frame) -> Table:
-    table = Table(title="median per call (µs); speed-up = unfused median / this median", show_lines=False)
+    table = Table(
+        title="median per call (µs); speed-up = unfused median / this median; % copy: of the fresh-output copy for "
+        "allocating calls, of the copy into a preallocated buffer otherwise; PF = page-fault bound",
+        show_lines=False,
+    )
     for name, justify in (
         ("device", "left"), ("workload", "left"), ("shape", "left"), ("dtype", "left"), ("baseline", "left"),
         ("variant", "left"), ("n", "right"), ("median µs", "right"), ("p99 µs", "right"), ("IQR µs", "right"), ("GB/s", "right"),
-        ("% copy", "right"), ("speed-up", "right"), ("setup s", "right"),
+        ("% copy", "right"), ("speed-up", "right"), ("setup s", "right"), ("faults/call", "right"), ("PF", "left"),
     ):
         table.add_column(name, justify=justify)
-    for r in frame.itertuples():
+    bound = page_fault_bound(frame)
+    for r, is_bound in zip(frame.itertuples(), bound):
         table.add_row(
             r.device, r.workload, r.shape, r.dtype, r.baseline, r.variant, str(r.n), _fmt(r.median_us, ".2f"), _fmt(r.p99_us, ".2f"),
             _fmt(r.iqr_us, ".2f"), _fmt(r.gbps, ".1f"), _fmt(100 * r.copy_share, ".0f"), _fmt(r.speedup_vs_unfused, ".2f"),
-            _fmt(r.setup_s, ".2f"),
+            _fmt(r.setup_s, ".2f"), _fmt(r.minor_faults_per_call, ".0f"),
+            f"[yellow]PF {100 * r.page_fault_share:.0f}%[/]" if is_bound else "",
         )
     return table
+
+
+def page_fault_line(frame) -> str | None:
+    """Which rows measure the OS serving fresh pages rather than the code; None when none do."""
+    bound = frame[page_fault_bound(frame)]
+    if bound.empty:
+        return None
+    rows = ", ".join(f"{r.baseline}/{r.variant} {r.shape}" for r in bound.itertuples())
+    return (
+        f"[yellow]{len(bound)} row(s) page-fault bound[/] (over {100 * PAGE_FAULT_BOUND:.0f}% of the median serving page faults "
+        f"at {fault_cost_us(frame):.2f} µs per fault, measured in this run with x.clone() vs a preallocated copy; "
+        f"transparent huge pages: {frame.thp.iloc[0]}; allocator: {frame.cpu_allocator.iloc[0]}): {rows}. "
+        "Their time is the OS's: compare them only on the same machine, or use the out variant"
+    )
 
 
 def print_summary(outcome, console: Console) -> None:
@@ -41,6 +62,9 @@ def print_summary(outcome, console: Console) -> None:
             for target in targets:
                 mark = "[green]met[/]" if target.met else ("[red]MISSED[/]" if target.met is False else "[yellow]not measured[/]")
                 console.print(f"  {mark}  {target.name}: {target.detail}")
+        faults = page_fault_line(outcome.frame)
+        if faults:
+            console.print(faults, highlight=False)
     for line in outcome.skipped:
         console.print(f"[yellow]skipped[/] {line}")
     for line in outcome.failures:

@@ -54,11 +54,25 @@ class Timing:
     warmup: int
     other_cpu_s: float = float("nan")  # CPU seconds other processes used while sampling (bench/machine.py)
     wall_s: float = 0.0  # wall time of the sampling loop
+    minor_faults: int = 0  # page faults this process took while sampling (bench/machine.py)
+    calls: int = 0  # calls made while sampling (samples x block)
+
+    @property
+    def minor_faults_per_call(self) -> float:
+        return self.minor_faults / self.calls if self.calls else math.nan
 
     @classmethod
     def sampled(cls, samples_us: np.ndarray, block: int, warmup: int, before, after) -> Timing:
         """A timing whose machine load is read from snapshots before and after its sampling loop."""
-        return cls(samples_us, block, warmup, machine.other_cpu_seconds(before, after), after.wall_s - before.wall_s)
+        return cls(
+            samples_us,
+            block,
+            warmup,
+            other_cpu_s=machine.other_cpu_seconds(before, after),
+            wall_s=after.wall_s - before.wall_s,
+            minor_faults=machine.minor_faults(before, after),
+            calls=len(samples_us) * block,
+        )
 
 
 @dataclass(frozen=True)

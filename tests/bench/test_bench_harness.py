@@ -42,7 +42,7 @@ def test_tiny_grid_writes_one_row_per_baseline_variant_and_case(torch_run):
     frame = read_report(outcome.paths.csv)
     expected = {("limit", "1", "float32", "dispatch", v, "cpu") for v in ("torch_noop", "ort_identity_iobinding")}
     for shape in ("1x4x64", "2x8x128"):
-        expected.add(("limit", shape, "float32", "copy", "into_preallocated", "cpu"))
+        expected |= {("limit", shape, "float32", "copy", v, "cpu") for v in ("into_preallocated", "fresh_output")}
         for baseline, variant in (("unfused", "call"), ("fused", "call"), ("fused", "out"), ("native", "call")):
             expected.add(("op", shape, "float32", baseline, variant, "cpu"))
     for baseline in ("unfused", "fused", "native"):
@@ -75,7 +75,10 @@ def test_ratios_bandwidth_and_environment(torch_run):
         b, s, h = (int(d) for d in row.shape.split("x"))
         assert row.bytes_moved == (2 * b * s * h + 2 * h) * 4  # read x, weight, bias; write y
         assert row.gbps == pytest.approx(row.bytes_moved / (row.median_us * 1e-6) / 1e9)
-        copy = frame[(frame.baseline == "copy") & (frame["shape"] == row.shape)].iloc[0]
+        # An allocating call is held against the fresh-output copy, the out variant against the preallocated one.
+        limit = "fresh_output" if row.variant == "call" else "into_preallocated"
+        copy = frame[(frame.baseline == "copy") & (frame["shape"] == row.shape) & (frame.variant == limit)].iloc[0]
+        assert row.copy_limit == limit
         assert row.copy_gbps == copy.gbps and row.copy_share == pytest.approx(row.gbps / copy.gbps)
     assert frame[frame.workload == "model"].gbps.isna().all()  # no single "bytes moved" for a model
     assert (frame.threads == 1).all() and (frame.device == "cpu").all() and (frame.timer == "perf_counter").all()

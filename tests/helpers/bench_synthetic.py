@@ -25,9 +25,12 @@ def in_rounds(values: np.ndarray, rounds: int = 3) -> RowSamples:
 
 
 def synthetic_report(
-    path: Path, samples: dict[tuple[str, ...], np.ndarray | RowSamples], schema_version: int = SCHEMA_VERSION
+    path: Path,
+    samples: dict[tuple[str, ...], np.ndarray | RowSamples],
+    schema_version: int = SCHEMA_VERSION,
+    environment: dict[str, object] | None = None,
 ) -> Path:
-    """A report file with these samples (arrays are spread over 3 rounds)."""
+    """A report file with these samples (arrays are spread over 3 rounds); ``environment`` sets columns of every row."""
     samples = {k: v if isinstance(v, RowSamples) else in_rounds(v) for k, v in samples.items()}
     rows = []
     for key, row_samples in samples.items():
@@ -36,6 +39,7 @@ def synthetic_report(
         row.update(vars(summarize(row_samples.values)))
         row["rounds"] = len(np.unique(row_samples.rounds))
         row["schema_version"] = schema_version
+        row.update(environment or {})
         rows.append(row)
     return write_report(path, to_frame(rows), samples).csv
 

@@ -1,0 +1,122 @@
+"""bench/compare.py refuses reports from different machines, naming each differing fact (exit 3)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from bench.compare import EXIT_MACHINES_DIFFER, MACHINE_COLUMNS, compare_reports, main
+from bench.report import SCHEMA_VERSION
+from env.paths import REPO_ROOT
+from tests.helpers.bench_synthetic import lognormal, make_key, synthetic_report
+
+HERE = {
+    "host": "vm-a", "cpu_model": "AMD EPYC 9B14", "threads": 2, "device": "cpu", "cpu_allocator": "default",
+    "thp": "enabled=madvise defrag=madvise", "torch": "2.13.0+cpu", "onnxruntime": "1.31.1",
+}
+
+
+@pytest.fixture
+def rng(generator):
+    return np.random.default_rng(int(generator.initial_seed()))
+
+
+def _run(base, new, **kwargs) -> tuple[int, str]:
+    console = Console(record=True, width=250)
+    code = main(str(base), str(new), console=console, **kwargs)
+    return code, console.export_text()
+
+
+def _pair(tmp_path, rng, there: dict, slower: float = 1.0):
+    key = make_key()
+    base = synthetic_report(tmp_path / "base.csv", {key: lognormal(rng, 10.0, 600)}, environment=HERE)
+    new = synthetic_report(tmp_path / "new.csv", {key: lognormal(rng, 10.0 * slower, 600)}, environment={**HERE, **there})
+    return base, new
+
+
+def test_every_machine_fact_is_checked():
+    assert set(MACHINE_COLUMNS) == set(HERE)
+
+
+@pytest.mark.parametrize(
+    "there",
+    [
+        {"cpu_model": "Intel Xeon Platinum 8481C"},
+        {"threads": 4},
+        {"device": "NVIDIA H100"},
+        {"cpu_allocator": "thp"},
+        {"thp": "enabled=always defrag=madvise"},
+        {"torch": "2.12.0+cpu"},
+        {"onnxruntime": "1.30.0"},
+        {"host": "vm-b"},
+    ],
+)
+def test_a_differing_machine_fact_is_refused_and_named(tmp_path, rng, there):
+    base, new = _pair(tmp_path, rng, there)
+    (column, value), = there.items()
+    code, text = _run(base, new)
+    assert code == EXIT_MACHINES_DIFFER == 3
+    assert f"{column}: {HERE[column]} -> {value}" in text
+    assert "different machines" in text and "--against" in text and "--allow-different-machines" in text
+    assert "rows compared" not in text  # no table, no verdicts
+    for other in set(HERE) - {column}:
+        assert f"{other}:" not in text  # only what differs is named
+
+
+def test_several_differing_facts_are_all_named(tmp_path, rng):
+    there = {"cpu_model": "Intel Xeon", "thp": "enabled=always defrag=never", "threads": 8}
+    base, new = _pair(tmp_path, rng, there)
+    differences = compare_reports(base, new).machine_differences
+    assert differences == [
+        "cpu_model: AMD EPYC 9B14 -> Intel Xeon", "threads: 2 -> 8", "thp: enabled=madvise defrag=madvise -> enabled=always defrag=never",
+    ]
+
+
+def test_allowed_comparison_prints_the_table_under_a_warning_and_judges_it(tmp_path, rng):
+    base, new = _pair(tmp_path, rng, {"cpu_model": "Intel Xeon"}, slower=1.5)
+    code, text = _run(base, new, allow_different_machines=True)
+    assert code == 1 and "REGRESSION" in text and "1 rows compared, 1 regression(s)" in text
+    assert text.count("WARNING: different machines") == 2  # above and below the table
+    assert "cpu_model: AMD EPYC 9B14 -> Intel Xeon" in text
+    base, same = _pair(tmp_path, rng, {"cpu_model": "Intel Xeon"}, slower=1.0)
+    code, text = _run(base, same, allow_different_machines=True)
+    assert code == 0 and "WARNING: different machines" in text
+
+
+def test_same_machine_has_no_warning(tmp_path, rng):
+    base, new = _pair(tmp_path, rng, {"git_commit": "abc"})  # another build on the same machine: compared as usual
+    code, text = _run(base, new)
+    assert code == 0 and "WARNING" not in text and "git_commit: synthetic -> abc" in text
+
+
+@pytest.mark.parametrize("version", [SCHEMA_VERSION - 1, SCHEMA_VERSION + 1])
+def test_a_report_of_another_schema_version_is_a_clear_error(tmp_path, rng, version):
+    good = synthetic_report(tmp_path / "good.csv", {make_key(): lognormal(rng, 5, 30)})
+    old = synthetic_report(tmp_path / "old.csv", {make_key(): lognormal(rng, 5, 30)}, schema_version=version)
+    code, text = _run(old, good)
+    assert code == 2 and f"report schema version [{version}]" in text and f"reads version {SCHEMA_VERSION}" in text
+
+
+def test_cli_refuses_then_allows(tmp_path, rng):
+    base, new = _pair(tmp_path, rng, {"cpu_model": "Intel Xeon"}, slower=1.5)
+    command = [sys.executable, "-m", "invoke", "--search-root", str(REPO_ROOT), "compare"]
+    refused = subprocess.run([*command, str(base), str(new)], capture_output=True, text=True, cwd=tmp_path)
+    assert refused.returncode == 3 and "cpu_model: AMD EPYC 9B14 -> Intel Xeon" in refused.stdout
+    allowed = subprocess.run([*command, "--allow-different-machines", str(base), str(new)], capture_output=True, text=True, cwd=tmp_path)
+    assert allowed.returncode == 1 and "WARNING: different machines" in allowed.stdout and "REGRESSION" in allowed.stdout
+
+
+def test_a_slower_limit_row_is_shown_but_not_counted(tmp_path, rng):
+    limit, op = make_key(workload="limit", baseline="copy", variant="into_preallocated"), make_key()
+    base = synthetic_report(tmp_path / "a.csv", {limit: lognormal(rng, 1.4, 2000), op: lognormal(rng, 3.0, 2000)})
+    new = synthetic_report(tmp_path / "b.csv", {limit: lognormal(rng, 1.6, 2000), op: lognormal(rng, 3.0, 2000)})
+    comparison = compare_reports(base, new)
+    assert [r.key for r in comparison.limit_changes] == [limit] and comparison.regressions == []
+    code, text = _run(base, new)
+    assert code == 0 and "limit rows slower in NEW" in text and "copy/into_preallocated 8x128x1024" in text
+    slower_op = synthetic_report(tmp_path / "c.csv", {limit: lognormal(rng, 1.4, 2000), op: lognormal(rng, 3.6, 2000)})
+    assert _run(base, slower_op)[0] == 1
