@@ -128,3 +128,27 @@ def test_without_the_custom_op_library(files, bank):
     assert bank.matches(4, y)
     with pytest.raises(SessionCreationError, match="myops::fused_norm.*register_custom_ops=True"):
         SessionPool.create(files["custom"], OrtConfig(threads=1, register_custom_ops=False))
+
+
+def test_a_waiting_request_is_served_while_other_clients_keep_sending(files, bank):
+    # One slot and two clients that send again the moment they get an answer: a slot
+    # given back must go to the request waiting longest, not to the client that just
+    # returned it (which would starve the third caller for as long as they keep sending).
+    pool = SessionPool.create(files["standard"], OrtConfig(threads=1), slots=1)
+    stop = threading.Event()
+
+    def busy_client() -> None:
+        while not stop.is_set():
+            pool.run({"x": bank.inputs[0]})
+
+    clients = [threading.Thread(target=busy_client) for _ in range(2)]
+    for t in clients:
+        t.start()
+    try:
+        for k in range(20):
+            (y,) = pool.run({"x": bank.inputs[k % len(bank)]}, timeout=10.0)  # TimeoutError if starved
+            assert bank.matches(k % len(bank), y)
+    finally:
+        stop.set()
+        for t in clients:
+            t.join()
