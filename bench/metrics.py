@@ -19,8 +19,9 @@ LAUNCH_FLOORS = (("launch", "empty_kernel"), ("dispatch", "torch_noop"))
 GRAPH_FLOOR = ("launch", "empty_kernel_graph")
 # The two copy limits (bench/limits.py), by the variant name of their limit/copy row.
 PREALLOCATED_COPY, FRESH_COPY = "into_preallocated", "fresh_output"
-# Variants named "call" return a new tensor from torch's allocator each call: at large sizes
-# fresh pages, so their limit is the fresh-output copy. "out" and ORT's variants write into
+# Variants named "call" return a new tensor from torch's allocator each call: on the CPU, at large
+# sizes, fresh pages from the OS, so their limit is the fresh-output copy (torch's CUDA allocator
+# caches its blocks, so on a GPU every row keeps the preallocated copy). "out" and ORT's variants write into
 # memory allocated once (a caller's buffer, a bound output, ORT's arena).
 ALLOCATING_VARIANTS = frozenset({"call"})
 # A fresh-output copy must fault at least this many pages per call for its extra time over the
@@ -109,7 +110,7 @@ def add_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     copies = frame[(frame.workload == "limit") & (frame.baseline == "copy")]
     copy_gbps = {(r.shape, r.dtype, r.device, r.variant): r.gbps for r in copies.itertuples()}
     limits = [
-        "" if math.isnan(r.gbps) else FRESH_COPY if r.workload == "op" and r.variant in ALLOCATING_VARIANTS else PREALLOCATED_COPY
+        "" if math.isnan(r.gbps) else FRESH_COPY if _allocates_fresh_pages(r) else PREALLOCATED_COPY
         for r in frame.itertuples()
     ]
     frame["copy_limit"] = limits
@@ -130,6 +131,10 @@ def add_ratios(frame: pd.DataFrame) -> pd.DataFrame:
         r.median_us / (graph_floors if r.variant.endswith("graph") else floors).get(r.device, math.nan) for r in frame.itertuples()
     ]
     return frame
+
+
+def _allocates_fresh_pages(row) -> bool:
+    return row.device == "cpu" and row.workload == "op" and row.variant in ALLOCATING_VARIANTS
 
 
 def fault_cost_us(frame: pd.DataFrame) -> float:

@@ -33,8 +33,10 @@ def _run(base, new, **kwargs) -> tuple[int, str]:
 
 def _pair(tmp_path, rng, there: dict, slower: float = 1.0):
     key = make_key()
+    # The device is part of a row's key: a report of another device has its rows under that device.
+    new_key = make_key(device=str(there.get("device", key[-1])))
     base = synthetic_report(tmp_path / "base.csv", {key: lognormal(rng, 10.0, 600)}, environment=HERE)
-    new = synthetic_report(tmp_path / "new.csv", {key: lognormal(rng, 10.0 * slower, 600)}, environment={**HERE, **there})
+    new = synthetic_report(tmp_path / "new.csv", {new_key: lognormal(rng, 10.0 * slower, 600)}, environment={**HERE, **there})
     return base, new
 
 

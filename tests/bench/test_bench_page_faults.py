@@ -69,7 +69,7 @@ def test_transparent_huge_pages_modes_are_read_from_the_bracketed_choice(tmp_pat
 
 def _row(workload, shape, baseline, variant, median_us, faults, bytes_moved=8e6):
     row = {name: {"string": "x", "int64": 1, "Int64": None, "float64": math.nan}[dtype] for name, dtype, _ in COLUMNS}
-    row.update(workload=workload, shape=shape, dtype="float32", baseline=baseline, variant=variant, median_us=median_us,
+    row.update(workload=workload, shape=shape, dtype="float32", device="cpu", baseline=baseline, variant=variant, median_us=median_us,
                minor_faults_per_call=faults, bytes_moved=bytes_moved, gbps=bytes_moved / median_us / 1e3)
     return row
 
