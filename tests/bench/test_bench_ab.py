@@ -95,7 +95,7 @@ def test_a_slowed_op_is_flagged_against_the_clean_commit(repo, tmp_path):
     result, text = _run(repo, repo["clean"], tmp_path)
     assert result.code == 1, text
     comparison = compare_reports(result.base_csv, result.new_csv)
-    flagged = {r.key[3:] for r in comparison.regressions}
+    flagged = {r.key[3:5] for r in comparison.regressions}  # (baseline, variant); the device follows
     assert flagged == {("fused", "call"), ("fused", "out")}, text  # the op's two rows, nothing else
     for row in comparison.regressions:
         assert row.ratio > 2 and row.best_round_ratio > 2  # 16 passes over each row instead of 1
