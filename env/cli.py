@@ -12,10 +12,9 @@ from __future__ import annotations
 import functools
 import importlib
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from invoke import Exit
-
 
 
 def integer(option: str, value: object, minimum: int, meaning: str = "") -> int:
@@ -40,6 +39,17 @@ def fraction(option: str, value: object, meaning: str = "") -> float:
     return number
 
 
+def positive(option: str, value: object, unit: str = "") -> float:
+    """``value`` as a finite float > 0; else Exit naming ``option``."""
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        number = math.nan
+    if not 0.0 < number < math.inf:  # NaN fails too
+        raise Exit(f"{option} must be a number > 0{unit}, got {value!r} - pass e.g. {option} 1.5")
+    return number
+
+
 def _resolve(spec) -> type[BaseException] | None:
     if isinstance(spec, type):
         return spec
@@ -50,15 +60,15 @@ def _resolve(spec) -> type[BaseException] | None:
         return None
 
 
-def fails_with(*errors) -> Callable:
-    """Decorator for a task: the listed exceptions end it with ``Exit("<task>: <message>")``.
+def fails_with(command: str, *errors) -> Callable:
+    """Decorator for a task: the listed exceptions end it with ``Exit("<command>: <message>")``.
 
+    ``command`` is the task's name as users type it (``bench.serve``).
     ``errors`` are classes or "module:Class" strings; strings are imported only
     when something was raised, so ``invoke --list`` never imports torch.
     """
 
     def decorate(body: Callable) -> Callable:
-        task_name = body.__name__.replace("_", ".")
 
         @functools.wraps(body)
         def run(*args, **kwargs):
@@ -68,7 +78,7 @@ def fails_with(*errors) -> Callable:
                 raise
             except Exception as error:
                 if any(cls is not None and isinstance(error, cls) for cls in map(_resolve, errors)):
-                    raise Exit(f"{task_name}: {error}") from error
+                    raise Exit(f"{command}: {error}") from error
                 raise
 
         return run
