@@ -37,12 +37,12 @@ BY_ORT: dict[str, DType] = {d.ort: d for d in DTYPES}
 
 
 def dtype_name(dtype: torch.dtype) -> str:
-    """"float32" for torch.float32 (any torch dtype, supported or not)."""
+    """ "float32" for torch.float32 (any torch dtype, supported or not)."""
     return str(dtype).removeprefix("torch.")
 
 
 def parse_dtypes(spec: str, option: str = "--dtype", allowed: tuple[str, ...] = NAMES) -> list[DType]:
-    """"float32" or a comma list of names in ``allowed``; ValueError naming ``option`` on anything else."""
+    """ "float32" or a comma list of names in ``allowed``; ValueError naming ``option`` on anything else."""
     names = [s.strip() for s in spec.split(",") if s.strip()]
     unknown = [n for n in names if n not in allowed]
     if unknown or not names:

@@ -50,8 +50,9 @@ def parse_ptxas_report(text: str) -> list[tuple[str, str, dict[str, int]]]:
         elif current is None:
             continue
         elif m := _FRAME.search(line):
-            current[2].update(stack_frame_bytes=int(m.group(1)), spill_store_bytes=int(m.group(2)),
-                              spill_load_bytes=int(m.group(3)))
+            current[2].update(
+                stack_frame_bytes=int(m.group(1)), spill_store_bytes=int(m.group(2)), spill_load_bytes=int(m.group(3))
+            )
         elif m := _USED.search(line):
             numbers = current[2]
             numbers["registers"] = int(m.group(1))
@@ -112,8 +113,11 @@ def format_table(report: dict[str, Any]) -> str:
         cells = []
         for arch in archs:
             k = by_kernel[name].get(arch)
-            cell = (f"{k['registers']}/{k['shared_bytes']}/{k['spill_store_bytes'] + k['spill_load_bytes']}"
-                    if k else "missing")
+            cell = (
+                f"{k['registers']}/{k['shared_bytes']}/{k['spill_store_bytes'] + k['spill_load_bytes']}"
+                if k
+                else "missing"
+            )
             cells.append(f"{cell:>22}")
         lines.append(f"{name.ljust(width)}  " + "  ".join(cells))
     return "\n".join(lines)
@@ -127,8 +131,10 @@ def describe(entry: dict[str, Any]) -> str:
     registers = ", ".join(f"{arch} {n}" for arch, n in summary["max_registers"].items())
     spills = summary["spilling_kernels"]
     adapters = ", ".join(f"{name} {status}" for name, status in sorted(entry.get("adapters", {}).items()))
-    return (f"{', '.join(entry['targets'])}: {summary['kernels']} kernels, max registers {registers}, "
-            f"{'spills in ' + ', '.join(spills) if spills else 'no spills'}; adapters: {adapters or 'none'}")
+    return (
+        f"{', '.join(entry['targets'])}: {summary['kernels']} kernels, max registers {registers}, "
+        f"{'spills in ' + ', '.join(spills) if spills else 'no spills'}; adapters: {adapters or 'none'}"
+    )
 
 
 def report_table(entry: dict[str, Any]) -> str | None:

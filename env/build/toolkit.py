@@ -44,7 +44,7 @@ def find_nvcc() -> Path | None:
 
 
 def nvcc_version(nvcc: Path) -> str | None:
-    """"13.0 (V13.0.88)" from ``nvcc --version``."""
+    """ "13.0 (V13.0.88)" from ``nvcc --version``."""
     out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=False).stdout
     match = _RELEASE.search(out)
     return f"{match.group(1)} ({match.group(2)})" if match else None
@@ -54,8 +54,12 @@ def _home(nvcc: Path) -> Path:
     """$CUDA_HOME, else the folder nvcc itself reports (it may be a wrapper script elsewhere), else its parent."""
     if home := os.environ.get("CUDA_HOME"):
         return Path(home)
-    dry = subprocess.run([str(nvcc), "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull],
-                         capture_output=True, text=True, check=False)
+    dry = subprocess.run(
+        [str(nvcc), "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if match := re.search(r"^#\$ _HERE_=(.+)$", dry.stdout + dry.stderr, re.M):
         return Path(match.group(1).strip()).parent
     return nvcc.resolve().parent.parent
