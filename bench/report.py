@@ -2,7 +2,7 @@
 
 A report is three files with one stem, ``reports/<UTC timestamp>-<host>``:
   * ``.csv``          one row per (workload, shape, dtype, baseline, variant, device);
-  * ``.samples.npz``  the raw per-call samples of every row (for `invoke compare`);
+  * ``.samples.npz``  the raw per-call samples of every row (for `invoke bench.compare`);
   * ``.png``          the plot (bench/plot.py).
 """
 

@@ -18,7 +18,7 @@ The whole grid is passed over ROUNDS times, each round taking 1/ROUNDS of every
 variant's time budget (asv's "rounds"): a variant's samples are then spread over
 the run, so a stretch of a few seconds in which the machine is slow (other
 virtual machines on the host, frequency changes - seen here as 25-60 % for ~20 s)
-touches only some of its rounds. `invoke compare` uses the rounds to tell such
+touches only some of its rounds. `invoke bench.compare` uses the rounds to tell such
 a stretch from a real slowdown. Later rounds re-use the first round's setup
 (export files, Inductor's cache) and re-warm with REWARM_CALLS calls.
 """
@@ -137,7 +137,7 @@ def _baseline_job(label: str, baseline: Baseline, case: _LazyCase, release: bool
 
 
 def _prefix(device: str) -> str:
-    return "" if device == "cpu" else f"{device} "  # CPU labels stay as they were before devices existed
+    return "" if device == "cpu" else f"{device} "  # the CPU is the default device: its labels carry no prefix
 
 
 def _op_jobs(shape: tuple[int, ...], dtype: torch.dtype, device: str, baselines: list[Baseline], workdir: Path) -> list[Job]:

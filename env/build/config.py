@@ -152,7 +152,7 @@ def torch_extension_spec(with_cuda: bool | None = None) -> TorchExtensionSpec:
         with_cuda, _ = cuda_build_possible()
     import torch
 
-    # torch 2.13's cpp_extension no longer passes the libstdc++ ABI flag; pass
+    # torch 2.13's cpp_extension does not pass the libstdc++ ABI flag; pass
     # torch's own value explicitly so a compiler with another default can't
     # produce a library that fails with "undefined symbol" at load time.
     defines = [f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]

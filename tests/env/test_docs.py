@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,14 @@ def test_the_checks_find_what_is_missing(tmp_path):
         "bench/nope.py",
         "bench/verify.py",
     }
+
+
+def test_every_variable_the_code_reads_is_in_the_table():
+    listed = _text(REPO_ROOT / "docs" / "variables.md")
+    files = subprocess.run(["git", "ls-files"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    tracked = files.stdout.split()
+    sources = [REPO_ROOT / f for f in tracked if not f.endswith(".md") and (REPO_ROOT / f).is_file()]
+    used = {v for path in sources for v in re.findall(r"FUSEDBENCH_[A-Z0-9_]+", path.read_text(errors="replace"))}
+    assert used, "no FUSEDBENCH_ variable found: is the pattern still right?"
+    missing = sorted(v for v in used if f"`{v}`" not in listed)
+    assert not missing, f"docs/variables.md has no row for {missing}"
