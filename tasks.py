@@ -1,7 +1,10 @@
 """fusedbench tasks (``invoke --list``). Each task calls one module function; no logic here.
 
-Numeric options have string defaults: env/cli.py converts and checks them, so
-a bad value ends with a message naming the option instead of a traceback.
+Names: single tasks are flat (``build``, ``export``); a group of tasks is a
+namespace (``bench``, ``bench.serve``, ``ort.dump-replay``, ``env.check``,
+``docker.build``). Every numeric option has a string default and is converted
+here by env/cli.py, so a bad value ends with a message naming the option; every
+expected failure ends as ``<task as typed>: <message>`` (cli.fails_with).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from invoke import Collection, Exit, task
 
 from env import cli
 
-_BUILD_ERRORS = ("env.build.torch_library:BuildError", "env.lock.lockfile:LockError")
+_BUILD_ERRORS = ("env.build.commands:BuildError", "env.lock.lockfile:LockError")
 _EXPORT_ERRORS = (ValueError, "ops.onnx.export:ExportError", "ops.onnx.checks:ExportCheckError")
 
 
@@ -20,7 +23,7 @@ _EXPORT_ERRORS = (ValueError, "ops.onnx.export:ExportError", "ops.onnx.checks:Ex
     "aot": "ahead-of-time build with setup.py (delivery) instead of the JIT build (default)",
     "verbose": "also print the toolchain table and the CUDA kernels' ptxas resource table",
 })
-@cli.fails_with(*_BUILD_ERRORS)
+@cli.fails_with("build", *_BUILD_ERRORS)
 def build(c, aot=False, verbose=False):
     """Record the toolchain, then rebuild each library and check whose inputs changed (else: up to date)."""
     from env.build.steps import build as run_build
@@ -58,16 +61,18 @@ def test(c, k="", args=""):
         "baseline": "all (default), one name, or a comma list: unfused, fused, native, compiled, liger, ort",
         "quick": "small grid for CI (about 2 minutes)",
         "warmup": "untimed calls before each measurement, an integer >= 0 (default 50)",
-        "threads": "torch and ONNX Runtime intra-op threads, an integer >= 1 (default: every core this process may use)",
+        "threads": "torch and ONNX Runtime intra-op threads, an integer >= 1 (default: every core this process may "
+        "use)",
         "out": "report folder (default <repo>/reports; FUSEDBENCH_REPORTS_DIR overrides the default)",
-        "dtype": "each device's default (cpu: float32; cuda: float32,bfloat16), or a comma list of float32, float64, float16, bfloat16",
+        "dtype": "each device's default (cpu: float32; cuda: float32,bfloat16), or a comma list of float32, float64, "
+        "float16, bfloat16",
         "device": "all (default: every device present), cpu, cuda, or a comma list",
         "l2_flush": "CUDA: overwrite the L2 cache before each timed call of a case that fits in it (default: L2 warm)",
         "against": "a git ref: build it apart, measure it and this checkout interleaved in one run, compare "
-        "(exit code as `compare`; 4 when the A/B run cannot be set up)",
+        "(exit code as `bench.compare`; 4 when the A/B run cannot be set up)",
     },
 )
-@cli.fails_with(ValueError)
+@cli.fails_with("bench", ValueError)
 def bench(c, baseline="all", quick=False, warmup="50", threads="", out="", dtype="", device="all", l2_flush=False, against=""):
     """Benchmark the baselines; write reports/<UTC time>-<host>.csv (+ samples, plot) and print a summary."""
     from bench.run import BenchOptions, main
@@ -113,7 +118,7 @@ def compare(c, base, new, threshold="0.10", alpha="0.002", allow_different_machi
         "torchscript": "use the deprecated TorchScript exporter (dynamo=False) instead of the dynamo one",
     },
 )
-@cli.fails_with(*_EXPORT_ERRORS)
+@cli.fails_with("export", *_EXPORT_ERRORS)
 def export(c, route="all", out="", torchscript=False):
     """Export the sequence model to ONNX by each route; check each file and print its graph summary."""
     from ops.onnx.export import export_routes
@@ -131,7 +136,7 @@ def export(c, route="all", out="", torchscript=False):
         "dtype": "op-level dtypes, comma list of float32, float16, float64 (default float32,float16)",
     },
 )
-@cli.fails_with(*_EXPORT_ERRORS, "ops.alignment.check:AlignmentError", "ops._library:LibraryNotBuiltError",
+@cli.fails_with("align", *_EXPORT_ERRORS, "ops.alignment.check:AlignmentError", "ops._library:LibraryNotBuiltError",
                 "ops.ort.session:CustomOpsNotRegisteredError")
 def align(c, route="all", out="", layers=False, optimization="all", dtype="float32,float16"):
     """Align PyTorch and ONNX Runtime per route (op alone and model); fail past the dtype's tolerance."""
@@ -144,7 +149,7 @@ def align(c, route="all", out="", layers=False, optimization="all", dtype="float
 
 
 @task(name="check")
-@cli.fails_with("env.lock.lockfile:LockError")
+@cli.fails_with("env.check", "env.lock.lockfile:LockError")
 def env_check(c):
     """Compare the installed packages with requirements/<variant>.txt; fail listing every drift."""
     from env.lock.drift import check
@@ -153,7 +158,7 @@ def env_check(c):
 
 
 @task(name="lock", help={"upgrade": "move every pin to the newest version requirements/*.in allow (default: keep them)"})
-@cli.fails_with("env.lock.lockfile:LockError")
+@cli.fails_with("env.lock", "env.lock.lockfile:LockError")
 def env_lock(c, upgrade=False):
     """Compile requirements/{cpu,cuda}.in into hashed requirements/{cpu,cuda}.txt (uv pip compile)."""
     from env.lock.compile import regenerate
@@ -172,7 +177,7 @@ def env_lock(c, upgrade=False):
         "base_digest": "sha256:... of the CUDA base image, instead of the Dockerfile's",
     },
 )
-@cli.fails_with("env.lock.docker:DockerError")
+@cli.fails_with("docker.build", "env.lock.docker:DockerError")
 def docker_build(c, tag="", max_jobs="", base_digest=""):
     """Build the Docker image: pinned CUDA base, env from the lock, `invoke build --aot` baked in."""
     from env.lock import docker
@@ -189,7 +194,7 @@ def docker_build(c, tag="", max_jobs="", base_digest=""):
         "gpus": "pass --gpus all (default: when nvidia-smi lists a GPU here)",
     },
 )
-@cli.fails_with("env.lock.docker:DockerError")
+@cli.fails_with("docker.run", "env.lock.docker:DockerError")
 def docker_run(c, tag="", reports="", gpus=None):
     """Run an invoke task in the image: `invoke docker.run -- bench --baseline all`."""
     import shlex
@@ -207,7 +212,11 @@ def _docker(command: list[str]) -> None:
         raise Exit(f"docker: `{' '.join(command[:2])}` failed (exit {code}) - see its output above", code=code)
 
 
+# --- bench: the benchmarks and their comparison ----------------------------------------
+
+
 @task(
+    name="serve",
     pre=[build],
     help={
         "quick": "CI form: 0.25 s per configuration in one round (default 1.5 s over 3 rounds)",
@@ -216,28 +225,109 @@ def _docker(command: list[str]) -> None:
         "models": "folder for the exported model files, reused by later runs of the same model (default: temporary)",
     },
 )
-@cli.fails_with(ValueError, *_EXPORT_ERRORS, "ops._library:LibraryNotBuiltError", "ops.ort.pool:SessionCreationError")
-def serve_bench(c, quick=False, duration="", out="", models=""):
-    """Serve the exported model to concurrent clients: req/s, P50-P99, mismatches; sessions x threads x clients sweep."""
-    from bench.serve.run import main, options_from_cli
+@cli.fails_with("bench.serve", ValueError, *_EXPORT_ERRORS, "ops._library:LibraryNotBuiltError",
+                "ops.ort.pool:SessionCreationError")
+def bench_serve(c, quick=False, duration="", out="", models=""):
+    """Serve the exported model to concurrent clients: req/s, P50-P99, mismatches; sessions x threads x clients."""
+    from pathlib import Path
 
-    if code := main(options_from_cli(quick=quick, duration=duration, out=out, models=models)):
-        raise Exit("serve-bench: interrupted, or a configuration failed or mismatched (listed above) - see the summary", code=code)
+    from bench.serve.run import ServeOptions, main
+
+    options = ServeOptions(
+        quick=quick, duration_s=cli.positive("--duration", duration, " (seconds)") if duration else None,
+        out_dir=Path(out) if out else None, models_dir=Path(models) if models else None,
+    )
+    if code := main(options):
+        raise Exit("bench.serve: interrupted, or a configuration failed or mismatched (listed above)", code=code)
 
 
-@task(pre=[build], help={"folder": "the dump folder (session config myops.fused_norm.dump_dir / FUSEDBENCH_ORT_DUMP_DIR)"})
-@cli.fails_with("ops.ort.dump_replay:DumpError", "ops._library:LibraryNotBuiltError")
-def dump_replay(c, folder):
+# --- ort: the ONNX Runtime custom-op library's tools ---------------------------------------
+
+
+@task(name="dump-replay", pre=[build],
+      help={"folder": "the dump folder (session config myops.fused_norm.dump_dir / FUSEDBENCH_ORT_DUMP_DIR)"})
+@cli.fails_with("ort.dump-replay", "ops.ort.dump_replay:DumpError", "ops._library:LibraryNotBuiltError")
+def ort_dump_replay(c, folder):
     """Replay a debug dump of the ORT custom op through the PyTorch op; report elementwise differences."""
     from ops.ort.dump_replay import print_replay, replay
 
     if disagree := print_replay(replay(folder)):
-        raise Exit(f"dump-replay: {disagree} call(s) disagree with the PyTorch op - the first listed is where to look", code=1)
+        raise Exit(f"ort.dump-replay: {disagree} call(s) disagree with the PyTorch op - the first listed is where to look",
+                   code=1)
 
 
-# --- namespace: one add_task line per task ---------------------------------------------
+@task(name="client", help={"force": "rebuild even when the binary is newer than its source"})
+@cli.fails_with("ort.client", "env.build.commands:BuildError", "env.build.ort_headers:OrtHeadersError")
+def ort_client(c, force=False):
+    """Build the C++ example client (csrc/ort/examples/ort_client.cc) and print the binary's path."""
+    from env.build.ort_client import build_ort_client
+
+    print(build_ort_client(force=force))
+
+
+# --- checks of the tree and of a GPU machine ---------------------------------------------
+
+
+@task(help={"fix": "rewrite the files instead (ruff check --fix, ruff format, clang-format -i)"})
+@cli.fails_with("lint", "env.lint:LintError")
+def lint(c, fix=False):
+    """ruff check, ruff format --check and clang-format --dry-run over the tracked files; fail on any finding."""
+    from env.lint import lint as run_lint
+
+    if failed := run_lint(fix=fix):
+        raise Exit(f"lint: {', '.join(failed)} failed - `invoke lint --fix` rewrites what the tools can fix", code=1)
+
+
+@task(help={"out": "report folder (default <repo>/build/cuda)"})
+@cli.fails_with("cuda-check", *_BUILD_ERRORS)
+def cuda_check(c, out=""):
+    """Compile the CUDA kernels for every pinned architecture (no GPU needed); print ptxas's resource table."""
+    from pathlib import Path
+
+    from env.build.cuda import compile_check
+    from env.build.ptxas import format_table
+
+    result = compile_check(Path(out) if out else None)
+    print(format_table(result.report))
+    print(f"report: {result.report_path}\nlog: {result.log_path}")
+
+
+@task(
+    name="gpu-check",
+    help={
+        "out": "folder for everything worth keeping (default $OUT, else <repo>/build/gpu-check)",
+        "dry_run": "the path a machine without a GPU can take (CPU quick grid, GPU tests skip)",
+        "baseline": "the benchmark's --baseline (default all)",
+        "quick": "the benchmark's quick grid",
+        "skip_build": "use the libraries of the last build",
+        "no_tests": "skip the tests and the sanitizer runs",
+        "ort_headers": "ONNX Runtime include/ folder, where npm cannot fetch the pinned headers",
+        "test_timeout": "limit for each pytest run in seconds, an integer >= 1 (default 900)",
+    },
+)
+def gpu_check(c, out="", dry_run=False, baseline="all", quick=False, skip_build=False, no_tests=False, ort_headers="",
+              test_timeout="900"):
+    """On a CUDA machine: build, GPU tests (+ compute-sanitizer), `bench --device cuda`; every file in one folder."""
+    from pathlib import Path
+
+    from env.gpu_check import GpuCheckOptions, main
+
+    options = GpuCheckOptions(
+        out=Path(out) if out else None, dry_run=dry_run, baseline=baseline, quick=quick, skip_build=skip_build,
+        no_tests=no_tests, ort_headers=Path(ort_headers) if ort_headers else None,
+        test_timeout_s=cli.integer("--test-timeout", test_timeout, minimum=1),
+    )
+    if main(options):
+        raise Exit("gpu-check: a step failed (listed above; <out>/summary.json has the details)", code=1)
+
+
+# --- namespace: flat single tasks, one collection per group ---------------------------
 ns = Collection()
-for _task in (build, toolchain, test, bench, compare, export, align, serve_bench, dump_replay):
+for _task in (build, toolchain, test, export, align, lint, cuda_check, gpu_check):
     ns.add_task(_task)
+_bench = Collection("bench", compare, bench_serve)
+_bench.add_task(bench, name="run", default=True)  # `invoke bench` runs it
+ns.add_collection(_bench)
+ns.add_collection(Collection("ort", ort_dump_replay, ort_client))
 ns.add_collection(Collection("env", env_check, env_lock))
 ns.add_collection(Collection("docker", docker_build, docker_run))

@@ -1,4 +1,4 @@
-"""``invoke compare BASE NEW``: did NEW get slower than BASE, row by row?
+"""``invoke bench.compare BASE NEW``: did NEW get slower than BASE, row by row?
 
 Rows are joined on the key columns (workload, shape, dtype, baseline, variant).
 For each row present in both reports:
@@ -229,7 +229,7 @@ def main(
             "[red bold]compare: the two reports come from different machines or runtimes[/] - differing: "
             + "; ".join(comparison.machine_differences)
             + ".\nTheir ratios would measure the machines, not the code. Measure both builds on one machine in one run: "
-            "`invoke bench --against REF`. To see the table anyway: `invoke compare --allow-different-machines BASE NEW`.",
+            "`invoke bench --against REF`. To see the table anyway: `invoke bench.compare --allow-different-machines BASE NEW`.",
             highlight=False,
         )
         return EXIT_MACHINES_DIFFER

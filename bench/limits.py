@@ -29,6 +29,9 @@ from torch import Tensor
 from bench.registry import Prepared, Variant
 from bench.timing import GRAPH_CALLS, capture_cuda_graph
 from bench.workloads import OpCase
+from ops.reference import Tolerance
+
+EXACT = Tolerance(0.0, 0.0, "a copy or an identity must be exact")
 
 
 @dataclass
@@ -38,7 +41,7 @@ class LimitCase:
     x: Tensor
     bytes_moved: float
     workdir: Path
-    tolerance: float = 0.0  # a copy or an identity must be exact
+    tolerance: Tolerance = EXACT
     device: str = "cpu"
     workload: str = field(default="limit", init=False)
 

@@ -11,7 +11,8 @@ import pandas as pd
 from bench import machine
 from bench.report import NOT_SERVING, SCHEMA_VERSION
 from bench.timing import Timing, summarize
-from bench.workloads import dtype_name, shape_label
+from bench.workloads import shape_label
+from ops.dtypes import dtype_name
 
 SPEEDUP_REFERENCE = ("unfused", "call")
 # The cheapest call on each device (bench/limits.py), first found wins; graph variants use the graph floor.

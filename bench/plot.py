@@ -11,21 +11,16 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from bench.targets import shape_elements  # noqa: E402
 from env.files import atomic_path  # noqa: E402
+from ops.dtypes import DTYPES  # noqa: E402
 
 
 def _size_bytes(frame: pd.DataFrame) -> pd.Series:
     # Bytes of x: copy limit rows move 2x, norm rows 2x + 2*hidden; x alone is the common axis.
     elements = frame["shape"].map(shape_elements)
-    itemsize = frame["dtype"].map({"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2})
+    itemsize = frame["dtype"].map({d.name: d.itemsize for d in DTYPES})
     return elements * itemsize
-
-
-def shape_elements(shape: str) -> int:
-    total = 1
-    for dim in shape.split("x"):
-        total *= int(dim)
-    return total
 
 
 # One colour per implementation (ORT routes in blues), one line style per calling convention.
@@ -104,7 +99,7 @@ def write_plot(frame: pd.DataFrame, path: Path) -> Path:
     """One row of panels per device (cpu, then each GPU), in the order the run measured them."""
     devices = list(dict.fromkeys(frame.device))
     fig, axes = plt.subplots(len(devices), 4, figsize=(24, 5 * len(devices)), constrained_layout=True, squeeze=False)
-    for row, device in zip(axes, devices):
+    for row, device in zip(axes, devices, strict=True):
         _device_panels(row, frame[frame.device == device], device)
     threads = frame.threads.iloc[0] if len(frame) else "?"
     fig.suptitle(f"fusedbench {frame.timestamp_utc.iloc[0]} - {frame.cpu_model.iloc[0]}, {threads} threads", fontsize=10)

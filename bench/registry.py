@@ -60,7 +60,8 @@ T = TypeVar("T")
 
 
 def register(baseline: T) -> T:
-    """Register a baseline under its ``name``: a class (instantiated with no arguments; usable as a decorator) or an instance."""
+    """Register a baseline under its ``name``: a class (instantiated with no arguments; usable as a decorator)
+    or an instance."""
     instance = baseline() if isinstance(baseline, type) else baseline
     for attribute in ("name", "workloads", "devices", "order", "variants"):
         if not hasattr(instance, attribute):

@@ -2,7 +2,7 @@
 
 A report is three files with one stem, ``reports/<UTC timestamp>-<host>``:
   * ``.csv``          one row per (workload, shape, dtype, baseline, variant, device);
-  * ``.samples.npz``  the raw per-call samples of every row (for `invoke compare`);
+  * ``.samples.npz``  the raw per-call samples of every row (for `invoke bench.compare`);
   * ``.png``          the plot (bench/plot.py).
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -86,7 +87,20 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("errors", "Int64", "serve: requests that raised"),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in COLUMNS)
-KEY_COLUMNS: tuple[str, ...] = ("workload", "shape", "dtype", "baseline", "variant", "device")
+
+
+class RowKey(NamedTuple):
+    """What names a row: one per report, and the samples sidecar's key (in the CSV, the first columns' order)."""
+
+    workload: str
+    shape: str
+    dtype: str
+    baseline: str
+    variant: str
+    device: str
+
+
+KEY_COLUMNS: tuple[str, ...] = RowKey._fields
 SERVE_COLUMNS: tuple[str, ...] = COLUMN_NAMES[COLUMN_NAMES.index("clients") :]
 # What a row of any other workload holds in the serving columns.
 NOT_SERVING: dict[str, object] = {
@@ -129,8 +143,8 @@ class ReportPaths:
         return cls(csv=csv, samples=stem.with_name(stem.name + SAMPLES_SUFFIX), plot=stem.with_suffix(".png"))
 
 
-def row_key(row: Mapping[str, object]) -> tuple[str, ...]:
-    return tuple(str(row[c]) for c in KEY_COLUMNS)
+def row_key(row: Mapping[str, object]) -> RowKey:
+    return RowKey(*(str(row[c]) for c in KEY_COLUMNS))
 
 
 def to_frame(rows: pd.DataFrame | Iterable[Mapping[str, object]]) -> pd.DataFrame:

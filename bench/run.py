@@ -18,7 +18,7 @@ The whole grid is passed over ROUNDS times, each round taking 1/ROUNDS of every
 variant's time budget (asv's "rounds"): a variant's samples are then spread over
 the run, so a stretch of a few seconds in which the machine is slow (other
 virtual machines on the host, frequency changes - seen here as 25-60 % for ~20 s)
-touches only some of its rounds. `invoke compare` uses the rounds to tell such
+touches only some of its rounds. `invoke bench.compare` uses the rounds to tell such
 a stretch from a real slowdown. Later rounds re-use the first round's setup
 (export files, Inductor's cache) and re-warm with REWARM_CALLS calls.
 """
@@ -40,15 +40,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench import metrics
-from bench.environment import environment_columns, utc_timestamp
 from bench.devices import device_label, resolve_devices
+from bench.environment import environment_columns, utc_timestamp
 from bench.limits import copy_limits, dispatch_floor, launch_floor
 from bench.registry import Baseline, Prepared, Unsupported, Variant, select
-from bench.report import ReportPaths, RowSamples, to_frame, write_report
+from bench.report import ReportPaths, RowKey, RowSamples, to_frame, write_report
 from bench.timing import L2Flush, Timing, TimingConfig, measure, measure_cuda, timer_resolution_ns
 from bench.verify import VerificationError, verify
-from bench.workloads import GRIDS, ModelCase, OpCase, dtype_name, parse_dtypes, shape_label
+from bench.workloads import GRIDS, ModelCase, OpCase, shape_label
 from env.paths import REPO_ROOT
+from ops.dtypes import dtype_name, parse_dtypes
 
 REPORTS_ENV = "FUSEDBENCH_REPORTS_DIR"
 # Seconds of sampling per variant (after warm-up); --quick keeps CI under ~3 minutes.
@@ -136,7 +137,7 @@ def _baseline_job(label: str, baseline: Baseline, case: _LazyCase, release: bool
 
 
 def _prefix(device: str) -> str:
-    return "" if device == "cpu" else f"{device} "  # CPU labels stay as they were before devices existed
+    return "" if device == "cpu" else f"{device} "  # the CPU is the default device: its labels carry no prefix
 
 
 def _op_jobs(shape: tuple[int, ...], dtype: torch.dtype, device: str, baselines: list[Baseline], workdir: Path) -> list[Job]:
@@ -165,7 +166,7 @@ def plan_jobs(options: BenchOptions, workdir: Path) -> list[Job]:
     jobs = []
     for device in resolve_devices(options.device):
         grid = GRIDS[device]
-        dtypes = parse_dtypes(options.dtype or grid.dtypes)
+        dtypes = [d.torch for d in parse_dtypes(options.dtype or grid.dtypes)]
         op_shapes = options.op_shapes or grid.shapes(options.quick)
         batches = options.model_batches if options.model_batches is not None else grid.batches(options.quick)
         here = [b for b in baselines if device in b.devices]
@@ -279,7 +280,8 @@ def _measure(case, variant: Variant, config: TimingConfig, settings: RunSettings
 
 def _run_variant(case, baseline: str, variant: Variant, round_index: int, config: TimingConfig, settings: RunSettings, results: Results) -> None:
     device = device_label(case.device)
-    key = (case.workload, shape_label(case.shape), dtype_name(case.dtype), baseline, variant.name, device)
+    key = RowKey(workload=case.workload, shape=shape_label(case.shape), dtype=dtype_name(case.dtype), baseline=baseline,
+                 variant=variant.name, device=device)
     if key in results.dropped:
         return
     where = _prefix(case.device) + " ".join(key[:3]) + f" {baseline}/{variant.name}" + (f" (round {round_index + 1})" if round_index else "")
@@ -389,11 +391,13 @@ def _run_bench(options: BenchOptions, console: Console) -> Outcome:
     dtypes = {options.dtype or GRIDS[d].dtypes for d in devices}
     dtype_text = dtypes.pop() if len(dtypes) == 1 else "; ".join(f"{d} {options.dtype or GRIDS[d].dtypes}" for d in devices)
     console.print(
-        f"[bold]fusedbench[/] {options.mode} run on {', '.join(names)}: baselines {[b.name for b in baselines if b.devices & set(devices)]}, "
+        f"[bold]fusedbench[/] {options.mode} run on {', '.join(names)}: "
+        f"baselines {[b.name for b in baselines if b.devices & set(devices)]}, "
         f"dtype {dtype_text}, "
         f"{threads} threads, warm-up {settings.config.warmup} calls, {settings.config.budget_s:g} s per variant over "
         f"{settings.rounds} rounds, timer resolution {settings.resolution_ns:.0f} ns"
-        + ("" if devices == ["cpu"] else f"; CUDA: events, L2 {'flushed before each call that fits in it' if options.l2_flush else 'warm (calls back to back)'}")
+        + ("" if devices == ["cpu"] else f"; CUDA: events, "
+        f"L2 {'flushed before each call that fits in it' if options.l2_flush else 'warm (calls back to back)'}")
     )
     results = Results()
     if options.baseline.strip() != "all":  # named but not runnable on any device measured: say so

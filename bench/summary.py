@@ -29,7 +29,7 @@ def summary_table(frame) -> Table:
     ):
         table.add_column(name, justify=justify)
     bound = page_fault_bound(frame)
-    for r, is_bound in zip(frame.itertuples(), bound):
+    for r, is_bound in zip(frame.itertuples(), bound, strict=True):
         table.add_row(
             r.device, r.workload, r.shape, r.dtype, r.baseline, r.variant, str(r.n), _fmt(r.median_us, ".2f"), _fmt(r.p99_us, ".2f"),
             _fmt(r.iqr_us, ".2f"), _fmt(r.gbps, ".1f"), _fmt(100 * r.copy_share, ".0f"), _fmt(r.speedup_vs_unfused, ".2f"),
@@ -46,7 +46,8 @@ def page_fault_line(frame) -> str | None:
         return None
     rows = ", ".join(f"{r.baseline}/{r.variant} {r.shape}" for r in bound.itertuples())
     return (
-        f"[yellow]{len(bound)} row(s) page-fault bound[/] (over {100 * PAGE_FAULT_BOUND:.0f}% of the median serving page faults "
+        f"[yellow]{len(bound)} row(s) page-fault bound[/] "
+        f"(over {100 * PAGE_FAULT_BOUND:.0f}% of the median serving page faults "
         f"at {fault_cost_us(frame):.2f} µs per fault, measured in this run with x.clone() vs a preallocated copy; "
         f"transparent huge pages: {frame.thp.iloc[0]}; allocator: {frame.cpu_allocator.iloc[0]}): {rows}. "
         "Their time is the OS's: compare them only on the same machine, or use the out variant"
@@ -72,7 +73,8 @@ def print_summary(outcome, console: Console) -> None:
     if outcome.frame is not None and outcome.frame.other_cpu_share.notna().any():
         share = outcome.frame.other_cpu_share
         busy = int((share > BUSY_SHARE).sum())
-        line = f"other processes' share of the CPU while timing: median {100 * share.median():.0f}%, max {100 * share.max():.0f}%"
+        line = f"other processes' share of the CPU while timing: "
+        f"median {100 * share.median():.0f}%, max {100 * share.max():.0f}%"
         console.print(line + (f" - [yellow]{busy} row(s) above {100 * BUSY_SHARE:.0f}%: re-run on a quiet machine[/]" if busy else ""))
     if outcome.paths is not None:
         console.print(f"report  {outcome.paths.csv}\nsamples {outcome.paths.samples}\nplot    {outcome.paths.plot}")

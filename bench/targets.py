@@ -9,6 +9,7 @@ dtype named in each.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -45,11 +46,9 @@ def _op_shapes(frame: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(frame.loc[frame.workload == "op", "shape"]))
 
 
-def shape_size(shape: str) -> int:
-    size = 1
-    for dim in shape.split("x"):
-        size *= int(dim)
-    return size
+def shape_elements(shape: str) -> int:
+    """Elements of a report's shape label ("8x128x1024" -> 1048576)."""
+    return math.prod(int(dim) for dim in shape.split("x"))
 
 
 # --- measurements ---------------------------------------------------------------
@@ -104,7 +103,7 @@ def _model_small_batch(frame: pd.DataFrame) -> list[Check]:
     model = frame[frame.workload == "model"]
     if not len(model):
         return []
-    small = min(model["shape"].unique(), key=shape_size)
+    small = min(model["shape"].unique(), key=shape_elements)
     unfused, fused = _median(model, "model", small, "unfused", "call"), _median(model, "model", small, "fused", "call")
     if not (unfused and fused):
         return []
@@ -170,7 +169,8 @@ def _faster_than_gpu_peers(frame: pd.DataFrame) -> list[Check]:
 
 
 GPU_TARGETS: tuple[Target, ...] = (
-    Target(f"fused at {' and '.join(GPU_BANDWIDTH_SHAPES)} bfloat16: >= {100 * GPU_COPY_SHARE:.0f}% of device-to-device copy bandwidth",
+    Target(f"fused at {' and '.join(GPU_BANDWIDTH_SHAPES)} bfloat16: "
+    f">= {100 * GPU_COPY_SHARE:.0f}% of device-to-device copy bandwidth",
            _copy_share_at("bfloat16", GPU_BANDWIDTH_SHAPES, GPU_COPY_SHARE)),
     Target(f"fused at {DISPATCH_BOUND} float32 replayed from a CUDA graph: within 30% of an empty kernel's replay",
            _launch_floor_ratio("graph")),

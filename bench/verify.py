@@ -11,6 +11,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ops.reference import Tolerance
+
 
 class VerificationError(AssertionError):
     """A baseline's output differs from the reference (the message says where and by how much)."""
@@ -29,8 +31,8 @@ def as_float64(output: object) -> Tensor:
     raise VerificationError(f"output must be a tensor or an array, got {type(output).__name__}")
 
 
-def verify(output: object, reference: Tensor, tolerance: float, what: str) -> float:
-    """Raise VerificationError unless |out - ref| <= tol * (1 + |ref|) everywhere; return the max error."""
+def verify(output: object, reference: Tensor, tolerance: Tolerance, what: str) -> float:
+    """Raise VerificationError unless |out - ref| <= atol + rtol * |ref| everywhere; return the max error."""
     out = as_float64(output)
     if tuple(out.shape) != tuple(reference.shape):
         raise VerificationError(f"{what}: output shape {list(out.shape)}, expected {list(reference.shape)}")
@@ -39,13 +41,14 @@ def verify(output: object, reference: Tensor, tolerance: float, what: str) -> fl
         # NaN where the reference is finite: an element was not written (buffers start as NaN) or overflowed.
         raise VerificationError(f"{what}: {int((~finite).sum())} of {out.numel()} outputs are not finite")
     error = (out - reference).abs()
-    bound = tolerance * (1.0 + reference.abs())
+    bound = tolerance.bound(reference)
     bad = error > bound
     if bool(bad.any()):
         worst = int(torch.argmax(error - bound))
         raise VerificationError(
             f"{what}: {int(bad.sum())} of {out.numel()} outputs differ from the float64 reference beyond "
-            f"{tolerance:g}*(1+|ref|); worst at flat index {worst}: got {out.flatten()[worst].item():.6g}, "
+            f"{tolerance.atol:g} + {tolerance.rtol:g}*|ref|; "
+            f"worst at flat index {worst}: got {out.flatten()[worst].item():.6g}, "
             f"expected {reference.flatten()[worst].item():.6g}"
         )
     return float(error.max()) if error.numel() else 0.0

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ops.model import SequenceModel, build_model, example_input
-from ops.reference import COMPOSITION_TOLERANCES, EPS, make_inputs, reference_norm
+from ops.reference import COMPOSITION_TOLERANCES, EPS, Tolerance, make_inputs, model_tolerance, reference_norm
 
 Shape = tuple[int, ...]
 
@@ -62,29 +62,10 @@ GRIDS: dict[str, Grid] = {
     ),
 }
 MODEL_SEED = 0
-# The model stacks two blocks of matmuls on top of its norms: 10x the op tolerance.
-MODEL_TOLERANCE_FACTOR = 10.0
 
 
 def shape_label(shape: tuple[int, ...]) -> str:
     return "x".join(str(d) for d in shape)
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def parse_dtypes(spec: str) -> list[torch.dtype]:
-    """"float32" or a comma list -> torch dtypes (clear error on anything else)."""
-    dtypes = []
-    for name in (s.strip() for s in spec.split(",") if s.strip()):
-        dtype = getattr(torch, name, None)
-        if not isinstance(dtype, torch.dtype) or dtype not in COMPOSITION_TOLERANCES:
-            raise ValueError(f"--dtype must be a comma list of {[dtype_name(d) for d in COMPOSITION_TOLERANCES]}, got {name!r}")
-        dtypes.append(dtype)
-    if not dtypes:
-        raise ValueError("--dtype must name at least one dtype")
-    return dtypes
 
 
 @dataclass
@@ -119,9 +100,9 @@ class OpCase:
         return float((2 * self.x.numel() + 2 * self.hidden) * itemsize)
 
     @property
-    def tolerance(self) -> float:
+    def tolerance(self) -> Tolerance:
         # verify() takes one number t for |out - ref| <= t * (1 + |ref|); the table's rtol = atol.
-        return COMPOSITION_TOLERANCES[self.dtype].rtol
+        return COMPOSITION_TOLERANCES[self.dtype]
 
     def reference(self) -> Tensor:
         if self._reference is None:
@@ -154,8 +135,8 @@ class ModelCase:
         return math.nan  # a whole model: no single "bytes moved" to compare with copy bandwidth
 
     @property
-    def tolerance(self) -> float:
-        return COMPOSITION_TOLERANCES[self.dtype].rtol * MODEL_TOLERANCE_FACTOR
+    def tolerance(self) -> Tolerance:
+        return model_tolerance(self.dtype)
 
     def model(self, impl: str) -> SequenceModel:
         """The model with norms computed by ``impl``; the same weights for every impl.

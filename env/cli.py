@@ -12,32 +12,35 @@ from __future__ import annotations
 import functools
 import importlib
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from invoke import Exit
 
 
+def _number(option: str, value: object, kind: type, ok: Callable[[float], bool], expectation: str, example: str):
+    """``value`` parsed as ``kind`` if ``ok`` accepts it; else Exit naming ``option``, what it takes and an example."""
+    try:
+        number = kind(str(value).strip())
+    except ValueError:
+        number = math.nan
+    if not ok(number):  # NaN fails every check
+        raise Exit(f"{option} must be {expectation}, got {value!r} - pass e.g. {option} {example}")
+    return number
+
 
 def integer(option: str, value: object, minimum: int, meaning: str = "") -> int:
-    """``value`` as an int >= ``minimum``; else Exit naming ``option`` and what it accepts."""
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        number = None
-    if number is None or number < minimum:
-        raise Exit(f"{option} must be an integer >= {minimum}{meaning}, got {value!r} - pass e.g. {option} {max(minimum, 1)}")
-    return number
+    """``value`` as an int >= ``minimum``."""
+    return _number(option, value, int, lambda n: n >= minimum, f"an integer >= {minimum}{meaning}", max(minimum, 1))
 
 
 def fraction(option: str, value: object, meaning: str = "") -> float:
-    """``value`` as a float strictly between 0 and 1; else Exit naming ``option``."""
-    try:
-        number = float(str(value).strip())
-    except ValueError:
-        number = math.nan
-    if not 0.0 < number < 1.0:  # NaN fails too
-        raise Exit(f"{option} must be a number between 0 and 1, exclusive{meaning}, got {value!r} - pass e.g. {option} 0.1")
-    return number
+    """``value`` as a float strictly between 0 and 1."""
+    return _number(option, value, float, lambda n: 0.0 < n < 1.0, f"a number between 0 and 1, exclusive{meaning}", 0.1)
+
+
+def positive(option: str, value: object, unit: str = "") -> float:
+    """``value`` as a finite float > 0."""
+    return _number(option, value, float, lambda n: 0.0 < n < math.inf, f"a number > 0{unit}", 1.5)
 
 
 def _resolve(spec) -> type[BaseException] | None:
@@ -50,15 +53,15 @@ def _resolve(spec) -> type[BaseException] | None:
         return None
 
 
-def fails_with(*errors) -> Callable:
-    """Decorator for a task: the listed exceptions end it with ``Exit("<task>: <message>")``.
+def fails_with(command: str, *errors) -> Callable:
+    """Decorator for a task: the listed exceptions end it with ``Exit("<command>: <message>")``.
 
+    ``command`` is the task's name as users type it (``bench.serve``).
     ``errors`` are classes or "module:Class" strings; strings are imported only
     when something was raised, so ``invoke --list`` never imports torch.
     """
 
     def decorate(body: Callable) -> Callable:
-        task_name = body.__name__.replace("_", ".")
 
         @functools.wraps(body)
         def run(*args, **kwargs):
@@ -68,7 +71,7 @@ def fails_with(*errors) -> Callable:
                 raise
             except Exception as error:
                 if any(cls is not None and isinstance(error, cls) for cls in map(_resolve, errors)):
-                    raise Exit(f"{task_name}: {error}") from error
+                    raise Exit(f"{command}: {error}") from error
                 raise
 
         return run

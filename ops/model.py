@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from ops.norms import Norm
-from ops.reference import activations
+from ops.reference import EPS, activations
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class ModelConfig:
     heads: int = 4
     layers: int = 2
     ffn_mult: int = 4
-    eps: float = 1e-6
+    eps: float = EPS
 
     def __post_init__(self) -> None:
         for name in ("d_model", "heads", "layers", "ffn_mult"):
@@ -158,7 +158,7 @@ def init_weights(model: SequenceModel, seed: int) -> None:
 
 @torch.no_grad()
 def build_norm(
-    hidden: int, impl: str = "fused", eps: float = 1e-6, seed: int = 0, dtype: torch.dtype = torch.float32
+    hidden: int, impl: str = "fused", eps: float = EPS, seed: int = 0, dtype: torch.dtype = torch.float32
 ) -> Norm:
     """One ``Norm`` with trained-looking weight and bias (same scale as the model's norms), in eval mode."""
     norm = Norm(hidden, impl, eps)
@@ -169,18 +169,11 @@ def build_norm(
 
 
 def build_model(
-    impl: str = "fused",
-    d_model: int = 128,
-    heads: int = 4,
-    layers: int = 2,
-    ffn_mult: int = 4,
-    eps: float = 1e-6,
-    seed: int = 0,
-    dtype: torch.dtype = torch.float32,
+    impl: str = "fused", config: ModelConfig | None = None, seed: int = 0, dtype: torch.dtype = torch.float32
 ) -> SequenceModel:
-    """The model with its norms computed by ``impl`` ("unfused" | "native" | "fused"), in eval mode."""
-    config = ModelConfig(d_model=d_model, heads=heads, layers=layers, ffn_mult=ffn_mult, eps=eps)
-    model = SequenceModel(config, impl)
+    """The model of ``config`` (default: :class:`ModelConfig`'s sizes) with its norms computed by ``impl``
+    ("unfused" | "native" | "fused"), in eval mode."""
+    model = SequenceModel(config or ModelConfig(), impl)
     init_weights(model, seed)
     return model.to(dtype).eval()
 

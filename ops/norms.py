@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ops.reference import EPS
+
 NormFn = Callable[[Tensor, Tensor, Tensor, float], Tensor]
 
 
@@ -53,7 +55,7 @@ def norm_function(name: str) -> NormFn:
 class Norm(nn.Module):
     """RMS norm with weight and bias over the last dim, computed by a chosen implementation."""
 
-    def __init__(self, hidden: int, impl: str = "fused", eps: float = 1e-6):
+    def __init__(self, hidden: int, impl: str = "fused", eps: float = EPS):
         super().__init__()
         self.impl = impl
         self.eps = eps

@@ -14,10 +14,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-_SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+from ops.dtypes import NAMES, TORCH_DTYPES
+from ops.reference import EPS
 
 
-def fused_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-6) -> Tensor:
+def fused_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = EPS) -> Tensor:
     """RMS-normalise the last dim of ``x``, then scale by ``weight`` and shift by ``bias``."""
     return torch.ops.myops.fused_norm.default(x, weight, bias, eps)
 
@@ -36,18 +37,18 @@ def fused_norm_out(x: Tensor, weight: Tensor, bias: Tensor, eps: float, out: Ten
 def _check_args(op: str, x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> None:
     torch._check_value(x.dim() >= 1, lambda: f"{op}: x must have at least 1 dimension (the normalised last one), got a 0-dim tensor")
     torch._check_type(
-        x.dtype in _SUPPORTED_DTYPES, lambda: f"{op}: x must be float32, float64, float16 or bfloat16, got {x.dtype}"
+        x.dtype in TORCH_DTYPES, lambda: f"{op}: x must be {', '.join(NAMES[:-1])} or {NAMES[-1]}, got {x.dtype}"
     )
     for name, param in (("weight", weight), ("bias", bias)):
         torch._check_value(
             param.dim() == 1 and param.shape[0] == x.shape[-1],
-            lambda: f"{op}: {name} must be a 1-D tensor of length x.size(-1) = {x.shape[-1]}, got shape {list(param.shape)}",
+            lambda name=name, param=param: f"{op}: {name} must be a 1-D tensor of length x.size(-1) = {x.shape[-1]}, got shape {list(param.shape)}",
         )
         torch._check_type(
-            param.dtype == x.dtype, lambda: f"{op}: {name} must have the dtype of x ({x.dtype}), got {param.dtype}"
+            param.dtype == x.dtype, lambda name=name, param=param: f"{op}: {name} must have the dtype of x ({x.dtype}), got {param.dtype}"
         )
         torch._check(
-            param.device == x.device, lambda: f"{op}: {name} must be on the device of x ({x.device}), got {param.device}"
+            param.device == x.device, lambda name=name, param=param: f"{op}: {name} must be on the device of x ({x.device}), got {param.device}"
         )
     torch._check_value(eps >= 0.0 and eps != float("inf"), lambda: f"{op}: eps must be a finite number >= 0, got {eps}")
 

@@ -20,7 +20,8 @@ import torch
 import torch._inductor.config
 
 from bench.registry import Variant, register
-from bench.workloads import Case, OpCase, dtype_name, shape_label
+from bench.workloads import Case, OpCase, shape_label
+from ops.dtypes import dtype_name
 from ops.norms import unfused_norm
 
 _CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # Inductor reads it on every cache access

@@ -28,19 +28,16 @@ import torch
 from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as OrtNotImplemented
 
 from bench.registry import Prepared, Unsupported, Variant, register
-from bench.workloads import Case, OpCase, dtype_name
+from bench.workloads import Case, OpCase
+from ops.dtypes import BY_TORCH, dtype_name
 from ops.norms import Norm
 from ops.onnx.export import export_model
 from ops.onnx.routes import ROUTES
 from ops.ort.session import IOBoundRunner, OrtConfig, create_session
 
-# numpy has no bfloat16: ORT cannot be fed one from Python on the CPU.
-_UNSUPPORTED_DTYPES = {torch.bfloat16: "numpy (ORT's Python feed type) has no bfloat16"}
 # Node types that show how a norm ended up after ORT's optimisation.
 _NORM_NODE_TYPES = ("SimplifiedLayerNormalization", "RMSNormalization", "fused_norm", "Pow", "ReduceMean", "Sqrt", "Div", "Reciprocal")
 _EXPORT_BATCH, _EXPORT_SEQ = 2, 4  # the exporter needs dynamic dims of size >= 2 in the example
-# ONNX TensorProto element types, which IO binding takes for device buffers (numpy has no bfloat16).
-_ONNX_ELEMENT = {torch.float32: 1, torch.float16: 10, torch.float64: 11, torch.bfloat16: 16}
 
 
 @dataclass(frozen=True)
@@ -90,7 +87,7 @@ def _device_binding(session, case: Case):
     """Bind the case's device tensor as the input and a NaN-filled device tensor as the output; return the call."""
     x = case.x.contiguous()
     out = torch.full_like(case.reference(), float("nan"), dtype=case.dtype)
-    element, index = _ONNX_ELEMENT[case.dtype], x.device.index or 0
+    element, index = BY_TORCH[case.dtype].onnx, x.device.index or 0
     binding = session.io_binding()
     binding.bind_input(session.get_inputs()[0].name, "cuda", index, element, list(x.shape), x.data_ptr())
     binding.bind_output(session.get_outputs()[0].name, "cuda", index, element, list(out.shape), out.data_ptr())
@@ -120,8 +117,8 @@ class Ort:
             if not usable:
                 raise Unsupported(f"no working CUDA provider in onnxruntime: {why}")
             return [Variant(f"{route}-iobinding", self._prepare(case, route, "iobinding")) for route in ROUTES]
-        if case.dtype in _UNSUPPORTED_DTYPES:
-            raise Unsupported(_UNSUPPORTED_DTYPES[case.dtype])
+        if BY_TORCH[case.dtype].numpy is None:  # ORT's Python feed type is numpy
+            raise Unsupported(f"numpy (ORT's Python feed type) has no {dtype_name(case.dtype)}")
         return [Variant(f"{route}-{mode}", self._prepare(case, route, mode)) for route in ROUTES for mode in ("run", "iobinding")]
 
     def _prepare(self, case: Case, route: str, mode: str):
@@ -138,7 +135,8 @@ class Ort:
             except OrtNotImplemented as error:  # e.g. no float64 Erf kernel on the CPU provider
                 raise Unsupported(f"ONNX Runtime has no kernel for this: {str(error).split(' : ')[-1]}") from error
             if optimized is not None:
-                self._notes[note_key] = f"{_norm_nodes(optimized)} after ORT optimisation; setup = export {exported.seconds:.1f} s + session"
+                self._notes[note_key] = f"{_norm_nodes(optimized)} after ORT optimisation; "
+                f"setup = export {exported.seconds:.1f} s + session"
             note = self._notes[note_key]
             reused = exported.seconds if cached else 0.0
             if case.device == "cuda":

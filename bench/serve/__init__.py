@@ -1,1 +1,1 @@
-"""``invoke serve-bench``: the exported model served to concurrent clients (throughput, tail latency, correctness)."""
+"""``invoke bench.serve``: the exported model served to concurrent clients (throughput, tail latency, correctness)."""

@@ -16,10 +16,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.workloads import MODEL_TOLERANCE_FACTOR
-from ops.reference import COMPOSITION_TOLERANCES
-from ops.model import build_model, example_input
+from ops.model import ModelConfig, build_model, example_input
 from ops.onnx.routes import ROUTES
+from ops.reference import Tolerance, model_tolerance
 
 _EXPORT_BATCH, _EXPORT_SEQ = 2, 4  # the exporter needs dynamic dims of size >= 2 in the example
 
@@ -28,19 +27,21 @@ _EXPORT_BATCH, _EXPORT_SEQ = 2, 4  # the exporter needs dynamic dims of size >= 
 class ServedModel:
     """The sequence model's size and the request shape [batch, seq, d_model]."""
 
-    d_model: int = 128
-    heads: int = 4
-    layers: int = 2
+    config: ModelConfig = ModelConfig()
     batch: int = 1
     seq: int = 32
     seed: int = 0
+
+    @property
+    def d_model(self) -> int:
+        return self.config.d_model
 
     @property
     def shape(self) -> tuple[int, int, int]:
         return (self.batch, self.seq, self.d_model)
 
     def torch_model(self, dtype: torch.dtype = torch.float32, impl: str = "fused"):
-        return build_model(impl, d_model=self.d_model, heads=self.heads, layers=self.layers, seed=self.seed, dtype=dtype)
+        return build_model(impl, self.config, seed=self.seed, dtype=dtype)
 
 
 def export_routes(model: ServedModel, folder: Path) -> dict[str, Path]:
@@ -68,13 +69,13 @@ class Bank:
 
     inputs: list[np.ndarray]
     references: list[np.ndarray]
-    tolerance: float
+    tolerance: Tolerance
 
     def __len__(self) -> int:
         return len(self.inputs)
 
     def matches(self, index: int, output: np.ndarray) -> bool:
-        """|out - ref| <= tol * (1 + |ref|) everywhere, NaN exactly where the reference is NaN."""
+        """|out - ref| <= atol + rtol * |ref| everywhere, NaN exactly where the reference is NaN."""
         reference = self.references[index]
         if output.shape != reference.shape:
             return False
@@ -82,7 +83,8 @@ class Bank:
         if not np.array_equal(nan, np.isnan(output)):
             return False
         error = np.abs(output.astype(np.float64) - reference)
-        return bool(np.all((error <= self.tolerance * (1.0 + np.abs(reference)))[~nan]))
+        bound = self.tolerance.atol + self.tolerance.rtol * np.abs(reference)
+        return bool(np.all((error <= bound)[~nan]))
 
 
 def make_bank(model: ServedModel, size: int = 64, seed: int = 1) -> Bank:
@@ -94,5 +96,4 @@ def make_bank(model: ServedModel, size: int = 64, seed: int = 1) -> Bank:
             x = example_input(model.batch, model.seq, model.d_model, torch.Generator().manual_seed(seed * 100_003 + i))
             inputs.append(x.numpy())
             references.append(reference_model(x.double()).numpy())
-    # Two blocks of matmuls on top of the norms: the model-level tolerance of the benchmarks.
-    return Bank(inputs, references, COMPOSITION_TOLERANCES[torch.float32].rtol * MODEL_TOLERANCE_FACTOR)
+    return Bank(inputs, references, model_tolerance(torch.float32))

@@ -1,4 +1,4 @@
-"""``invoke serve-bench``: serve the model to concurrent clients; write the report rows; print the summary.
+"""``invoke bench.serve``: serve the model to concurrent clients; write the report rows; print the summary.
 
 Order: export the model by each route (or reuse the files of an earlier run
 for the same model), build the bank of inputs and references, then for each
@@ -32,7 +32,7 @@ from rich.console import Console
 
 from bench import metrics
 from bench.environment import environment_columns, utc_timestamp
-from bench.report import KEY_COLUMNS, ReportPaths, RowSamples, to_frame, write_report
+from bench.report import ReportPaths, RowSamples, row_key, to_frame, write_report
 from bench.run import _unique_csv, reports_dir
 from bench.serve.configs import ServeConfig, plan
 from bench.serve.engines import Served, serve
@@ -92,7 +92,7 @@ def run_serve_bench(options: ServeOptions, console: Console, stop: threading.Eve
     failures: dict[ServeConfig, str] = {}
     with tempfile.TemporaryDirectory(prefix="fusedbench-serve-") as tmp:
         models_dir = Path(options.models_dir or tmp)
-        console.print(f"[bold]serve-bench[/]: model {options.model.shape} (d_model {options.model.d_model}, "
+        console.print(f"[bold]bench.serve[/]: model {options.model.shape} (d_model {options.model.d_model}, "
                       f"{options.model.layers} layers), {len(configs)} configurations x {duration:g} s over {rounds} "
                       f"round(s), {cores} physical cores; exporting to {models_dir}")
         files = export_routes(options.model, models_dir)
@@ -122,7 +122,7 @@ def run_serve_bench(options: ServeOptions, console: Console, stop: threading.Eve
             failure_lines.append(f"{config.baseline}/{config.variant}: {m.mismatches} mismatches, {m.errors} errors "
                                  f"({'; '.join(m.messages) or 'responses differ from their references'})")
         rows.append(row)
-        samples[tuple(str(row[c]) for c in KEY_COLUMNS)] = RowSamples(np.concatenate(m.latencies), np.concatenate(m.rounds))
+        samples[row_key(row)] = RowSamples(np.concatenate(m.latencies), np.concatenate(m.rounds))
     if not rows:
         return ServeOutcome(None, None, cores, failure_lines or ["nothing was measured"], time.perf_counter() - started)
     frame = to_frame(rows)
@@ -189,19 +189,6 @@ class _Measured:
         return row
 
 
-def options_from_cli(quick: bool = False, duration: str = "", out: str = "", models: str = "") -> ServeOptions:
-    """ServeOptions from `invoke serve-bench`'s string options; ValueError naming a bad one."""
-    seconds = None
-    if str(duration).strip():
-        try:
-            seconds = float(duration)
-        except ValueError:
-            seconds = math.nan
-        if not seconds > 0 or math.isinf(seconds):
-            raise ValueError(f"--duration must be a number of seconds > 0, got {duration!r} - pass e.g. --duration 1.5")
-    return ServeOptions(quick=quick, duration_s=seconds, out_dir=Path(out) if out else None, models_dir=Path(models) if models else None)
-
-
 def main(options: ServeOptions) -> int:
     """Run with SIGINT/SIGTERM turned into a prompt stop; print the summary; return the exit code."""
     from bench.serve.summary import print_serve_summary
@@ -218,7 +205,7 @@ def main(options: ServeOptions) -> int:
         outcome = run_serve_bench(options, console, stop)
     except (Interrupted, Stopped, KeyboardInterrupt) as error:
         code = error.code if isinstance(error, Interrupted) else 130
-        console.print(f"[red]serve-bench {error}[/]: no report written")
+        console.print(f"[red]bench.serve: {error}[/]: no report written")
         # Nothing is left to write, and the interpreter's own shutdown (torch,
         # ORT's thread pools) takes seconds here: end the process now.
         sys.stdout.flush()

@@ -14,6 +14,8 @@
 #include <system_error>
 #include <vector>
 
+#include "ort_norm_op.h"
+
 namespace fused_norm_ort {
 namespace {
 
@@ -42,14 +44,6 @@ std::string ShapeTuple(const std::vector<int64_t>& shape) {
   out << '(';
   for (size_t i = 0; i < shape.size(); ++i) out << shape[i] << (shape.size() == 1 || i + 1 < shape.size() ? "," : "");
   out << ')';
-  return out.str();
-}
-
-std::string JsonList(const std::vector<int64_t>& shape) {
-  std::ostringstream out;
-  out << '[';
-  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
-  out << ']';
   return out.str();
 }
 
@@ -135,7 +129,7 @@ void DebugDump::Write(Ort::KernelContext& context, const fused_norm::NormProblem
       char eps_text[32];
       std::snprintf(eps_text, sizeof eps_text, "%.9g", static_cast<double>(epsilon));
       meta << "{\"node\": \"" << fs::path(folder_).filename().string() << "\", \"call\": " << call
-           << ", \"epsilon\": " << eps_text << ", \"dtype\": \"" << type.name << "\", \"x_shape\": " << JsonList(x_shape)
+           << ", \"epsilon\": " << eps_text << ", \"dtype\": \"" << type.name << "\", \"x_shape\": " << ShapeString(x_shape)
            << ", \"hidden\": " << problem.hidden << "}\n";
     }
     fs::rename(tmp, final_folder);

@@ -66,14 +66,6 @@ bool ToCoreDType(ONNXTensorElementDataType type, fused_norm::DType* dtype) {
   return false;
 }
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::ostringstream out;
-  out << '[';
-  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
-  out << ']';
-  return out.str();
-}
-
 Ort::Status InvalidArgument(const std::string& message) {
   return Ort::Status(("fused_norm: " + message).c_str(), ORT_INVALID_ARGUMENT);
 }
@@ -104,6 +96,14 @@ Ort::Status CheckVector(const TensorFacts& facts, const char* name, int64_t hidd
 }
 
 }  // namespace
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::ostringstream out;
+  out << '[';
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << ']';
+  return out.str();
+}
 
 OrtStatusPtr StatusFromCurrentException() noexcept {
   try {

@@ -25,6 +25,10 @@
 
 #include <onnxruntime_cxx_api.h>
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "core/fused_norm.h"
 #include "ort_debug_dump.h"
 
@@ -60,6 +64,9 @@ OrtStatusPtr InferNormOutputShape(OrtShapeInferContext* context) noexcept;
 
 // Converts the exception being handled into an OrtStatus (call in catch blocks).
 OrtStatusPtr StatusFromCurrentException() noexcept;
+
+// "[2, 3, 4]": a shape as error messages and the debug dump's meta.json (JSON) write it.
+std::string ShapeString(const std::vector<int64_t>& shape);
 
 // One kernel instance per node: holds the node's epsilon.
 template <typename Backend>

@@ -5,11 +5,11 @@ the ONNX Runtime library and the CUDA compile check read their settings from.
 from __future__ import annotations
 
 import os
-import shutil
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from env.build.toolkit import NOT_FOUND, find_cuda_toolkit
 from env.paths import REPO_ROOT, csrc_dir
 
 TORCH_EXTENSION_NAME = "fused_norm_torch"
@@ -107,8 +107,8 @@ def cuda_build_possible() -> tuple[bool, str]:
 
     if torch.version.cuda is None:
         return False, f"torch {torch.__version__} is a CPU-only build (no CUDA libraries to link)"
-    if shutil.which("nvcc") is None and not os.environ.get("CUDA_HOME"):
-        return False, "nvcc not found and CUDA_HOME not set"
+    if find_cuda_toolkit() is None:
+        return False, NOT_FOUND
     cuda_sources = [p for p in core_cuda_sources() + [csrc_dir() / "torch" / "torch_cuda_impl.cpp"] if p.exists()]
     if len(cuda_sources) < 2:
         return False, "the CUDA sources are not present in csrc/"
@@ -152,7 +152,7 @@ def torch_extension_spec(with_cuda: bool | None = None) -> TorchExtensionSpec:
         with_cuda, _ = cuda_build_possible()
     import torch
 
-    # torch 2.13's cpp_extension no longer passes the libstdc++ ABI flag; pass
+    # torch 2.13's cpp_extension does not pass the libstdc++ ABI flag; pass
     # torch's own value explicitly so a compiler with another default can't
     # produce a library that fails with "undefined symbol" at load time.
     defines = [f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]

@@ -16,20 +16,26 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from env.build.commands import BuildError, run_logged
 from env.build.config import CXX_STANDARD_PORTABLE, CXX_STANDARD_TORCH, core_cuda_sources, pinned_cuda_arch_list
+from env.build.ptxas import (
+    KernelResources,
+    PtxasReportError,
+    demangle,
+    parse_ptxas_report,
+    short_kernel_name,
+    summarise,
+)
+from env.build.toolchain import cxx_compiler
+from env.build.toolkit import NOT_FOUND, cuda_include_dir, find_cuda_toolkit
 from env.files import write_text_atomic
 from env.paths import build_dir, csrc_dir
-from env.build.toolchain import cxx_compiler
-from env.build.torch_library import BuildError, run_logged
 
 
 class CudaCheckError(BuildError):
@@ -66,23 +72,6 @@ def arch_targets(arch_list: str) -> list[ArchTarget]:
     return targets
 
 
-def find_nvcc() -> Path | None:
-    """nvcc from PATH, else $CUDA_HOME/bin, else /usr/local/cuda/bin (cpp_extension's order)."""
-    found = shutil.which("nvcc")
-    if found:
-        return Path(found)
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root and (Path(root) / "bin" / "nvcc").is_file():
-            return Path(root) / "bin" / "nvcc"
-    return None
-
-
-def nvcc_version(nvcc: Path) -> str:
-    out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=False).stdout
-    match = re.search(r"release ([\d.]+), (V[\d.]+)", out)
-    return f"{match.group(1)} ({match.group(2)})" if match else out.strip().splitlines()[-1]
-
-
 def kernel_nvcc_base_flags() -> list[str]:
     """The project's own part of :func:`kernel_nvcc_flags` (the rest is torch's, keyed by its version)."""
     return [f"-std={CXX_STANDARD_PORTABLE}", "-O3"]
@@ -93,76 +82,6 @@ def kernel_nvcc_flags() -> list[str]:
     from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
 
     return [*kernel_nvcc_base_flags(), *COMMON_NVCC_FLAGS, f"-I{csrc_dir() / 'core'}"]
-
-
-# --- ptxas resource report --------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class KernelResources:
-    kernel: str  # readable name, e.g. "warp_rows_kernel<BFloat16, 8, 2>"
-    mangled: str
-    arch: str
-    registers: int
-    barriers: int
-    shared_bytes: int
-    constant_bytes: int
-    stack_frame_bytes: int
-    spill_store_bytes: int
-    spill_load_bytes: int
-
-
-_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
-_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_USED = re.compile(r"Used (\d+) registers")
-
-
-def parse_ptxas_report(text: str) -> list[tuple[str, str, dict[str, int]]]:
-    """(mangled name, arch, numbers) per kernel from ``ptxas -v`` output."""
-    kernels: list[tuple[str, str, dict[str, int]]] = []
-    current: tuple[str, str, dict[str, int]] | None = None
-    for line in text.splitlines():
-        if m := _ENTRY.search(line):
-            current = (m.group(1), m.group(2), {})
-            kernels.append(current)
-        elif current is None:
-            continue
-        elif m := _FRAME.search(line):
-            current[2].update(stack_frame_bytes=int(m.group(1)), spill_store_bytes=int(m.group(2)),
-                              spill_load_bytes=int(m.group(3)))
-        elif m := _USED.search(line):
-            numbers = current[2]
-            numbers["registers"] = int(m.group(1))
-            numbers["barriers"] = _field(line, r"used (\d+) barriers")
-            numbers["shared_bytes"] = _field(line, r"(\d+) bytes smem")
-            numbers["constant_bytes"] = _field(line, r"(\d+) bytes cmem\[0\]")
-    missing = [name for name, _, numbers in kernels if "registers" not in numbers or "spill_store_bytes" not in numbers]
-    if missing:
-        raise CudaCheckError(f"ptxas report incomplete for {missing[:3]} (format changed?)")
-    return kernels
-
-
-def _field(line: str, pattern: str) -> int:
-    m = re.search(pattern, line)
-    return int(m.group(1)) if m else 0
-
-
-def demangle(names: list[str]) -> list[str]:
-    """Readable names via c++filt (binutils); the mangled ones where it is missing."""
-    cxxfilt = shutil.which("c++filt")
-    if cxxfilt is None or not names:
-        return list(names)
-    out = subprocess.run([cxxfilt], input="\n".join(names) + "\n", capture_output=True, text=True, check=False)
-    lines = out.stdout.splitlines()
-    return lines if out.returncode == 0 and len(lines) == len(names) else list(names)
-
-
-def short_kernel_name(demangled: str) -> str:
-    """'void fused_norm::cuda_kernels::warp_rows_kernel<fused_norm::BFloat16, 8, 2>(...)'
-    -> 'warp_rows_kernel<BFloat16, 8, 2>'."""
-    name = demangled.split("(", 1)[0]
-    name = name.removeprefix("void ").replace("fused_norm::cuda_kernels::", "").replace("fused_norm::", "")
-    return name
 
 
 # --- compiling ------------------------------------------------------------------------
@@ -211,7 +130,7 @@ def _torch_cuda_impl_check(out: Path) -> dict[str, Any]:
     from torch.utils.cpp_extension import include_paths
 
     source = csrc_dir() / "torch" / "torch_cuda_impl.cpp"
-    cuda_include = _cuda_include_dir()
+    cuda_include = cuda_include_dir()
     if cuda_include is None:
         return {"status": "skipped", "reason": "no CUDA include directory (cuda_runtime_api.h) found"}
     torch_includes = [Path(p) for p in include_paths()]
@@ -232,7 +151,7 @@ def _ort_cuda_op_check(out: Path) -> dict[str, Any]:
     from env.build.ort_headers import OrtHeadersError, ensure_ort_headers
 
     source = csrc_dir() / "ort" / "ort_cuda_op.cc"
-    cuda_include = _cuda_include_dir()
+    cuda_include = cuda_include_dir()
     if cuda_include is None:
         return {"status": "skipped", "reason": "no CUDA include directory (cuda_runtime_api.h) found"}
     try:
@@ -245,15 +164,6 @@ def _ort_cuda_op_check(out: Path) -> dict[str, Any]:
            "-c", str(source), "-o", str(obj)]
     run_logged(cmd, log)
     return {"status": "compiled", "object": str(obj), "log": str(log), "ort_headers": headers.summary()}
-
-
-def _cuda_include_dir() -> Path | None:
-    """cuda_runtime_api.h's folder: $CUDA_HOME, beside nvcc, or /usr/local/cuda (nvcc may be a wrapper)."""
-    nvcc = find_nvcc()
-    candidates = [Path(os.environ["CUDA_HOME"]) / "include"] if os.environ.get("CUDA_HOME") else []
-    candidates += [nvcc.resolve().parent.parent / "include"] if nvcc else []
-    candidates.append(Path("/usr/local/cuda/include"))
-    return next((c for c in candidates if (c / "cuda_runtime_api.h").is_file()), None)
 
 
 # --- the whole check -------------------------------------------------------------------
@@ -269,20 +179,24 @@ class CudaCheckResult:
 def compile_check(out: Path | None = None, arch_list: str | None = None, adapters: bool = True) -> CudaCheckResult:
     """Compile the kernels for every pinned target, parse the resource report, write it under ``out``."""
     out = out or cuda_dir()
-    nvcc = find_nvcc()
-    if nvcc is None:
-        raise CudaCheckError("nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin): no CUDA compile check")
+    toolkit = find_cuda_toolkit()
+    if toolkit is None:
+        raise CudaCheckError(f"{NOT_FOUND}: no CUDA compile check")
+    nvcc = toolkit.nvcc
     arch_list = arch_list or pinned_cuda_arch_list()
     targets = arch_targets(arch_list)
     objects = compile_kernels(nvcc, targets, out)
 
     raw_logs = [Path(o.log).read_text(errors="replace") for o in objects]
     log_path = write_text_atomic(out / "ptxas.log", "\n".join(raw_logs))
-    parsed = [k for text in raw_logs for k in parse_ptxas_report(text)]
+    try:
+        parsed = [k for text in raw_logs for k in parse_ptxas_report(text)]
+    except PtxasReportError as error:
+        raise CudaCheckError(f"{error}; see {log_path}") from error
     readable = demangle([name for name, _, _ in parsed])
     kernels = [
         KernelResources(kernel=short_kernel_name(pretty), mangled=name, arch=arch, **numbers)
-        for (name, arch, numbers), pretty in zip(parsed, readable)
+        for (name, arch, numbers), pretty in zip(parsed, readable, strict=True)
     ]
     machine_targets = [t.name for t in targets if t.machine_code]
     missing_arch = [t for t in machine_targets if not any(k.arch == t for k in kernels)]
@@ -291,7 +205,7 @@ def compile_check(out: Path | None = None, arch_list: str | None = None, adapter
 
     report: dict[str, Any] = {
         "nvcc": str(nvcc),
-        "nvcc_version": nvcc_version(nvcc),
+        "nvcc_version": toolkit.version,
         "torch_cuda_arch_list": arch_list,
         "flags": kernel_nvcc_flags(),
         "targets": [asdict(t) for t in targets],
@@ -319,42 +233,10 @@ def _adapter(check, out: Path) -> dict[str, Any]:
     return result
 
 
-def summarise(kernels: list[KernelResources], machine_targets: list[str]) -> dict[str, Any]:
-    spilling = sorted({f"{k.kernel} [{k.arch}]" for k in kernels if k.spill_store_bytes or k.spill_load_bytes})
-    return {
-        "kernels": len({k.kernel for k in kernels}),
-        "machine_code_targets": machine_targets,
-        "max_registers": {a: max((k.registers for k in kernels if k.arch == a), default=0) for a in machine_targets},
-        "max_shared_bytes": max((k.shared_bytes for k in kernels), default=0),
-        "max_stack_frame_bytes": max((k.stack_frame_bytes for k in kernels), default=0),
-        "spilling_kernels": spilling,
-    }
-
-
-def format_table(report: dict[str, Any]) -> str:
-    """One line per kernel: registers / shared memory / spills for each machine-code target."""
-    archs = report["summary"]["machine_code_targets"]
-    by_kernel: dict[str, dict[str, dict[str, Any]]] = {}
-    for k in report["kernels"]:
-        by_kernel.setdefault(k["kernel"], {})[k["arch"]] = k
-    width = max(len(name) for name in by_kernel)
-    header = f"{'kernel'.ljust(width)}  " + "  ".join(f"{a + ' regs/smem/spill':>22}" for a in archs)
-    lines = [header]
-    for name in sorted(by_kernel):
-        cells = []
-        for arch in archs:
-            k = by_kernel[name].get(arch)
-            cell = (f"{k['registers']}/{k['shared_bytes']}/{k['spill_store_bytes'] + k['spill_load_bytes']}"
-                    if k else "missing")
-            cells.append(f"{cell:>22}")
-        lines.append(f"{name.ljust(width)}  " + "  ".join(cells))
-    return "\n".join(lines)
-
-
 def run_in_build(record: dict[str, Any]) -> None:
     """The `invoke build` step: run the check when nvcc exists, store its results in ``record``."""
-    if find_nvcc() is None:
-        record["build"]["cuda_resource_report"] = {"status": "skipped", "reason": "nvcc not found"}
+    if find_cuda_toolkit() is None:
+        record["build"]["cuda_resource_report"] = {"status": "skipped", "reason": NOT_FOUND}
         return
     start = time.perf_counter()
     result = compile_check()
@@ -374,36 +256,3 @@ def run_in_build(record: dict[str, Any]) -> None:
     failed = [n for n, a in report.get("adapters", {}).items() if a["status"] == "failed"]
     if failed:
         raise CudaCheckError("; ".join(report["adapters"][n]["error"] for n in failed))
-
-
-def describe(entry: dict[str, Any]) -> str:
-    """One line for the record's ``cuda_resource_report`` entry: targets, kernels, registers, spills, adapters."""
-    if entry.get("status") != "compiled":
-        return f"{entry.get('status', 'not run')} ({entry.get('reason', 'no reason recorded')})"
-    summary = entry["summary"]
-    registers = ", ".join(f"{arch} {n}" for arch, n in summary["max_registers"].items())
-    spills = summary["spilling_kernels"]
-    adapters = ", ".join(f"{name} {status}" for name, status in sorted(entry.get("adapters", {}).items()))
-    return (f"{', '.join(entry['targets'])}: {summary['kernels']} kernels, max registers {registers}, "
-            f"{'spills in ' + ', '.join(spills) if spills else 'no spills'}; adapters: {adapters or 'none'}")
-
-
-def report_table(entry: dict[str, Any]) -> str | None:
-    """The ptxas table of the report the record's entry points at (None when there is none)."""
-    path = Path(entry.get("json", "")) if entry.get("json") else None
-    if path is None or not path.is_file():
-        return None
-    return format_table(json.loads(path.read_text()))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """python -m env.build.cuda [OUT_DIR]: the check alone, printing the table."""
-    argv = sys.argv[1:] if argv is None else argv
-    result = compile_check(Path(argv[0]) if argv else None)
-    print(format_table(result.report))
-    print(f"report: {result.report_path}\nlog: {result.log_path}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

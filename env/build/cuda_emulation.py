@@ -28,9 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from env.build.config import core_cuda_sources
-from env.build.cuda import _cuda_include_dir
+from env.build.toolkit import cuda_include_dir as _cuda_include_dir
 from env.build.toolchain import cxx_compiler
-from env.build.torch_library import BuildError, run_logged
+from env.build.commands import BuildError, run_logged
 from env.files import atomic_path
 from env.paths import build_dir, csrc_dir
 

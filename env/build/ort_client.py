@@ -1,6 +1,6 @@
 """Build the C++ example client csrc/ort/examples/ort_client.cc into build/ort_client/ort_client.
 
-    python -m env.build.ort_client        # builds (if a source changed) and prints the binary's path
+    invoke ort.client        # builds (if the source changed) and prints the binary's path
 
 The client links ONNX Runtime's own C library from the installed wheel
 (``onnxruntime/capi/libonnxruntime.so.<version>``) and compiles against the
@@ -12,13 +12,12 @@ build/ort_client/lib, which the binary's rpath names.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+from env.build.commands import BuildError, run_logged
 from env.build.ort_headers import ensure_ort_headers
 from env.build.ort_runtime import runtime_library
 from env.build.toolchain import cxx_compiler
-from env.build.torch_library import BuildError, run_logged
 from env.files import atomic_path
 from env.paths import build_dir, csrc_dir
 
@@ -60,10 +59,3 @@ def build_ort_client(force: bool = False) -> Path:
         run_logged(command, out / "build.log")
         tmp.chmod(0o755)
     return binary
-
-
-if __name__ == "__main__":
-    try:
-        print(build_ort_client(force="--force" in sys.argv))
-    except BuildError as error:
-        sys.exit(f"ort_client build failed - {error}")

@@ -32,8 +32,8 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from env.build.commands import BuildError
 from env.files import write_text_atomic
-from env.build.torch_library import BuildError
 
 NPM_PACKAGE = "com.github.asus4.onnxruntime"
 NPM_VERSION = "0.4.9"
@@ -67,7 +67,8 @@ class OrtHeaders:
     api_version: int  # ORT_API_VERSION in onnxruntime_c_api.h
 
     def summary(self) -> str:
-        return f"onnxruntime {self.version} headers, ORT_API_VERSION {self.api_version}, from {self.source} (sha256 {self.sha256[:12]})"
+        return f"onnxruntime {self.version} headers, ORT_API_VERSION {self.api_version}, "
+        f"from {self.source} (sha256 {self.sha256[:12]})"
 
 
 def cache_root() -> Path:

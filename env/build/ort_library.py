@@ -3,7 +3,7 @@
 The library is csrc/ort/*.cc (entry point, shared op, per-provider adapters)
 plus the same kernel core as the torch op (csrc/core), compiled as plain C++17
 against the official ORT headers (env/build/ort_headers.py). Each compiler call runs
-through :func:`env.build.torch_library.run_logged`; build/ort/build.log collects every
+through :func:`env.build.commands.run_logged`; build/ort/build.log collects every
 command line and its output in order.
 
 CUDA: the library registers the CUDA provider's kernel too when built with
@@ -17,22 +17,20 @@ working onnxruntime CUDA execution provider are all present.
 from __future__ import annotations
 
 import os
-import re
-import shutil
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from env.build.commands import BuildError, run_logged
 from env.build.config import CXX_STANDARD_PORTABLE, core_cpu_sources, core_cuda_sources, cxx_opt_flags
-from env.files import atomic_path, write_text_atomic
 from env.build.ort_headers import OrtHeaders, check_runtime_compatible, ensure_ort_headers
 from env.build.ort_runtime import cuda_provider_status, runtime_api
-from env.paths import build_dir, csrc_dir
 from env.build.toolchain import cxx_compiler
-from env.build.torch_library import BuildError, run_logged
+from env.build.toolkit import NOT_FOUND, CudaToolkit, find_cuda_toolkit
+from env.files import atomic_path, write_text_atomic
+from env.paths import build_dir, csrc_dir
 
 LIBRARY_NAME = "libfused_norm_ort.so"
 
@@ -59,35 +57,14 @@ def cuda_sources() -> list[Path]:
 # --- the CUDA decision -------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CudaToolkit:
-    home: Path
-    nvcc: str
-    include_dir: Path
-    library_dir: Path  # the folder holding libcudart.so
-
-
-def find_cuda_toolkit() -> tuple[CudaToolkit | None, str]:
-    """nvcc and cudart, or None and why not."""
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        return None, "nvcc not found on PATH"
-    home_env = os.environ.get("CUDA_HOME")
-    if home_env:
-        home = Path(home_env)
-    else:
-        # nvcc may be a wrapper script (as in /usr/local/bin here): ask nvcc
-        # itself where it lives rather than trusting its path.
-        dry = subprocess.run([nvcc, "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull],
-                             capture_output=True, text=True, check=False)
-        match = re.search(r"^#\$ _HERE_=(.+)$", dry.stdout + dry.stderr, re.M)
-        if not match:
-            return None, f"could not locate the CUDA toolkit of {nvcc} (set CUDA_HOME)"
-        home = Path(match.group(1).strip()).parent
-    library_dir = next((home / d for d in ("lib64", "lib") if (home / d / "libcudart.so").exists()), None)
-    if library_dir is None:
-        return None, f"libcudart.so not found under {home}/lib64 or {home}/lib"
-    return CudaToolkit(home, nvcc, home / "include", library_dir), f"CUDA toolkit {home}"
+def cuda_link_toolkit() -> tuple[CudaToolkit | None, str]:
+    """The CUDA toolkit when it has the headers and cudart the provider links, or None and why not."""
+    toolkit = find_cuda_toolkit()
+    if toolkit is None:
+        return None, NOT_FOUND
+    if toolkit.library_dir is None:
+        return None, f"libcudart.so not found under {toolkit.home}/lib64 or {toolkit.home}/lib"
+    return toolkit, f"CUDA toolkit {toolkit.home}"
 
 
 def decide_cuda(with_cuda: bool | None = None) -> tuple[bool, str]:
@@ -101,7 +78,7 @@ def decide_cuda(with_cuda: bool | None = None) -> tuple[bool, str]:
         return False, "CUDA disabled (with_cuda=False / FUSEDBENCH_ORT_CUDA=0)"
 
     missing = [str(p.relative_to(csrc_dir().parent)) for p in cuda_sources() if not p.exists()]
-    toolkit, toolkit_reason = find_cuda_toolkit()
+    toolkit, toolkit_reason = cuda_link_toolkit()
     if with_cuda is True:
         # Required: build for CUDA even if this machine's onnxruntime cannot
         # run it (e.g. a compile check, or a library for another machine).
@@ -157,7 +134,7 @@ def _plan(headers: OrtHeaders, with_cuda: bool, out: Path, library_tmp: Path) ->
     sources = common_sources() + ([_ort_dir() / "ort_cuda_op.cc"] if with_cuda else [_ort_dir() / "ort_cuda_op_stub.cc"])
     link_extra: list[str] = []
     if with_cuda:
-        toolkit, reason = find_cuda_toolkit()
+        toolkit, reason = cuda_link_toolkit()
         if toolkit is None:
             raise BuildError(f"CUDA build: {reason}")
         cxx_flags += ["-isystem", str(toolkit.include_dir)]
@@ -174,7 +151,7 @@ def _plan(headers: OrtHeaders, with_cuda: bool, out: Path, library_tmp: Path) ->
         for source in core_cuda_sources():
             obj = _object_path(source, objects)
             # The torch extension's nvcc flags, so both libraries run the same machine code.
-            nvcc = [toolkit.nvcc, *kernel_nvcc_flags(), *nvcc_arch_flags(), "-Xcompiler", "-fPIC",
+            nvcc = [str(toolkit.nvcc), *kernel_nvcc_flags(), *nvcc_arch_flags(), "-Xcompiler", "-fPIC",
                     "-I", str(csrc_dir()), "-c", str(source), "-o", str(obj)]
             compiles.append(Step(f"nvcc {source.relative_to(csrc_dir())}", nvcc, logs / f"{obj.stem}.log"))
 
@@ -238,4 +215,4 @@ def build_ort_library(record: dict[str, Any], with_cuda: bool | None = None) -> 
     return library
 
 
-__all__ = ["LIBRARY_NAME", "build_ort_library", "decide_cuda", "find_cuda_toolkit", "nvcc_arch_flags", "ort_build_dir"]
+__all__ = ["LIBRARY_NAME", "build_ort_library", "cuda_link_toolkit", "decide_cuda", "nvcc_arch_flags", "ort_build_dir"]

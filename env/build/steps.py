@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from env.build import cuda, fingerprint, toolchain
+from env.build import cuda, fingerprint, ptxas, toolchain
 from env.build.config import (
     CXX_STANDARD_PORTABLE,
     CXX_STANDARD_TORCH,
@@ -46,7 +46,8 @@ from env.paths import REPO_ROOT, build_dir, csrc_dir, toolchain_record_path
 _TORCH_CODE = ("env/build/config.py", "env/build/torch_library.py", "setup.py")
 _ORT_CODE = ("env/build/config.py", "env/build/torch_library.py", "env/build/ort_library.py",
              "env/build/ort_headers.py", "env/build/ort_runtime.py")
-_CUDA_CODE = ("env/build/config.py", "env/build/torch_library.py", "env/build/cuda.py", "env/build/ort_headers.py")
+_CUDA_CODE = ("env/build/config.py", "env/build/torch_library.py", "env/build/cuda.py", "env/build/ptxas.py",
+              "env/build/toolkit.py", "env/build/ort_headers.py")
 
 # Environment variables the steps read.
 _BUILD_VARIABLES = ("CXX", "CUDA_HOME", "FUSEDBENCH_MARCH_NATIVE", "FUSEDBENCH_ORT_CUDA", "FUSEDBENCH_ORT_HEADERS")
@@ -99,7 +100,7 @@ def _common_inputs(facts: dict[str, Any], code: tuple[str, ...]) -> dict[str, An
 
 def torch_with_cuda(facts: dict[str, Any]) -> bool:
     """:func:`env.build.config.cuda_build_possible` from the toolchain facts, without importing torch."""
-    return facts["torch"].get("cuda") is not None and bool(facts["nvcc"]["path"] or facts["cuda_home"])
+    return facts["torch"].get("cuda") is not None and facts["nvcc"]["path"] is not None
 
 
 def torch_inputs(mode: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -205,7 +206,7 @@ def steps(mode: str) -> list[Step]:
         Step("ort_library", "ONNX Runtime custom-op library", ort_inputs, _run_ort,
              lambda f: [f["artifacts"]["ort_library"]], lambda f: _shown(f["artifacts"]["ort_library"])),
         Step("cuda_compile_check", "CUDA compile check", cuda_check_inputs, cuda.run_in_build,
-             _cuda_outputs, lambda f: cuda.describe(f["build"].get("cuda_resource_report", {}))),
+             _cuda_outputs, lambda f: ptxas.describe(f["build"].get("cuda_resource_report", {}))),
     ]
 
 
@@ -335,7 +336,7 @@ def build(mode: str = "jit", verbose: bool = False) -> BuildResult:
                   f"{step.describe(fragment)}", flush=True)
         _merge(record, fragment)
         if verbose and step.name == "cuda_compile_check":
-            table = cuda.report_table(fragment["build"].get("cuda_resource_report", {}))
+            table = ptxas.report_table(fragment["build"].get("cuda_resource_report", {}))
             if table:
                 print(table, flush=True)
     _write_record(record)
@@ -348,7 +349,7 @@ def print_toolchain() -> bool:
         return False
     record = toolchain.read_record()
     print(toolchain.format_summary(record))
-    table = cuda.report_table(record.get("build", {}).get("cuda_resource_report", {}))
+    table = ptxas.report_table(record.get("build", {}).get("cuda_resource_report", {}))
     if table:
         print(table)
     return True

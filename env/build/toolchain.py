@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from env.build.toolkit import find_cuda_toolkit
 from env.files import write_text_atomic
 from env.paths import toolchain_record_path
 
@@ -123,11 +124,10 @@ def quick_facts() -> dict[str, Any]:
     ``version.py`` (version, git commit, CUDA), not by importing it.
     """
     from env.build.config import pinned_cuda_arch_list
-    from env.build.cuda import find_nvcc  # cuda.py imports this module
 
     compiler = cxx_compiler()
     compiler_path = shutil.which(compiler)
-    nvcc = find_nvcc()
+    toolkit = find_cuda_toolkit()
     return {
         # Not the executable's path: `invoke`, `python -m invoke` and a symlinked
         # environment name the same interpreter differently.
@@ -139,7 +139,7 @@ def quick_facts() -> dict[str, Any]:
             "version": _run_first_line([compiler, "--version"]),
         },
         "torch": _torch_install(),
-        "nvcc": {"path": str(nvcc) if nvcc else None, "version": _nvcc_release(str(nvcc)) if nvcc else None},
+        "nvcc": {"path": str(toolkit.nvcc) if toolkit else None, "version": toolkit.version if toolkit else None},
         "cuda_arch_list": pinned_cuda_arch_list(),  # every CUDA build's targets
         "cuda_home": os.environ.get("CUDA_HOME"),
         "onnxruntime": package_version("onnxruntime"),
@@ -201,7 +201,7 @@ def collect(build_settings: dict[str, Any]) -> dict[str, Any]:
     compiler = cxx_compiler()
     facts["compiler"]["default_cxx11_abi"] = compiler_default_abi(compiler)
     facts["cuda"] = {
-        "nvcc": _nvcc_release(),
+        "nvcc": toolkit.version if (toolkit := find_cuda_toolkit()) else None,
         "torch_cuda_arch_list": os.environ.get("TORCH_CUDA_ARCH_LIST"),
         "torch_cuda_available": info.is_cuda_available == "True",
         "gpu_models": info.nvidia_gpu_models,
@@ -212,14 +212,6 @@ def collect(build_settings: dict[str, Any]) -> dict[str, Any]:
     facts["cpu"] = _cpu_facts()
     facts["build"] = build_settings
     return facts
-
-
-def _nvcc_release(nvcc: str = "nvcc") -> str | None:
-    if shutil.which(nvcc) is None:
-        return None
-    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
-    match = re.search(r"release ([\d.]+), (V[\d.]+)", out)
-    return f"{match.group(1)} ({match.group(2)})" if match else None
 
 
 def package_version(name: str) -> str | None:
@@ -291,9 +283,11 @@ def summary_rows(record: dict[str, Any]) -> list[tuple[str, str]]:
         ("compiler", f"{_get(record, 'compiler.version')} [{_get(record, 'compiler.path')}]"),
         ("C++ standard", ", ".join(f"{k}: {v}" for k, v in standards.items())),
         ("ABI flag (torch / build / compiler default)",
-         f"{_get(record, 'torch.cxx11_abi')} / {build.get('cxx11_abi')} / {_get(record, 'compiler.default_cxx11_abi')}"),
+         f"{_get(record, 'torch.cxx11_abi')} / {build.get('cxx11_abi')} / "
+         f"{_get(record, 'compiler.default_cxx11_abi')}"),
         ("torch", f"{_get(record, 'torch.version')} (git {str(_get(record, 'torch.git_version'))[:10]}, "
-                  f"built with {_get(record, 'torch.built_with_compiler')}, C++ {_get(record, 'torch.built_with_cxx_standard')})"),
+                  f"built with {_get(record, 'torch.built_with_compiler')}, "
+                  f"C++ {_get(record, 'torch.built_with_cxx_standard')})"),
         ("torch CUDA", str(_get(record, "torch.cuda"))),
         ("nvcc", str(_get(record, "cuda.nvcc"))),
         ("TORCH_CUDA_ARCH_LIST", str(build.get("torch_cuda_arch_list") or _get(record, "cuda.torch_cuda_arch_list"))),

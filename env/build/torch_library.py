@@ -14,24 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from env.build.commands import BuildError, run_logged
 from env.build.config import TORCH_EXTENSION_NAME, TorchExtensionSpec, torch_extension_spec
-from env.paths import REPO_ROOT, build_dir
-
-
-class BuildError(RuntimeError):
-    """A compile step failed; the message carries the log's tail and its path."""
-
-
-def run_logged(cmd: list[str], log_path: Path, cwd: Path = REPO_ROOT, env: dict | None = None) -> None:
-    """Run ``cmd`` with stdout+stderr written to ``log_path``; raise BuildError on failure."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("w") as log:
-        log.write("$ " + " ".join(cmd) + "\n")
-        log.flush()
-        proc = subprocess.run(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
-    if proc.returncode != 0:
-        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-60:])
-        raise BuildError(f"{cmd[0]} failed (exit {proc.returncode}); last lines of {log_path}:\n{tail}")
+from env.paths import build_dir
 
 
 def jit_dir() -> Path:
@@ -107,4 +92,4 @@ if __name__ == "__main__":
     _jit_child(json.loads(sys.argv[1]))
 
 
-__all__ = ["BuildError", "build_aot", "build_jit", "run_logged", "torch_extension_spec"]
+__all__ = ["build_aot", "build_jit", "torch_extension_spec"]

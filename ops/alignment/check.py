@@ -8,8 +8,8 @@ and sequence lengths:
      scales, outlier features) and save it to ``build/alignment/inputs/*.npz``;
   2. PyTorch (the fused op) and ORT each read that same file;
   3. print max abs error, max relative error and cosine similarity per case,
-     and fail past the dtype's tolerance (ops/alignment/metrics.py says why
-     each tolerance is what it is).
+     and fail past the dtype's tolerance (ops/reference.py says why each
+     tolerance is what it is).
 
 With ``layers=True`` each block's output becomes an extra graph output and is
 compared too; the report names the first block where the two sides diverge.
@@ -31,19 +31,19 @@ import torch
 from env.files import atomic_path
 from env.paths import build_dir
 from ops.alignment.layers import block_output_names, torch_block_outputs, with_extra_outputs
-from ops.alignment.metrics import MODEL_TOLERANCE, OP_TOLERANCES, Comparison, Tolerance, compare
+from ops.alignment.metrics import Comparison, compare
+from ops.dtypes import BY_NAME, dtype_name, parse_dtypes
+from ops.model import SequenceModel, build_model, build_norm, example_input
 from ops.onnx.export import export_model
 from ops.onnx.routes import Route, parse_routes
-from ops.model import SequenceModel, build_model, build_norm, example_input
+from ops.reference import ALIGNMENT_TOLERANCES, MODEL_ALIGNMENT_TOLERANCE, Tolerance
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "float64": torch.float64}
 # Hidden sizes of the op: powers of two, a transformer width and its odd
 # neighbour, and an odd size just past 4K (vector tails, row blocking).
 OP_HIDDEN_SIZES = (64, 127, 768, 769, 4097)
 # (batch, seq): one token, a small odd batch, a long sequence.
 OP_SHAPES = ((1, 1), (3, 7), (4, 128))
 MODEL_SHAPES = ((1, 1), (2, 16), (3, 77), (8, 128))
-MODEL_CONFIG = {"d_model": 128, "heads": 4, "layers": 2}
 _EXAMPLE_SHAPE = (2, 8)  # export-time example (dims >= 2 stay dynamic)
 
 
@@ -101,7 +101,7 @@ def save_inputs(out: Path, tag: str, hidden: int, dtype: str, shapes: Iterable[t
     for batch, seq in shapes:
         # crc32, not hash(): str hashes are salted per process, the inputs must not be.
         g = torch.Generator().manual_seed(zlib.crc32(f"{seed}/{tag}/{hidden}/{dtype}/{batch}x{seq}".encode()))
-        x = example_input(batch, seq, hidden, g, DTYPES[dtype])
+        x = example_input(batch, seq, hidden, g, BY_NAME[dtype].torch)
         files.append(_save_input(out / "inputs" / f"{tag}_h{hidden}_{dtype}_{batch}x{seq}.npz", x))
     return files
 
@@ -110,8 +110,8 @@ def _op_cases(route: Route, out: Path, dtypes, hidden_sizes, shapes, optimizatio
     cases = []
     for dtype in dtypes:
         for hidden in hidden_sizes:
-            norm = build_norm(hidden, "fused", seed=seed + hidden, dtype=DTYPES[dtype])
-            example = example_input(*_EXAMPLE_SHAPE, hidden, dtype=DTYPES[dtype])
+            norm = build_norm(hidden, "fused", seed=seed + hidden, dtype=BY_NAME[dtype].torch)
+            example = example_input(*_EXAMPLE_SHAPE, hidden, dtype=BY_NAME[dtype].torch)
             exported = export_model(norm, example, route, out / "onnx" / f"op_{route.name}_h{hidden}_{dtype}.onnx")
             session = _session(exported.path, route, optimization)
             for file in save_inputs(out, "op", hidden, dtype, shapes, seed):
@@ -119,14 +119,14 @@ def _op_cases(route: Route, out: Path, dtypes, hidden_sizes, shapes, optimizatio
                 with torch.no_grad():
                     reference = norm(torch.from_numpy(x)).numpy()
                 actual = session.run(None, {"x": x})[0]
-                tol = OP_TOLERANCES[dtype]
+                tol = ALIGNMENT_TOLERANCES[BY_NAME[dtype].torch]
                 cases.append(Case("op", route.name, dtype, hidden, x.shape[:2], tol, compare(actual, reference, tol), file))
     return cases
 
 
 def _model_cases(route: Route, out: Path, shapes, optimization: str, layers: bool, seed: int, report: AlignmentReport) -> list[Case]:
-    model = build_model("fused", seed=seed, **MODEL_CONFIG)
-    hidden = MODEL_CONFIG["d_model"]
+    model = build_model("fused", seed=seed)
+    hidden = model.config.d_model
     exported = export_model(model, example_input(*_EXAMPLE_SHAPE, hidden), route, out / "onnx" / f"model_{route.name}.onnx")
     files = save_inputs(out, "model", hidden, "float32", shapes, seed)
     cases, first = align_model_file(route, onnx.load(exported.path), model, files, optimization, layers)
@@ -157,10 +157,10 @@ def align_model_file(
         reference, blocks = torch_block_outputs(model, torch.from_numpy(x))
         outputs = session.run(None, {"x": x})
         shape = x.shape[:2]
-        cases.append(Case("model", route.name, "float32", hidden, shape, MODEL_TOLERANCE, compare(outputs[0], reference.numpy(), MODEL_TOLERANCE), file))
-        for block, (actual, expected) in enumerate(zip(outputs[1:], blocks)):
-            result = compare(actual, expected.numpy(), MODEL_TOLERANCE)
-            cases.append(Case(f"block {block}", route.name, "float32", hidden, shape, MODEL_TOLERANCE, result, file))
+        cases.append(Case("model", route.name, "float32", hidden, shape, MODEL_ALIGNMENT_TOLERANCE, compare(outputs[0], reference.numpy(), MODEL_ALIGNMENT_TOLERANCE), file))
+        for block, (actual, expected) in enumerate(zip(outputs[1:], blocks, strict=True)):
+            result = compare(actual, expected.numpy(), MODEL_ALIGNMENT_TOLERANCE)
+            cases.append(Case(f"block {block}", route.name, "float32", hidden, shape, MODEL_ALIGNMENT_TOLERANCE, result, file))
             if not result.passed:
                 divergent.add(block)
     return cases, (f"block {min(divergent)}" if divergent else "")
@@ -180,9 +180,8 @@ def check_alignment(
 ) -> AlignmentReport:
     """Align every selected route; print the table; raise AlignmentError if any case fails."""
     dtypes, model_shapes = list(dtypes), list(model_shapes)
-    unknown = [d for d in dtypes if d not in DTYPES]
-    if unknown:
-        raise ValueError(f"dtypes must be among {sorted(DTYPES)}, got {unknown}")
+    aligned = tuple(dtype_name(d) for d in ALIGNMENT_TOLERANCES)
+    dtypes = [d.name for d in parse_dtypes(",".join(dtypes), "--dtype", aligned)]
     out = Path(out_dir) if out_dir is not None else default_alignment_dir()
     report = AlignmentReport()
     for route in parse_routes(routes):
@@ -211,7 +210,8 @@ def _known_cause(failures: list[Case], optimization: str) -> str:
     if optimization in ("extended", "all") and any(c.route == "standard" and c.dtype == "float64" for c in failures):
         return (
             "\nknown cause for standard/float64: ORT 1.31's SimplifiedLayerNormFusion gives the fused node its default "
-            "epsilon 1e-5 instead of the graph's in float64 graphs; with --optimization basic nothing fuses and float64 aligns"
+            "epsilon 1e-5 instead of the graph's in float64 graphs; "
+            "with --optimization basic nothing fuses and float64 aligns"
         )
     return ""
 
@@ -226,12 +226,17 @@ def _case_text(c: Case) -> str:
 
 
 def format_table(cases: list[Case], route: str, optimization: str) -> str:
-    header = f"{'level':<8} {'dtype':<8} {'hidden':>6} {'batch x seq':>11} {'max abs':>10} {'max rel':>10} {'1 - cosine':>10} {'atol/rtol':>13}  result"
+    header = (
+        f"{'level':<8} {'dtype':<8} {'hidden':>6} {'batch x seq':>11} {'max abs':>10} {'max rel':>10} "
+        f"{'1 - cosine':>10} {'atol/rtol':>13}  result"
+    )
     lines = [f"route {route} (ORT optimisation: {optimization}); max rel over |torch| >= atol/rtol", header, "-" * len(header)]
     for c in cases:
         r = c.result
         lines.append(
-            f"{c.level:<8} {c.dtype:<8} {c.hidden:>6} {f'{c.shape[0]} x {c.shape[1]}':>11} {r.max_abs:>10.2e} {r.max_rel:>10.2e} "
-            f"{max(0.0, 1 - r.cosine):>10.1e} {f'{c.tolerance.atol:g}/{c.tolerance.rtol:g}':>13}  {'ok' if r.passed else 'FAIL'}"
+            f"{c.level:<8} {c.dtype:<8} {c.hidden:>6} {f'{c.shape[0]} x {c.shape[1]}':>11} "
+            f"{r.max_abs:>10.2e} {r.max_rel:>10.2e} "
+            f"{max(0.0, 1 - r.cosine):>10.1e} "
+            f"{f'{c.tolerance.atol:g}/{c.tolerance.rtol:g}':>13}  {'ok' if r.passed else 'FAIL'}"
         )
     return "\n".join(lines)

@@ -116,7 +116,7 @@ def _checker_and_inference(model: onnx.ModelProto) -> list[str]:
         inferred = onnx.shape_inference.infer_shapes(bare, check_type=True, strict_mode=True, data_prop=True)
     except onnx.shape_inference.InferenceError as error:
         return failures + [f"strict shape inference: {str(error).strip()}"]
-    for recorded, value in zip(model.graph.output, inferred.graph.output):
+    for recorded, value in zip(model.graph.output, inferred.graph.output, strict=True):
         failures += _compare_types(recorded, value)
     return failures
 
@@ -128,7 +128,7 @@ def _compare_types(recorded: onnx.ValueInfoProto, inferred: onnx.ValueInfoProto)
         return [f"strict shape inference could not infer the shape of output {name!r} from the inputs"]
     if rt.elem_type != it.elem_type or len(rt.shape.dim) != len(it.shape.dim):
         return [f"output {name!r}: recorded {tensor_type_text(recorded)}, inferred {tensor_type_text(inferred)}"]
-    for r, i in zip(rt.shape.dim, it.shape.dim):
+    for r, i in zip(rt.shape.dim, it.shape.dim, strict=True):
         if r.WhichOneof("value") != i.WhichOneof("value") or r.dim_value != i.dim_value or r.dim_param != i.dim_param:
             return [f"output {name!r}: recorded {tensor_type_text(recorded)}, inferred {tensor_type_text(inferred)}"]
     return []
@@ -151,7 +151,8 @@ def _stray_nodes(model: onnx.ModelProto, route: Route, groups: dict[str, list[on
     for node in model.graph.node:
         key = op_key(node)
         if key[0] not in allowed_domains:
-            failures.append(f"stray node {node.name or node.op_type} of domain {key[0]!r} (the route allows {sorted(allowed_domains)})")
+            failures.append(f"stray node {node.name or node.op_type} of domain {key[0]!r} "
+            f"(the route allows {sorted(allowed_domains)})")
         elif key in _NORM_ONLY_OPS and id(node) not in in_norms:
             failures.append(f"stray {key[0] or 'ai.onnx'}::{key[1]} node {node.name!r} outside every norm")
     custom = sum(1 for n in model.graph.node if op_key(n) == (CUSTOM_DOMAIN, CUSTOM_OP_TYPE))

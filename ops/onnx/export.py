@@ -25,6 +25,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnx
 import torch
@@ -33,10 +34,13 @@ from torch import Tensor, nn
 import ops  # noqa: F401  (loads the op library: torch.ops.myops.fused_norm must exist to be translated)
 from env.files import atomic_path
 from env.paths import build_dir
-from ops.onnx.routes import CUSTOM_DOMAIN, CUSTOM_DOMAIN_VERSION, CUSTOM_OP_TYPE, Route, get_route, parse_routes
 from ops.norms import Norm
 from ops.onnx.checks import CheckReport, ExportCheckError, check_export, norm_paths_of
+from ops.onnx.routes import CUSTOM_DOMAIN, CUSTOM_DOMAIN_VERSION, CUSTOM_OP_TYPE, Route, get_route, parse_routes
 from ops.onnx.summary import format_summary
+
+if TYPE_CHECKING:
+    from ops.model import ModelConfig
 
 INPUT_NAME, OUTPUT_NAME = "x", "y"
 _DIM_NAMES = ("batch", "seq")
@@ -202,13 +206,11 @@ def export_routes(
     routes: str = "all",
     out_dir: Path | str | None = None,
     torchscript: bool = False,
-    d_model: int = 128,
-    heads: int = 4,
-    layers: int = 2,
+    config: ModelConfig | None = None,
     seed: int = 0,
 ) -> list[ExportResult]:
     """Export the sequence model (fused norms) by each route into ``out_dir``; print each file's summary."""
-    from ops.model import build_model, example_input
+    from ops.model import build_model, example_input  # ``example_input`` is also export_model's parameter
 
     selected = parse_routes(routes)
     if torchscript:
@@ -219,8 +221,8 @@ def export_routes(
             print(f"{r.name}: not exported with --torchscript ({r.torchscript_unavailable})")
         selected = [r for r in selected if r.torchscript_symbolic is not None]
     out = Path(out_dir) if out_dir is not None else default_onnx_dir()
-    model = build_model("fused", d_model=d_model, heads=heads, layers=layers, seed=seed)
-    x = example_input(2, 16, d_model)
+    model = build_model("fused", config, seed=seed)
+    x = example_input(2, 16, model.config.d_model)
     results = []
     for route in selected:
         suffix = ".torchscript.onnx" if torchscript else ".onnx"

@@ -19,9 +19,8 @@ from __future__ import annotations
 from onnx import defs
 from onnx.shape_inference import InferenceError
 
+from ops.dtypes import DTYPES
 from ops.onnx.routes import CUSTOM_DOMAIN, CUSTOM_DOMAIN_VERSION, CUSTOM_OP_TYPE
-
-_TYPES = ["tensor(float)", "tensor(double)", "tensor(float16)", "tensor(bfloat16)"]
 
 
 def _infer(ctx) -> None:
@@ -53,7 +52,7 @@ def _schema() -> defs.OpSchema:
         "Y = X * rsqrt(mean(X^2, last axis) + epsilon) * weight + bias",
         inputs=[param("X", "T", "input, normalised over its last dim"), param("weight", "T", "[hidden] scale"), param("bias", "T", "[hidden] shift")],
         outputs=[param("Y", "T", "X's shape and dtype")],
-        type_constraints=[("T", _TYPES, "floating-point tensors")],
+        type_constraints=[("T", [d.ort for d in DTYPES], "floating-point tensors")],
         attributes=[defs.OpSchema.Attribute("epsilon", defs.OpSchema.AttrType.FLOAT, "added to the mean square", required=True)],
     )
     schema.set_type_and_shape_inference_function(_infer)

@@ -24,7 +24,8 @@ def format_summary(model: onnx.ModelProto, report: CheckReport, path: Path | Non
     lines = [
         f"{route.name} ({exporter} exporter)" + (f" -> {path}" if path else ""),
         f"  {route.summary}",
-        f"  opsets: {opsets} | inputs: {_values(model.graph.input, index)} | outputs: {_values(model.graph.output, index)}",
+        f"  opsets: {opsets} | inputs: {_values(model.graph.input, index)} "
+        f"| outputs: {_values(model.graph.output, index)}",
         f"  {len(model.graph.node)} nodes: {_counts(report.node_counts)}",
         f"  {report.initializer_count} initializers, all {report.parameter_count} parameters among them",
         f"  {len(report.groups)} norm(s), nodes in graph order:",

@@ -8,8 +8,9 @@ or ``FUSEDBENCH_ORT_DUMP_DIR``):
 
 Each call's x, weight, bias and epsilon go through ``torch.ops.myops.fused_norm``
 and ORT's y is compared with its result. Both sides run the same kernel core,
-so they should agree to the dtype's tolerance (torch.testing.assert_close's
-defaults); the first call that does not is where a deployed graph went wrong.
+so they should agree within the fused kernel's tolerance for the dtype
+(ops/reference.py); the first call that does not is where a deployed graph
+went wrong.
 """
 
 from __future__ import annotations
@@ -22,13 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-# torch.testing.assert_close's default (rtol, atol) per dtype.
-TOLERANCES = {
-    "float64": (1e-7, 1e-7),
-    "float32": (1.3e-6, 1e-5),
-    "float16": (1e-3, 1e-5),
-    "bfloat16": (1.6e-2, 1e-5),
-}
+from ops.dtypes import BY_NAME
+from ops.reference import TOLERANCES
 
 
 class DumpError(ValueError):
@@ -66,7 +62,8 @@ def call_folders(dump: Path) -> list[Path]:
         raise DumpError(f"{dump}: no such folder - pass the folder given as myops.fused_norm.dump_dir / FUSEDBENCH_ORT_DUMP_DIR")
     calls = sorted(p.parent for p in dump.glob("*/call-*/meta.json"))
     if not calls:
-        raise DumpError(f"{dump}: holds no dumped calls (<node>/call-NNNNNN/meta.json); was the dump on when the session was created?")
+        raise DumpError(f"{dump}: holds no dumped calls (<node>/call-NNNNNN/meta.json); "
+        f"was the dump on when the session was created?")
     return calls
 
 
@@ -80,14 +77,14 @@ def replay_call(folder: Path) -> CallReplay:
         epsilon = float(np.load(folder / "epsilon.npy"))
     except (OSError, KeyError, ValueError) as error:
         raise DumpError(f"{folder}: not a complete dumped call ({error})") from error
-    if dtype not in TOLERANCES:
-        raise DumpError(f"{folder}: dtype {dtype!r} is not one the op supports ({', '.join(TOLERANCES)})")
+    if dtype not in BY_NAME:
+        raise DumpError(f"{folder}: dtype {dtype!r} is not one the op supports ({', '.join(BY_NAME)})")
     expected = torch.ops.myops.fused_norm(x, weight, bias, epsilon)
     got, want = y.double(), expected.double()
-    rtol, atol = TOLERANCES[dtype]
+    tolerance = TOLERANCES[BY_NAME[dtype].torch]
     both_nan = got.isnan() & want.isnan()
     diff = (got - want).abs().masked_fill(both_nan, 0.0)
-    close = (diff <= atol + rtol * want.abs()) | both_nan
+    close = (diff <= tolerance.bound(want)) | both_nan
     rel = diff / want.abs().clamp_min(torch.finfo(torch.float64).tiny)
     finite = ~(got.isnan() | want.isnan())
     return CallReplay(

@@ -48,14 +48,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from ops.dtypes import BY_ORT, DTYPES
 from ops.ort.session import CustomOpsNotRegisteredError, OrtConfig, create_session, session_options
-
-# ONNX tensor type names as InferenceSession.get_inputs() gives them.
-_NUMPY_TYPES = {
-    "tensor(float)": np.dtype(np.float32),
-    "tensor(double)": np.dtype(np.float64),
-    "tensor(float16)": np.dtype(np.float16),
-}
 
 
 class RequestError(ValueError):
@@ -84,9 +78,11 @@ class InputSpec:
 
     @classmethod
     def of(cls, node: ort.NodeArg) -> InputSpec:
-        if node.type not in _NUMPY_TYPES:
-            raise SessionCreationError(f"input {node.name!r} has type {node.type}; the pool serves {', '.join(_NUMPY_TYPES)}")
-        return cls(node.name, _NUMPY_TYPES[node.type], tuple(d if isinstance(d, int) else None for d in node.shape))
+        dtype = BY_ORT.get(node.type)
+        if dtype is None or dtype.numpy is None:
+            served = ", ".join(d.ort for d in DTYPES if d.numpy is not None)
+            raise SessionCreationError(f"input {node.name!r} has type {node.type}; the pool serves {served}")
+        return cls(node.name, dtype.numpy, tuple(d if isinstance(d, int) else None for d in node.shape))
 
     def expectation(self) -> str:
         dims = ", ".join("?" if d is None else str(d) for d in self.dims)
@@ -103,10 +99,11 @@ class InputSpec:
                 f"input {self.name!r} must be {self.expectation()} (rank {len(self.dims)}), got rank {value.ndim} "
                 f"shape {list(value.shape)}"
             )
-        for axis, (want, got) in enumerate(zip(self.dims, value.shape)):
+        for axis, (want, got) in enumerate(zip(self.dims, value.shape, strict=True)):
             if want is not None and want != got:
                 raise RequestError(
-                    f"input {self.name!r} must be {self.expectation()}: dim {axis} must be {want}, got shape {list(value.shape)}"
+                    f"input {self.name!r} must be {self.expectation()}: dim {axis} must be {want}, "
+                    f"got shape {list(value.shape)}"
                 )
             if got < 1:
                 raise RequestError(f"input {self.name!r} has an empty dim {axis} (shape {list(value.shape)}); every dim must be >= 1")
@@ -176,7 +173,7 @@ class _Slot:
         self.current = None  # until the run succeeds the binding matches no stored key
         self.session.run_with_iobinding(self.binding)
         outputs = []
-        for name, value in zip(self._output_names, self.binding.get_outputs()):
+        for name, value in zip(self._output_names, self.binding.get_outputs(), strict=True):
             view = value.numpy()
             outputs.append((name, value, view))
             self.binding.bind_ortvalue_output(name, value)
@@ -251,10 +248,12 @@ class SessionPool:
 
     @classmethod
     def create(
-        cls, model: str | os.PathLike, config: OrtConfig = OrtConfig(), sessions: int = 1, slots: int | None = None,
+        cls, model: str | os.PathLike, config: OrtConfig | None = None, sessions: int = 1, slots: int | None = None,
         shapes_per_slot: int = 4,
     ) -> SessionPool:
-        """``sessions`` sessions of ``model`` made as ``config`` says; ``slots`` defaults to 2 per session."""
+        """``sessions`` sessions of ``model`` made as ``config`` (default ``OrtConfig()``) says; ``slots``
+        defaults to 2 per session."""
+        config = config or OrtConfig()
         if sessions < 1:
             raise ValueError(f"sessions must be >= 1, got {sessions}")
         made = [create_pool_session(model, config) for _ in range(sessions)]

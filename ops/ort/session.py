@@ -245,7 +245,7 @@ class IOBoundRunner:
         self._session.run_with_iobinding(self._binding)
         self._binding.synchronize_outputs()
         outputs = [np.ascontiguousarray(a) for a in self._binding.copy_outputs_to_cpu()]
-        for name, buffer in zip(self._output_names, outputs):
+        for name, buffer in zip(self._output_names, outputs, strict=True):
             self._binding.bind_output(name, "cpu", 0, buffer.dtype, buffer.shape, buffer.ctypes.data)
         self._key, self._outputs = key, outputs
 

@@ -105,7 +105,7 @@ def test_a_report_of_another_schema_version_is_a_clear_error(tmp_path, rng, vers
 
 def test_cli_refuses_then_allows(tmp_path, rng):
     base, new = _pair(tmp_path, rng, {"cpu_model": "Intel Xeon"}, slower=1.5)
-    command = [sys.executable, "-m", "invoke", "--search-root", str(REPO_ROOT), "compare"]
+    command = [sys.executable, "-m", "invoke", "--search-root", str(REPO_ROOT), "bench.compare"]
     refused = subprocess.run([*command, str(base), str(new)], capture_output=True, text=True, cwd=tmp_path)
     assert refused.returncode == 3 and "cpu_model: AMD EPYC 9B14 -> Intel Xeon" in refused.stdout
     allowed = subprocess.run([*command, "--allow-different-machines", str(base), str(new)], capture_output=True, text=True, cwd=tmp_path)

@@ -67,7 +67,7 @@ def test_rows_agree_with_their_raw_samples(torch_run):
 def test_ratios_bandwidth_and_environment(torch_run):
     _, outcome = torch_run
     frame = read_report(outcome.paths.csv)
-    for (workload, shape), rows in frame[frame.workload.isin(["op", "model"])].groupby(["workload", "shape"]):
+    for _, rows in frame[frame.workload.isin(["op", "model"])].groupby(["workload", "shape"]):
         unfused = rows[(rows.baseline == "unfused")].median_us.iloc[0]
         np.testing.assert_allclose(rows.speedup_vs_unfused, unfused / rows.median_us)
     op = frame[frame.workload == "op"]
@@ -113,11 +113,11 @@ def test_compiled_and_ort_routes_on_a_tiny_grid(tmp_path):
     assert outcome.failures == [], outcome.failures
     frame = outcome.frame
     ort_variants = {f"{r}-{m}" for r in ("standard", "opset23", "custom") for m in ("run", "iobinding")}
-    assert {v for w, b, v in zip(frame.workload, frame.baseline, frame.variant) if w == "op" and b == "ort"} == ort_variants
-    assert {v for w, b, v in zip(frame.workload, frame.baseline, frame.variant) if w == "model" and b == "ort"} == ort_variants
+    assert {v for w, b, v in zip(frame.workload, frame.baseline, frame.variant, strict=True) if w == "op" and b == "ort"} == ort_variants
+    assert {v for w, b, v in zip(frame.workload, frame.baseline, frame.variant, strict=True) if w == "model" and b == "ort"} == ort_variants
     compiled = frame[frame.baseline == "compiled"].iloc[0]
     assert compiled.setup_s > 0.05 and "compile" in compiled.note  # a cold compile, reported outside the timed loop
-    notes = {v: n for b, v, n, w in zip(frame.baseline, frame.variant, frame.note, frame.workload) if b == "ort" and w == "model"}
+    notes = {v: n for b, v, n, w in zip(frame.baseline, frame.variant, frame.note, frame.workload, strict=True) if b == "ort" and w == "model"}
     # What ORT actually ran for the model's 5 norms after its graph optimisation:
     assert "SimplifiedLayerNormalization x5" in notes["standard-run"]
     assert "RMSNormalization x5" in notes["opset23-run"] and "fused_norm x5" in notes["custom-iobinding"]

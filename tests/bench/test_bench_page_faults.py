@@ -103,7 +103,8 @@ def test_allocating_calls_are_held_against_the_fresh_output_copy(run_frame):
     call, out = frame.loc[("op", "big", "fused", "call")], frame.loc[("op", "big", "fused", "out")]
     assert call.copy_limit == "fresh_output" and call.copy_gbps == pytest.approx(fresh_gbps)
     assert call.copy_share == pytest.approx(1500.0 / 1600.0)
-    assert out.copy_limit == "into_preallocated" and out.copy_share == pytest.approx(500.0 / 600.0)
+    assert out.copy_limit == "into_preallocated" and out.copy_gbps == pytest.approx(preallocated_gbps)
+    assert out.copy_share == pytest.approx(500.0 / 600.0)
     model = frame.loc[("model", "m", "fused", "call")]
     assert pd.isna(model.copy_limit) or model.copy_limit == ""
     assert math.isnan(model.copy_gbps) and math.isnan(model.copy_share)

@@ -129,8 +129,10 @@ from pathlib import Path
 from bench.serve.configs import ServeConfig
 from bench.serve.run import ServeOptions, main
 from tests.helpers.serve_models import SMALL
-configs = tuple(ServeConfig("ort", "pooled", 1, 1, 2, "custom") for _ in range(1)) + (ServeConfig("ort", "run", 1, 1, 2, "custom"),)
-sys.exit(main(ServeOptions(duration_s=60, out_dir=Path(sys.argv[1]), models_dir=Path(sys.argv[2]), model=SMALL, configs=configs, warmup=2, bank_size=8)))
+configs = (ServeConfig("ort", "pooled", 1, 1, 2, "custom"), ServeConfig("ort", "run", 1, 1, 2, "custom"))
+options = ServeOptions(duration_s=60, out_dir=Path(sys.argv[1]), models_dir=Path(sys.argv[2]), model=SMALL,
+                       configs=configs, warmup=2, bank_size=8)
+sys.exit(main(options))
 """
 
 

@@ -18,7 +18,8 @@ import torch
 from tests.helpers.cuda_variants import kernel_names
 from tests.helpers.emulated_kernels import (DTYPE_NAMES, ORDERS, Case, check_case, expected_launches,
                                             load_emulated_kernels, one_torch_thread, plan_variants, standard_cases)
-from ops.reference import FLOAT_DTYPES, TOLERANCES, make_inputs, reference_norm
+from ops.dtypes import TORCH_DTYPES
+from ops.reference import TOLERANCES, make_inputs, reference_norm
 
 pytestmark = pytest.mark.cuda_emulated
 
@@ -40,7 +41,7 @@ def variants() -> dict:
 
 
 @pytest.mark.parametrize("order", list(ORDERS))
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: DTYPE_NAMES[d])
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=lambda d: DTYPE_NAMES[d])
 def test_every_variant_matches_the_reference(kernels, variants, generator, dtype, order):
     cases = standard_cases(dtype, variants)
     problems, ran = [], set()

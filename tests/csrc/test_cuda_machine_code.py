@@ -24,13 +24,14 @@ from pathlib import Path
 import pytest
 
 from env.build import cuda as cuda_build
+from env.build.toolkit import find_cuda_toolkit
 from tests.helpers.cuda_variants import build_probe, plans
 from tests.helpers.sass import KernelCode, blocks_per_sm, disassemble, nvidia_tool
 
 CUOBJDUMP = nvidia_tool("cuobjdump")
 
 pytestmark = [
-    pytest.mark.skipif(cuda_build.find_nvcc() is None, reason="nvcc not found: the sm_90 machine code cannot be built"),
+    pytest.mark.skipif(find_cuda_toolkit() is None, reason="nvcc not found: the sm_90 machine code cannot be built"),
     pytest.mark.skipif(
         CUOBJDUMP is None,
         reason="cuobjdump not installed (pip package nvidia-cuda-cuobjdump, pinned in the lock): SASS cannot be read",

@@ -74,7 +74,7 @@ def test_intrinsics_follow_cuda_semantics(selftest, generator, order):
     selftest.simt_last_error_message(message, len(message))
     assert rc == 0, message.value.decode()
     expected = expected_fields(values.tolist())
-    for g, (got, want) in enumerate(zip(out.tolist(), expected)):
+    for g, (got, want) in enumerate(zip(out.tolist(), expected, strict=True)):
         assert got == want, f"thread {g} (block {g // 64}, t {g % 64}): got {got}, expected {want}"
     assert int(total) == int(values.sum())  # every thread's atomicAdd landed once
 

@@ -67,7 +67,8 @@ def test_aot_build_loads_and_matches_jit(tmp_path):
     script = (
         "import torch, ops\n"
         "g = torch.Generator().manual_seed(7)\n"
-        "x = torch.randn(9, 300, generator=g); w = 1 + 0.1 * torch.randn(300, generator=g); b = 0.05 * torch.randn(300, generator=g)\n"
+        "x = torch.randn(9, 300, generator=g); w = 1 + 0.1 * torch.randn(300, generator=g)\n"
+        "b = 0.05 * torch.randn(300, generator=g)\n"
         "torch.save(ops.fused_norm(x, w, b, 1e-6), __import__('sys').argv[1])\n"
         "print(ops.torch_library_path())\n"
     )

@@ -9,13 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cuda_variants import KERNEL_TYPES, build_probe, kernel_names, plans, read_variants
 from env.build import cuda as cuda_build
 from env.build.config import pinned_cuda_arch_list, use_pinned_cuda_arch_list
+from env.build.ptxas import PtxasReportError, parse_ptxas_report
+from env.build.toolkit import NOT_FOUND, find_cuda_toolkit
+from tests.helpers.cuda_variants import KERNEL_TYPES, build_probe, kernel_names, plans, read_variants
 
 needs_nvcc = pytest.mark.skipif(
-    cuda_build.find_nvcc() is None,
-    reason="nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin): the CUDA compile check needs it",
+    find_cuda_toolkit() is None,
+    reason=f"{NOT_FOUND}: the CUDA compile check needs it",
 )
 
 
@@ -146,15 +148,15 @@ ptxas info    : Used 21 registers, used 0 barriers
 
 
 def test_parse_ptxas_report():
-    parsed = cuda_build.parse_ptxas_report(SAMPLE_REPORT)
+    parsed = parse_ptxas_report(SAMPLE_REPORT)
     assert parsed == [
         ("_Z1kPf", "sm_80", {"stack_frame_bytes": 8, "spill_store_bytes": 16, "spill_load_bytes": 8, "registers": 48,
                              "barriers": 1, "shared_bytes": 256, "constant_bytes": 408}),
         ("_Z1gv", "sm_90", {"stack_frame_bytes": 0, "spill_store_bytes": 0, "spill_load_bytes": 0, "registers": 21,
                             "barriers": 0, "shared_bytes": 0, "constant_bytes": 0}),
     ]
-    with pytest.raises(cuda_build.CudaCheckError, match="incomplete"):
-        cuda_build.parse_ptxas_report(SAMPLE_REPORT.replace("Used 21 registers", "Used registers"))
+    with pytest.raises(PtxasReportError, match="incomplete"):
+        parse_ptxas_report(SAMPLE_REPORT.replace("Used 21 registers", "Used registers"))
 
 
 # --- the real compile ---------------------------------------------------------------------

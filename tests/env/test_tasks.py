@@ -19,24 +19,31 @@ def invoke(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
-def test_task_names():
-    listed = invoke("--complete").stdout.split()
-    assert {"align", "build", "bench", "compare", "export", "test", "toolchain", "env.check", "env.lock"} <= set(listed)
-    assert "check" not in listed and "lock" not in listed  # now align and env.lock
+def test_task_names_follow_one_scheme():
+    # Single tasks flat; each group of tasks a namespace (`bench` runs bench.run).
+    listed = set(invoke("--complete").stdout.split())
+    assert listed == {
+        "align", "build", "cuda-check", "export", "gpu-check", "lint", "test", "toolchain",
+        "bench", "bench.run", "bench.compare", "bench.serve", "ort.client", "ort.dump-replay",
+        "env.check", "env.lock", "docker.build", "docker.run",
+    }
 
 
 @pytest.mark.parametrize(
     "args, option",
     [
-        (("compare", "a.csv", "b.csv", "--threshold", "0"), "--threshold"),
-        (("compare", "a.csv", "b.csv", "--threshold", "1"), "--threshold"),
-        (("compare", "a.csv", "b.csv", "--threshold", "-0.1"), "--threshold"),
-        (("compare", "a.csv", "b.csv", "--threshold", "ten"), "--threshold"),
-        (("compare", "a.csv", "b.csv", "--alpha", "1.5"), "--alpha"),
+        (("bench.compare", "a.csv", "b.csv", "--threshold", "0"), "--threshold"),
+        (("bench.compare", "a.csv", "b.csv", "--threshold", "1"), "--threshold"),
+        (("bench.compare", "a.csv", "b.csv", "--threshold", "-0.1"), "--threshold"),
+        (("bench.compare", "a.csv", "b.csv", "--threshold", "ten"), "--threshold"),
+        (("bench.compare", "a.csv", "b.csv", "--alpha", "1.5"), "--alpha"),
         (("docker.build", "--max-jobs", "0"), "--max-jobs"),
         (("bench", "--threads", "-3"), "--threads"),
         (("bench", "--threads", "two"), "--threads"),
         (("bench", "--warmup", "-1"), "--warmup"),
+        (("bench.serve", "--duration", "0"), "--duration"),
+        (("bench.serve", "--duration", "inf"), "--duration"),
+        (("gpu-check", "--test-timeout", "0"), "--test-timeout"),
     ],
 )
 def test_bad_numeric_option_names_the_option(args, option):
@@ -57,9 +64,12 @@ def test_option_converters_accept_good_values():
     assert cli.integer("--warmup", "0", minimum=0) == 0
     assert cli.integer("--threads", " 12 ", minimum=1) == 12
     assert cli.fraction("--threshold", "0.1") == pytest.approx(0.1)
+    assert cli.positive("--duration", " 0.25 ") == pytest.approx(0.25)
     for bad in ("nan", "inf", "", "1e-400x"):
         with pytest.raises(Exit, match="--alpha"):
             cli.fraction("--alpha", bad)
+        with pytest.raises(Exit, match="--duration"):
+            cli.positive("--duration", bad)
 
 
 def test_fails_with_turns_listed_errors_into_exit_and_keeps_bugs_loud():
@@ -67,7 +77,7 @@ def test_fails_with_turns_listed_errors_into_exit_and_keeps_bugs_loud():
     def env_check(c, fail):
         raise fail
 
-    from env.build.torch_library import BuildError
+    from env.build.commands import BuildError
 
     with pytest.raises(Exit) as stopped:
         env_check(None, ValueError("--dtype must be float32 - pick one"))

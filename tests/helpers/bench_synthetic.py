@@ -7,15 +7,15 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.report import COLUMNS, KEY_COLUMNS, SCHEMA_VERSION, RowSamples, to_frame, write_report
+from bench.report import COLUMNS, SCHEMA_VERSION, RowKey, RowSamples, to_frame, write_report
 from bench.timing import summarize
 
 _DEFAULTS = {"string": "synthetic", "int64": 1, "Int64": 1, "float64": math.nan}
 
 
 def make_key(shape: str = "8x128x1024", baseline: str = "fused", variant: str = "call", workload: str = "op",
-             device: str = "cpu") -> tuple[str, ...]:
-    return (workload, shape, "float32", baseline, variant, device)
+             device: str = "cpu") -> RowKey:
+    return RowKey(workload=workload, shape=shape, dtype="float32", baseline=baseline, variant=variant, device=device)
 
 
 def in_rounds(values: np.ndarray, rounds: int = 3) -> RowSamples:
@@ -35,7 +35,7 @@ def synthetic_report(
     rows = []
     for key, row_samples in samples.items():
         row = {name: _DEFAULTS[dtype] for name, dtype, _ in COLUMNS}
-        row.update(dict(zip(KEY_COLUMNS, key)))
+        row.update(RowKey(*key)._asdict())
         row.update(vars(summarize(row_samples.values)))
         row["rounds"] = len(np.unique(row_samples.rounds))
         row["schema_version"] = schema_version

@@ -11,8 +11,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from env.paths import REPO_ROOT, csrc_dir
 from env.build.toolchain import cxx_compiler
+from env.paths import REPO_ROOT, csrc_dir
 
 # Element type -> (name in the demangled kernel names, bytes).
 KERNEL_TYPES = {"float32": ("float", 4), "float64": ("double", 8), "float16": ("Half", 2), "bfloat16": ("BFloat16", 2)}
@@ -38,7 +38,7 @@ def plans(probe: Path, cases: list[tuple[int, int, int, int]]) -> list[dict]:
 
 
 def kernel_names(variants: dict, dtype: str) -> set[str]:
-    """Short names (as env.build.cuda.short_kernel_name writes them) of every variant for ``dtype``."""
+    """Short names (as env.build.ptxas.short_kernel_name writes them) of every variant for ``dtype``."""
     type_name, size = KERNEL_TYPES[dtype]
     names = set()
     for kernel, chunk_list in variants.items():

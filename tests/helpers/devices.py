@@ -10,7 +10,7 @@ def cuda_skip_reason() -> str | None:
 
     reason = cuda_missing_reason()
     if reason is not None:
-        return f"{reason}; these tests run on a GPU machine (scripts/gpu_check.py)"
+        return f"{reason}; these tests run on a GPU machine (`invoke gpu-check`)"
     import ops  # noqa: F401  (registers the op's kernels)
 
     if not torch._C._dispatch_has_kernel_for_dispatch_key("myops::fused_norm", "CUDA"):

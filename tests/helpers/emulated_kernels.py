@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from env.build.cuda import short_kernel_name
+from env.build.ptxas import short_kernel_name
 from tests.helpers.cuda_variants import KERNEL_TYPES, build_probe, plans, read_variants
 from ops.reference import TOLERANCES, make_inputs, reference_norm
 

@@ -19,7 +19,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from env.build.cuda import demangle, short_kernel_name
+from env.build.ptxas import demangle, short_kernel_name
 
 
 def nvidia_tool(name: str) -> Path | None:
@@ -151,7 +151,7 @@ def disassemble(obj: Path, cuobjdump: Path) -> dict[str, KernelCode]:
     by_mangled = parse_sass(out)
     readable = demangle(list(by_mangled))
     result = {}
-    for (mangled, code), pretty in zip(by_mangled.items(), readable):
+    for code, pretty in zip(by_mangled.values(), readable, strict=True):
         code.name = short_kernel_name(pretty)
         result[code.name] = code
     return result

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.serve.models import ServedModel, export_routes
+from ops.model import ModelConfig
 
 # Small enough that 10,000 requests take seconds: the tests check correctness under load, not speed.
-SMALL = ServedModel(d_model=32, heads=2, layers=1, batch=1, seq=8)
+SMALL = ServedModel(ModelConfig(d_model=32, heads=2, layers=1), batch=1, seq=8)
 
 
 def small_model_files(tmp_path_factory) -> dict[str, Path]:

@@ -11,12 +11,13 @@ from onnx import numpy_helper
 import ops  # noqa: F401  (loads the op library)
 from ops.alignment.check import AlignmentError, align_model_file, check_alignment, load_input, save_inputs
 from ops.alignment.layers import block_output_names, with_extra_outputs
-from ops.alignment.metrics import MODEL_TOLERANCE, OP_TOLERANCES, Tolerance, compare
+from ops.alignment.metrics import compare
+from ops.model import ModelConfig, build_model, example_input
 from ops.onnx.export import export_model
 from ops.onnx.routes import ROUTES
-from ops.model import build_model, example_input
+from ops.reference import ALIGNMENT_TOLERANCES, MODEL_ALIGNMENT_TOLERANCE, Tolerance
 
-CONFIG = {"d_model": 32, "heads": 2, "layers": 3}
+CONFIG = ModelConfig(d_model=32, heads=2, layers=3)
 
 
 # --- metrics ---------------------------------------------------------------------------
@@ -26,7 +27,7 @@ def test_compare_reports_the_errors_it_sees(generator):
     # |reference| >= 3 > atol/rtol = 1, so every element counts for max rel
     # (elements below atol/rtol are excluded from it by design).
     reference = np.abs(torch.randn(4, 50, generator=generator, dtype=torch.float64).numpy()) + 3.0
-    tol = Tolerance(atol=1e-6, rtol=1e-6, min_cosine=1 - 1e-12, why="test")
+    tol = Tolerance(rtol=1e-6, atol=1e-6, why="test", min_cosine=1 - 1e-12)
     same = compare(reference.copy(), reference, tol)
     assert same.passed and same.max_abs == 0.0 and same.max_rel == 0.0 and same.cosine == pytest.approx(1.0)
     off = reference.copy()
@@ -40,14 +41,14 @@ def test_compare_reports_the_errors_it_sees(generator):
 
 
 def test_compare_fails_on_nan_direction_and_shape():
-    tol = OP_TOLERANCES["float32"]
+    tol = ALIGNMENT_TOLERANCES[torch.float32]
     reference = np.linspace(-2, 2, 64, dtype=np.float32)
     with_nan = reference.copy()
     with_nan[5] = np.nan
     assert not compare(with_nan, reference, tol).passed
     # Within atol elementwise, but pointing elsewhere: the cosine floor catches it.
     tiny = np.full(8, 1e-6)
-    assert not compare(-tiny, tiny, Tolerance(atol=1e-5, rtol=0.0, min_cosine=0.99, why="")).passed
+    assert not compare(-tiny, tiny, Tolerance(rtol=0.0, atol=1e-5, why="", min_cosine=0.99)).passed
     # Relative error ignores references below atol/rtol (noise), not above.
     near_zero = np.array([1e-9, 1.0])
     assert compare(near_zero + [1e-7, 0], near_zero, tol).max_rel == 0.0
@@ -61,7 +62,7 @@ def test_compare_fails_on_nan_direction_and_shape():
 def test_inputs_are_saved_reproducible_and_realistic(tmp_path):
     files = save_inputs(tmp_path, "op", 97, "float16", [(2, 3), (1, 1)], seed=7)
     again = save_inputs(tmp_path / "again", "op", 97, "float16", [(2, 3), (1, 1)], seed=7)
-    for a, b in zip(files, again):
+    for a, b in zip(files, again, strict=True):
         x = load_input(a)
         assert x.dtype == np.float16 and x.shape[-1] == 97
         np.testing.assert_array_equal(x, load_input(b))
@@ -110,7 +111,7 @@ def test_float64_standard_route_shows_ort_fusion_epsilon(tmp_path):
 
 
 def test_bad_dtype_is_rejected(tmp_path):
-    with pytest.raises(ValueError, match="dtypes must be among"):
+    with pytest.raises(ValueError, match="--dtype must be a comma list of float32, float16, float64"):
         check_alignment("standard", tmp_path, dtypes=("int8",), echo=False)
 
 
@@ -121,7 +122,7 @@ def test_bad_dtype_is_rejected(tmp_path):
 def layered(tmp_path_factory):
     """A 3-block model exported by the standard route, and inputs saved for it."""
     out = tmp_path_factory.mktemp("layers")
-    model = build_model("fused", seed=9, **CONFIG)
+    model = build_model("fused", seed=9, config=CONFIG)
     result = export_model(model, example_input(2, 8, CONFIG["d_model"]), "standard", out / "model.onnx")
     files = save_inputs(out, "model", CONFIG["d_model"], "float32", [(2, 5), (1, 9)], seed=1)
     return model, onnx.load(result.path), files
@@ -159,4 +160,4 @@ def test_layers_name_the_first_divergent_block(layered, block):
     for earlier in range(block):
         assert by_level[f"block {earlier}"].result.passed
     assert not by_level[f"block {block}"].result.passed and not by_level["model"].result.passed
-    assert by_level[f"block {block}"].result.max_abs > 10 * MODEL_TOLERANCE.atol
+    assert by_level[f"block {block}"].result.max_abs > 10 * MODEL_ALIGNMENT_TOLERANCE.atol

@@ -18,16 +18,15 @@ import pytest
 import torch
 
 import ops
+from env.build.ptxas import short_kernel_name
+from ops.dtypes import TORCH_DTYPES, dtype_name
+from ops.reference import TOLERANCES, make_inputs, reference_norm
 from tests.helpers.cuda_variants import build_probe, kernel_names, read_variants
-from env.build.cuda import short_kernel_name
 from tests.helpers.devices import cuda_skip_reason
-from ops.reference import FLOAT_DTYPES, TOLERANCES, make_inputs, reference_norm
-
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(cuda_skip_reason() is not None, reason=str(cuda_skip_reason()))]
 
 DEVICE = "cuda"
-DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 ROWS = (3, 7)  # 21 rows: not a multiple of the 4 rows a warp-per-row block takes
 
 
@@ -54,8 +53,8 @@ def hidden_sizes(dtype: torch.dtype) -> list[int]:
     return sizes
 
 
-CASES = [(dtype, hidden) for dtype in FLOAT_DTYPES for hidden in hidden_sizes(dtype)]
-CASE_IDS = [f"{DTYPE_NAMES[d]}-{h}" for d, h in CASES]
+CASES = [(dtype, hidden) for dtype in TORCH_DTYPES for hidden in hidden_sizes(dtype)]
+CASE_IDS = [f"{dtype_name(d)}-{h}" for d, h in CASES]
 
 
 def cuda_inputs(shape, dtype, generator, requires_grad=False):
@@ -92,7 +91,7 @@ def test_values_match_float64_reference(dtype, hidden, generator):
     assert torch.equal(out, y)
 
 
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
 @pytest.mark.parametrize("units", [32, 129, 4097], ids=lambda n: f"{n}vectors")
 def test_misaligned_pointers_fall_back_correctly(dtype, units, generator):
     # A row length that would take the 16-byte path, with x and out one
@@ -121,7 +120,7 @@ def test_out_with_a_storage_offset_keeps_a_vector_path(offset_bytes, generator):
     torch.testing.assert_close(out.double(), reference_norm(x, w, b, 1e-6), **TOLERANCES[torch.bfloat16].as_kwargs())
 
 
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
 def test_out_variant_with_strided_inputs_on_cuda(dtype, generator):
     # Strided x, weight and bias (sharing no byte with out) give the result of
     # their contiguous copies; every element of out is written.
@@ -185,7 +184,7 @@ def variants(tmp_path_factory) -> dict:
     return read_variants(build_probe(tmp_path_factory.mktemp("probe")))
 
 
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
 def test_every_variant_is_launched(dtype, variants, generator):
     # The profiler names each kernel launched: the value tests above must
     # reach every compiled variant, or some kernel goes untested.
@@ -197,7 +196,7 @@ def test_every_variant_is_launched(dtype, variants, generator):
             ops.fused_norm(x, w, b, 1e-6)
         torch.cuda.synchronize()
     launched = {short_kernel_name(e.name) for e in prof.events() if "rows_kernel" in e.name}
-    assert launched == kernel_names(variants, DTYPE_NAMES[dtype])
+    assert launched == kernel_names(variants, dtype_name(dtype))
 
 
 
@@ -285,7 +284,7 @@ def test_ort_cuda_route_equals_torch(dtype, hidden, generator):
     from tests.helpers.ort_test_models import single_node_model
 
     x, w, b = cuda_inputs((*ROWS, hidden), dtype, generator)
-    model = single_node_model(DTYPE_NAMES[dtype], epsilon=1e-5)
+    model = single_node_model(dtype_name(dtype), epsilon=1e-5)
     session = create_session(model, OrtConfig(provider="cuda"))
     # Same kernel, same inputs: ORT's output must equal torch's bit for bit.
     # (epsilon is a float attribute in ONNX: pass torch the same float32 value.)

@@ -17,14 +17,14 @@ from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import ops  # noqa: F401  (loads the op library)
-from ops.onnx.export import ExportError, export_model
-from ops.onnx.routes import ROUTES, get_route, parse_routes
-from ops.model import build_model, build_norm, example_input
+from ops.model import ModelConfig, build_model, build_norm, example_input
 from ops.onnx.checks import ExportCheckError, check_export
+from ops.onnx.export import ExportError, export_model
 from ops.onnx.graph import norm_groups, op_key
+from ops.onnx.routes import ROUTES, get_route, parse_routes
 from ops.ort.session import CustomOpsNotRegisteredError, OrtConfig, create_session
 
-CONFIG = {"d_model": 32, "heads": 2, "layers": 2}
+CONFIG = ModelConfig(d_model=32, heads=2, layers=2)
 NORMS = 2 * CONFIG["layers"] + 1
 # (batch, seq) sizes at run time, none of them the export example's (2, 8).
 SIZES = ((1, 1), (3, 5), (5, 64))
@@ -34,7 +34,7 @@ TOL = {"atol": 1e-4, "rtol": 1e-4}
 
 @pytest.fixture(scope="module")
 def model():
-    return build_model("fused", seed=11, **CONFIG)
+    return build_model("fused", seed=11, config=CONFIG)
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +168,7 @@ def test_torchscript_exporter_has_no_opset23_route(model, tmp_path):
 
 
 def test_export_rejects_unfused_norms_and_bad_inputs(tmp_path):
-    unfused = build_model("unfused", **CONFIG)
+    unfused = build_model("unfused", config=CONFIG)
     with pytest.raises(ExportError, match="impl='fused'"):
         export_model(unfused, example_input(2, 8, CONFIG["d_model"]), "standard", tmp_path / "u.onnx")
     with pytest.raises(ValueError, match="sizes >= 2"):

@@ -9,27 +9,27 @@ import ops  # noqa: F401  (loads the op library)
 from ops.model import ModelConfig, build_model, build_norm, example_input, with_norm_impl
 from ops.norms import Norm
 
-SMALL = {"d_model": 48, "heads": 3, "layers": 2}
+SMALL = ModelConfig(d_model=48, heads=3, layers=2)
 
 
 def _reference(seed: int) -> torch.nn.Module:
     """The unfused composition in float64: the independent reference."""
-    return build_model("unfused", seed=seed, dtype=torch.float64, **SMALL)
+    return build_model("unfused", seed=seed, dtype=torch.float64, config=SMALL)
 
 
 def test_same_seed_same_weights_for_every_impl():
-    models = {impl: build_model(impl, seed=3, **SMALL) for impl in ("unfused", "native", "fused")}
+    models = {impl: build_model(impl, seed=3, config=SMALL) for impl in ("unfused", "native", "fused")}
     states = {impl: m.state_dict() for impl, m in models.items()}
     for impl in ("native", "fused"):
         assert states[impl].keys() == states["unfused"].keys()
         for name, value in states["unfused"].items():
             assert torch.equal(states[impl][name], value), f"{impl}: {name} differs"
     assert all(norm.impl == "fused" for norm in models["fused"].norms())
-    assert len(models["fused"].norms()) == ModelConfig(**SMALL).norm_count == 5
+    assert len(models["fused"].norms()) == ModelConfig(config=SMALL).norm_count == 5
 
 
 def test_seed_changes_weights_and_scale_is_realistic():
-    a, b = build_model("fused", seed=0, **SMALL), build_model("fused", seed=1, **SMALL)
+    a, b = build_model("fused", seed=0, config=SMALL), build_model("fused", seed=1, config=SMALL)
     assert not torch.equal(a.blocks[0].attn.qkv.weight, b.blocks[0].attn.qkv.weight)
     norm_weights = torch.cat([n.weight for n in a.norms()])
     norm_biases = torch.cat([n.bias for n in a.norms()])
@@ -44,7 +44,7 @@ def test_seed_changes_weights_and_scale_is_realistic():
 
 @pytest.mark.parametrize("impl", ["unfused", "native", "fused"])
 def test_impls_match_float64_reference(impl, generator):
-    model = build_model(impl, seed=5, **SMALL)
+    model = build_model(impl, seed=5, config=SMALL)
     reference = _reference(5)
     for batch, seq in ((1, 1), (2, 9), (3, 33)):
         x = example_input(batch, seq, SMALL["d_model"], generator)
@@ -57,25 +57,25 @@ def test_impls_match_float64_reference(impl, generator):
 
 
 def test_fused_float64_equals_unfused_float64(generator):
-    fused = build_model("fused", seed=2, dtype=torch.float64, **SMALL)
+    fused = build_model("fused", seed=2, dtype=torch.float64, config=SMALL)
     x = example_input(2, 7, SMALL["d_model"], generator, torch.float64)
     with torch.no_grad():
         torch.testing.assert_close(fused(x), _reference(2)(x), atol=1e-12, rtol=1e-12)
 
 
 def test_with_norm_impl_copies_weights_mode_and_dtype():
-    model = build_model("unfused", seed=4, dtype=torch.float64, **SMALL).train()
+    model = build_model("unfused", seed=4, dtype=torch.float64, config=SMALL).train()
     copy = with_norm_impl(model, "fused")
     assert copy.impl == "fused" and copy.training and next(copy.parameters()).dtype == torch.float64
     assert all(n.impl == "fused" for n in copy.norms())
-    for (name, a), (_, b) in zip(model.named_parameters(), copy.named_parameters()):
+    for (name, a), (_, b) in zip(model.named_parameters(), copy.named_parameters(), strict=True):
         assert torch.equal(a, b), name
         assert a.data_ptr() != b.data_ptr(), f"{name} is shared, not copied"
 
 
 def test_fused_gradients_match_unfused(generator):
     """A backward pass through the fused op gives the unfused composition's gradients (float64)."""
-    fused = build_model("fused", seed=6, dtype=torch.float64, **SMALL).train()
+    fused = build_model("fused", seed=6, dtype=torch.float64, config=SMALL).train()
     unfused = with_norm_impl(fused, "unfused")
     x = example_input(2, 5, SMALL["d_model"], generator, torch.float64)
     grad_out = torch.randn(x.shape, generator=generator, dtype=torch.float64)
@@ -87,7 +87,7 @@ def test_fused_gradients_match_unfused(generator):
     for key, expected in grads["unfused"].items():
         got = grads["fused"][key]
         assert got is not None and torch.isfinite(got).all(), key
-        torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10, msg=lambda m: f"{key}: {m}")
+        torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10, msg=lambda m, key=key: f"{key}: {m}")
     # The norms' own parameters receive gradient (the op is not a dead end).
     assert all(n.weight.grad.abs().sum() > 0 and n.bias.grad.abs().sum() > 0 for n in fused.norms())
 
@@ -117,12 +117,12 @@ def test_example_input_is_not_centred_nor_unit():
 )
 def test_bad_config_is_rejected(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        build_model("fused", **kwargs)
+        build_model("fused", ModelConfig(**kwargs))
 
 
 def test_bad_input_and_impl_are_rejected():
-    model = build_model("fused", **SMALL)
+    model = build_model("fused", config=SMALL)
     with pytest.raises(RuntimeError, match=r"x must have shape \[batch, seq, 48\]"):
         model(torch.randn(2, 3, 47))
     with pytest.raises(ValueError, match="norm implementation must be one of"):
-        build_model("fastest", **SMALL)
+        build_model("fastest", config=SMALL)

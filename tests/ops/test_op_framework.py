@@ -7,8 +7,9 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import ops
+from ops.dtypes import TORCH_DTYPES
 from ops.norms import unfused_norm
-from ops.reference import FLOAT_DTYPES, make_inputs
+from ops.reference import make_inputs
 
 OPCHECK_SHAPES = [(8, 64), (2, 3, 127), (1, 1), (5, 4097)]
 
@@ -20,7 +21,7 @@ def test_schema_is_exactly_as_specified():
     assert out_schema == "myops::fused_norm_out(Tensor x, Tensor weight, Tensor bias, float eps, Tensor(a!) out) -> ()"
 
 
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
 @pytest.mark.parametrize("shape", OPCHECK_SHAPES, ids=str)
 @pytest.mark.parametrize("requires_grad", [False, True])
 def test_opcheck(shape, dtype, requires_grad, generator, device):
@@ -30,7 +31,7 @@ def test_opcheck(shape, dtype, requires_grad, generator, device):
     torch.library.opcheck(torch.ops.myops.fused_norm.default, (x, w, b, 1e-6))
 
 
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
 def test_opcheck_out_variant(dtype, generator, device):
     x, w, b = make_inputs((6, 100), dtype, generator, device=device)
     out = torch.empty_like(x)
@@ -70,7 +71,7 @@ def test_low_precision_gradients_match_float64(dtype, generator, device):
     # Gradients are computed in float32 and rounded once to dtype; weight and
     # bias gradients sum over 16 rows, so allow a few ulps of the output type.
     rtol = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 4e-3}[dtype]
-    for got, ref in zip(grads, ref_grads):
+    for got, ref in zip(grads, ref_grads, strict=True):
         assert got.dtype == dtype
         torch.testing.assert_close(got.double(), ref, rtol=rtol, atol=rtol)
 

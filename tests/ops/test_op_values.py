@@ -6,14 +6,15 @@ import pytest
 import torch
 
 import ops
-from ops.reference import FLOAT_DTYPES, TOLERANCES, make_inputs, reference_norm
+from ops.dtypes import TORCH_DTYPES
+from ops.reference import TOLERANCES, make_inputs, reference_norm
 
 # Hidden sizes: 1 and 3 (below any vector width), 127 (odd, not a multiple
 # of 4/8/16/32 lanes), 512 and 1024 (exact multiples), 4097 (one past).
 HIDDEN_SIZES = (1, 3, 127, 512, 1024, 4097)
 
 
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
 @pytest.mark.parametrize("hidden", HIDDEN_SIZES)
 def test_matches_float64_reference(dtype, hidden, generator, device):
     x, w, b = make_inputs((3, 5, hidden), dtype, generator, device=device)
@@ -22,7 +23,7 @@ def test_matches_float64_reference(dtype, hidden, generator, device):
     torch.testing.assert_close(y.double(), reference_norm(x, w, b, 1e-6), **TOLERANCES[dtype].as_kwargs())
 
 
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
 def test_out_variant_writes_every_element(dtype, generator, device):
     x, w, b = make_inputs((7, 129), dtype, generator, device=device)
     out = torch.full_like(x, float("nan"))
@@ -32,7 +33,7 @@ def test_out_variant_writes_every_element(dtype, generator, device):
     torch.testing.assert_close(out.double(), reference_norm(x, w, b, 1e-5), **TOLERANCES[dtype].as_kwargs())
 
 
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
 def test_out_variant_with_strided_inputs(dtype, generator):
     # Strided x, weight and bias that share no byte with out are read as
     # their contiguous copies would be (they are not "sharing memory").
@@ -86,7 +87,7 @@ def test_many_rows_split_across_threads_match_single_thread(generator):
     torch.testing.assert_close(multi.double(), reference_norm(x, w, b, 1e-6), **TOLERANCES[torch.float32].as_kwargs())
 
 
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
 def test_non_contiguous_inputs_equal_contiguous_copy(dtype, generator, device):
     x, w, b = make_inputs((6, 130, 2), dtype, generator, device=device)
     x_t = x.transpose(1, 2)  # [6, 2, 130], last dim stride 2
@@ -105,7 +106,7 @@ def test_empty_inputs(shape, generator, device):
     assert y.shape == x.shape and y.dtype == x.dtype
 
 
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
 @pytest.mark.parametrize("poison", [float("nan"), float("inf")])
 def test_non_finite_value_stays_in_its_row(dtype, poison, generator, device):
     x, w, b = make_inputs((5, 33), dtype, generator, device=device)
@@ -166,7 +167,7 @@ def test_sixteen_bit_store_rounds_like_torch(dtype, generator, device):
     assert torch.equal(y.view(torch.int16), expected.view(torch.int16))
 
 
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
 def test_result_of_a_row_does_not_depend_on_its_position(dtype, generator, device):
     # 5 identical rows: rows 0-3 go through the 4-row blocked write, row 4
     # through the single-row tail. Without -ffp-contract=off the compiler

@@ -36,7 +36,7 @@ def test_each_call_is_dumped_and_replays_within_tolerance(tmp_path, generator, d
     assert [r.call for r in results] == [1, 2, 3]
     assert all(r.agrees for r in results) and all(r.dtype == name for r in results)
     folders = sorted(tmp_path.glob("*/call-*"))
-    for folder, (x, y), result in zip(folders, sent, results):
+    for folder, (x, y), result in zip(folders, sent, results, strict=True):
         np.testing.assert_array_equal(np.load(folder / "x.npy"), x)
         np.testing.assert_array_equal(np.load(folder / "y.npy"), y)  # what ORT returned, bit for bit
         assert float(np.load(folder / "epsilon.npy")) == pytest.approx(1e-5, rel=1e-7)

@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""Check and benchmark fusedbench on a CUDA machine; leave every file worth keeping in one folder.
+"""``invoke gpu-check``: check and benchmark fusedbench on a CUDA machine; leave every file worth keeping in one folder.
 
 Steps (each one's outcome goes to <out>/summary.json; a failed step does not stop the later ones):
   1. build the torch op library (with its CUDA kernels), the ONNX Runtime library and the CUDA
@@ -18,46 +17,45 @@ headers, pass --ort-headers with the include/ folder of an official ONNX Runtime
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))  # env/, ops/ and bench/ from any working directory
+from env.build.toolkit import find_cuda_toolkit
+from env.paths import REPO_ROOT, build_dir
 
 KERNEL_TESTS = ["tests/ops/test_cuda_op.py", "tests/ops/test_op_values.py"]  # every kernel variant, every dtype
 SANITIZER_TOOLS = ("memcheck", "racecheck")
 
 
+@dataclass
+class GpuCheckOptions:
+    out: Path | None = None  # default $OUT, else build/gpu-check
+    dry_run: bool = False  # the path a machine without a GPU can take
+    baseline: str = "all"  # the benchmark's --baseline
+    quick: bool = False  # the benchmark's quick grid
+    skip_build: bool = False  # use the library of the last build
+    no_tests: bool = False  # skip the tests and the sanitizer runs
+    ort_headers: Path | None = None  # ONNX Runtime include/ folder, where npm cannot fetch it
+    test_timeout_s: int = 900  # limit for each pytest run
+
+
 def log(message: str) -> None:
-    print(f"[gpu_check {time.strftime('%H:%M:%S')}] {message}", flush=True)
+    print(f"[gpu-check {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO_ROOT / "build" / "gpu-check"),
-                        help="folder for everything worth keeping (default $OUT, else build/gpu-check)")
-    parser.add_argument("--dry-run", action="store_true", help="the path a machine without a GPU can take")
-    parser.add_argument("--baseline", default="all", help="the benchmark's --baseline (default all)")
-    parser.add_argument("--quick", action="store_true", help="the benchmark's quick grid")
-    parser.add_argument("--skip-build", action="store_true", help="use the library of the last build")
-    parser.add_argument("--no-tests", action="store_true", help="skip the tests and the sanitizer runs")
-    parser.add_argument("--ort-headers", type=Path, help="ONNX Runtime include/ folder, where npm cannot fetch it")
-    parser.add_argument("--test-timeout-s", type=int, default=900, help="limit for each pytest run")
-    return parser.parse_args(argv)
-
-
-def step_build(args: argparse.Namespace) -> dict:
+def step_build(args: GpuCheckOptions) -> dict:
     if args.ort_headers:
         os.environ["FUSEDBENCH_ORT_HEADERS"] = str(args.ort_headers.resolve())
-    cuda_bin = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin"
-    if shutil.which("nvcc") is None and (cuda_bin / "nvcc").is_file():  # the toolkit's default place
-        os.environ["PATH"] = f"{cuda_bin}{os.pathsep}{os.environ.get('PATH', '')}"
+    toolkit = find_cuda_toolkit()
+    if toolkit:  # torch's extension builder reads CUDA_HOME when nvcc is not on PATH
+        os.environ.setdefault("CUDA_HOME", str(toolkit.home))
+    log(f"CUDA toolkit: {toolkit.home} (nvcc {toolkit.version})" if toolkit else "CUDA toolkit: none found")
     os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
     if args.skip_build:
         return {"status": "skipped (--skip-build)"}
@@ -71,7 +69,7 @@ def step_build(args: argparse.Namespace) -> dict:
     return {"status": "ok", "seconds": round(time.perf_counter() - started, 1)}
 
 
-def run_pytest(args: argparse.Namespace, name: str, pytest_args: list[str], prefix: list[str] = ()) -> dict:
+def run_pytest(args: GpuCheckOptions, name: str, pytest_args: list[str], prefix: list[str] = ()) -> dict:
     junit = args.out / f"{name}.xml"
     command = [*prefix, sys.executable, "-m", "pytest", *pytest_args, "-q", "-rs", "-p", "no:cacheprovider", f"--junitxml={junit}"]
     log(f"{name}: {' '.join(command)}")
@@ -85,7 +83,7 @@ def run_pytest(args: argparse.Namespace, name: str, pytest_args: list[str], pref
     return {"status": "ok" if code in (0, 5) else f"failed (exit {code})", "junit": junit.name, "log": f"{name}.log"}
 
 
-def step_tests(args: argparse.Namespace, cuda: bool) -> dict:
+def step_tests(args: GpuCheckOptions, cuda: bool) -> dict:
     results = {"gpu_tests": run_pytest(args, "gpu_tests", ["-m", "gpu", "tests"])}
     sanitizer = shutil.which("compute-sanitizer")
     for tool in SANITIZER_TOOLS:
@@ -98,7 +96,7 @@ def step_tests(args: argparse.Namespace, cuda: bool) -> dict:
     return results
 
 
-def step_bench(args: argparse.Namespace, cuda: bool) -> dict:
+def step_bench(args: GpuCheckOptions, cuda: bool) -> dict:
     from bench.run import BenchOptions, main
 
     options = BenchOptions(baseline=args.baseline, device="cuda" if cuda else "cpu", quick=args.quick or not cuda,
@@ -128,9 +126,9 @@ def copy_build_records(out: Path) -> dict:
     return {"status": "ok", "files": copied}
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    args.out = args.out.resolve()
+def main(args: GpuCheckOptions) -> int:
+    """Run every step; write <out>/summary.json; 1 if a step failed, else 0."""
+    args.out = Path(args.out or os.environ.get("OUT") or build_dir() / "gpu-check").resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.time()
     summary: dict = {"steps": {}}
@@ -161,7 +159,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"files in {args.out}: {', '.join(sorted(p.name for p in args.out.iterdir()))}; {summary['elapsed_s']} s")
     failed = [name for name, step in summary["steps"].items() if not step["status"].startswith(("ok", "skipped"))]
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
