@@ -6,8 +6,6 @@ a bad value ends with a message naming the option instead of a traceback.
 
 from __future__ import annotations
 
-import sys
-
 from invoke import Collection, Exit, task
 
 from env import cli
@@ -42,14 +40,18 @@ def toolchain(c):
     help={
         "k": "only tests matching this pytest -k expression",
         "args": "extra pytest arguments, quoted",
+        "all": "run both tiers: the fast one and the slow one (tests marked slow)",
+        "slow_only": "run the slow tier alone (CI runs it after the fast tier)",
     },
 )
-def test(c, k="", args=""):
-    """Build, then run the test suite (pytest)."""
+@cli.fails_with(ValueError)
+def test(c, k="", args="", all_=False, slow_only=False):
+    """Build, then run the fast test tier (pytest -m "not slow"); --all adds the slow tier."""
     import shlex
 
-    command = [sys.executable, "-m", "pytest", *(["-k", k] if k else [])]
-    c.run(" ".join(shlex.quote(a) for a in command) + (f" {args}" if args else ""), pty=False)
+    from env.tiers import pytest_command, tier_of
+
+    c.run(shlex.join(pytest_command(tier_of(all_, slow_only), k=k, extra=args)), pty=False)
 
 
 @task(

@@ -10,6 +10,8 @@ something fails.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +36,23 @@ def run_logged(cmd: list[str], log_path: Path, cwd: Path = REPO_ROOT, env: dict 
         raise BuildError(f"{cmd[0]} failed (exit {proc.returncode}); last lines of {log_path}:\n{tail}")
 
 
+# ccache's folder of compiler links (Debian's ccache package): first in PATH,
+# `c++` runs through the cache, so compiling sources and flags that compiled
+# before (a rebuild after an edit is undone, the AOT build of the tests) takes
+# seconds. The output is the compiler's own, hence not an input of any step.
+CCACHE_LINKS = Path("/usr/lib/ccache")
+
+
+def compiler_cache_env() -> dict[str, str] | None:
+    """The environment of a torch library build: ccache in front of the compiler when it is installed
+    and FUSEDBENCH_CCACHE is not 0; None (this process's environment, unchanged) otherwise."""
+    if os.environ.get("FUSEDBENCH_CCACHE", "1") == "0" or shutil.which("ccache") is None:
+        return None
+    if not (CCACHE_LINKS / "c++").exists():
+        return None
+    return {**os.environ, "PATH": f"{CCACHE_LINKS}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
 def jit_dir() -> Path:
     return build_dir() / "jit"
 
@@ -55,7 +74,8 @@ def build_jit(spec: TorchExtensionSpec) -> Path:
         "with_cuda": spec.with_cuda,
         "build_directory": str(out),
     }
-    run_logged([sys.executable, "-m", "env.build.torch_library", json.dumps(request)], out / "build.log")
+    run_logged([sys.executable, "-m", "env.build.torch_library", json.dumps(request)], out / "build.log",
+               env=compiler_cache_env())
     _write_compile_commands(out)
     library = out / f"{TORCH_EXTENSION_NAME}.so"
     if not library.exists():
@@ -67,7 +87,7 @@ def build_aot() -> Path:
     """Compile with setup.py (BuildExtension) into build/aot, the delivery path."""
     out = aot_dir()
     cmd = [sys.executable, "setup.py", "--quiet", "build_ext", "--build-lib", str(out), "--build-temp", str(out / "tmp")]
-    run_logged(cmd, out / "build.log")
+    run_logged(cmd, out / "build.log", env=compiler_cache_env())
     _write_compile_commands(out / "tmp")
     libraries = sorted((out / "ops").glob("_C*.so"))
     if not libraries:
@@ -107,4 +127,4 @@ if __name__ == "__main__":
     _jit_child(json.loads(sys.argv[1]))
 
 
-__all__ = ["BuildError", "build_aot", "build_jit", "run_logged", "torch_extension_spec"]
+__all__ = ["BuildError", "build_aot", "build_jit", "compiler_cache_env", "run_logged", "torch_extension_spec"]
