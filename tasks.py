@@ -42,16 +42,19 @@ def toolchain(c):
         "args": "extra pytest arguments, quoted",
         "all": "run both tiers: the fast one and the slow one (tests marked slow)",
         "slow_only": "run the slow tier alone (CI runs it after the fast tier)",
+        "workers": "pytest-xdist processes, an integer >= 1 (default 1: in this process; docs/testing.md)",
     },
 )
 @cli.fails_with(ValueError)
-def test(c, k="", args="", all_=False, slow_only=False):
+def test(c, k="", args="", all_=False, slow_only=False, workers="1"):
     """Build, then run the fast test tier (pytest -m "not slow"); --all adds the slow tier."""
     import shlex
 
     from env.tiers import pytest_command, tier_of
 
-    c.run(shlex.join(pytest_command(tier_of(all_, slow_only), k=k, extra=args)), pty=False)
+    command = pytest_command(tier_of(all_, slow_only), k=k, workers=cli.integer("--workers", workers, minimum=1),
+                             extra=args)
+    c.run(shlex.join(command), pty=False)
 
 
 @task(

@@ -26,8 +26,8 @@ def tier_of(all_tests: bool, slow_only: bool) -> str:
     return "all" if all_tests else "slow" if slow_only else "fast"
 
 
-def pytest_command(tier: str, k: str = "", workers: str = "", extra: str = "") -> list[str]:
-    """``python -m pytest`` for ``tier``; ``workers`` is pytest-xdist's -n (empty: one process)."""
+def pytest_command(tier: str, k: str = "", workers: int = 1, extra: str = "") -> list[str]:
+    """``python -m pytest`` for ``tier``; more than one worker runs the files in pytest-xdist processes."""
     if tier not in TIERS:
         raise ValueError(f"tier must be one of {', '.join(TIERS)}, got {tier!r}")
     command = [sys.executable, "-m", "pytest", f"--durations={DURATIONS}"]
@@ -35,6 +35,8 @@ def pytest_command(tier: str, k: str = "", workers: str = "", extra: str = "") -
         command += ["-m", TIERS[tier]]
     if k:
         command += ["-k", k]
-    if workers:
-        command += ["-n", workers]
+    if workers > 1:
+        # Whole files per worker: a module's fixtures (a tiny benchmark run, an
+        # export) are built once, not once in each worker.
+        command += ["-n", str(workers), "--dist", "loadfile"]
     return command + shlex.split(extra)

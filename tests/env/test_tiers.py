@@ -16,8 +16,9 @@ def test_each_tier_selects_by_the_slow_marker_and_prints_durations():
     assert fast[-2:] == ["-m", "not slow"] and slow[-2:] == ["-m", "slow"] and every.count("-m") == 1  # python -m pytest only
     for command in (fast, slow, every):
         assert command[1:3] == ["-m", "pytest"] and f"--durations={DURATIONS}" in command
-    with_options = pytest_command("fast", k="ort and not pool", workers="2", extra="-x --tb 'line'")
-    assert with_options[-7:] == ["-k", "ort and not pool", "-n", "2", "-x", "--tb", "line"]
+    with_options = pytest_command("fast", k="ort and not pool", workers=2, extra="-x --tb 'line'")
+    assert with_options[-9:] == ["-k", "ort and not pool", "-n", "2", "--dist", "loadfile", "-x", "--tb", "line"]
+    assert "-n" not in pytest_command("fast", workers=1)
 
 
 def test_flags_choose_the_tier():
