@@ -40,6 +40,9 @@ def run_logged(cmd: list[str], log_path: Path, cwd: Path = REPO_ROOT, env: dict 
 # `c++` runs through the cache, so compiling sources and flags that compiled
 # before (a rebuild after an edit is undone, the AOT build of the tests) takes
 # seconds. The output is the compiler's own, hence not an input of any step.
+# Ninja compiles in the build folder, and setup.py's -g would make ccache hash
+# that folder too: CCACHE_NOHASHDIR lets another build folder (the tests'
+# private ones) hit, at the price of debug info naming the first folder.
 CCACHE_LINKS = Path("/usr/lib/ccache")
 
 
@@ -50,7 +53,7 @@ def compiler_cache_env() -> dict[str, str] | None:
         return None
     if not (CCACHE_LINKS / "c++").exists():
         return None
-    return {**os.environ, "PATH": f"{CCACHE_LINKS}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return {"CCACHE_NOHASHDIR": "1", **os.environ, "PATH": f"{CCACHE_LINKS}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 def jit_dir() -> Path:
