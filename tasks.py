@@ -9,8 +9,6 @@ expected failure ends as ``<task as typed>: <message>`` (cli.fails_with).
 
 from __future__ import annotations
 
-import sys
-
 from invoke import Collection, Exit, task
 
 from env import cli
@@ -45,14 +43,21 @@ def toolchain(c):
     help={
         "k": "only tests matching this pytest -k expression",
         "args": "extra pytest arguments, quoted",
+        "all": "run both tiers: the fast one and the slow one (tests marked slow)",
+        "slow_only": "run the slow tier alone (CI runs it after the fast tier)",
+        "workers": "pytest-xdist processes, an integer >= 1 (default 1: in this process; docs/testing.md)",
     },
 )
-def test(c, k="", args=""):
-    """Build, then run the test suite (pytest)."""
+@cli.fails_with(ValueError)
+def test(c, k="", args="", all_=False, slow_only=False, workers="1"):
+    """Build, then run the fast test tier (pytest -m "not slow"); --all adds the slow tier."""
     import shlex
 
-    command = [sys.executable, "-m", "pytest", *(["-k", k] if k else [])]
-    c.run(" ".join(shlex.quote(a) for a in command) + (f" {args}" if args else ""), pty=False)
+    from env.tiers import pytest_command, tier_of
+
+    command = pytest_command(tier_of(all_, slow_only), k=k, workers=cli.integer("--workers", workers, minimum=1),
+                             extra=args)
+    c.run(shlex.join(command), pty=False)
 
 
 @task(

@@ -18,6 +18,9 @@ import pytest
 import torch
 
 _SEED = int(os.environ.get("FUSEDBENCH_TEST_SEED", time.time_ns() % 2**31))
+# pytest-xdist workers are child processes started after this file is read:
+# through the environment they all draw from the one seed the header prints.
+os.environ["FUSEDBENCH_TEST_SEED"] = str(_SEED)
 
 
 def pytest_report_header(config):

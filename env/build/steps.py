@@ -353,3 +353,15 @@ def print_toolchain() -> bool:
     if table:
         print(table)
     return True
+
+
+def up_to_date_fragment(step_name: str, mode: str = "jit") -> dict[str, Any] | None:
+    """What the last run of a step left (its record fragment) when its inputs have not changed since
+    and its outputs still exist; None when the step would run again."""
+    step = next((s for s in steps(mode) if s.name == step_name), None)
+    if step is None:
+        raise ValueError(f"step must be one of {', '.join(s.name for s in steps(mode))}, got {step_name!r}")
+    state = _read_state(step)
+    if state is None or not is_up_to_date(step, fingerprint.key_of(step.inputs(toolchain.quick_facts())), state):
+        return None
+    return state["fragment"]

@@ -10,6 +10,8 @@ something fails.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +19,26 @@ from pathlib import Path
 from env.build.commands import BuildError, run_logged
 from env.build.config import TORCH_EXTENSION_NAME, TorchExtensionSpec, torch_extension_spec
 from env.paths import build_dir
+
+
+# ccache's folder of compiler links (Debian's ccache package): first in PATH,
+# `c++` runs through the cache, so compiling sources and flags that compiled
+# before (a rebuild after an edit is undone, the AOT build of the tests) takes
+# seconds. The output is the compiler's own, hence not an input of any step.
+# Ninja compiles in the build folder, and setup.py's -g would make ccache hash
+# that folder too: CCACHE_NOHASHDIR lets another build folder (the tests'
+# private ones) hit, at the price of debug info naming the first folder.
+CCACHE_LINKS = Path("/usr/lib/ccache")
+
+
+def compiler_cache_env() -> dict[str, str] | None:
+    """The environment of a torch library build: ccache in front of the compiler when it is installed
+    and FUSEDBENCH_CCACHE is not 0; None (this process's environment, unchanged) otherwise."""
+    if os.environ.get("FUSEDBENCH_CCACHE", "1") == "0" or shutil.which("ccache") is None:
+        return None
+    if not (CCACHE_LINKS / "c++").exists():
+        return None
+    return {"CCACHE_NOHASHDIR": "1", **os.environ, "PATH": f"{CCACHE_LINKS}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 def jit_dir() -> Path:
@@ -40,7 +62,8 @@ def build_jit(spec: TorchExtensionSpec) -> Path:
         "with_cuda": spec.with_cuda,
         "build_directory": str(out),
     }
-    run_logged([sys.executable, "-m", "env.build.torch_library", json.dumps(request)], out / "build.log")
+    run_logged([sys.executable, "-m", "env.build.torch_library", json.dumps(request)], out / "build.log",
+               env=compiler_cache_env())
     _write_compile_commands(out)
     library = out / f"{TORCH_EXTENSION_NAME}.so"
     if not library.exists():
@@ -52,7 +75,7 @@ def build_aot() -> Path:
     """Compile with setup.py (BuildExtension) into build/aot, the delivery path."""
     out = aot_dir()
     cmd = [sys.executable, "setup.py", "--quiet", "build_ext", "--build-lib", str(out), "--build-temp", str(out / "tmp")]
-    run_logged(cmd, out / "build.log")
+    run_logged(cmd, out / "build.log", env=compiler_cache_env())
     _write_compile_commands(out / "tmp")
     libraries = sorted((out / "ops").glob("_C*.so"))
     if not libraries:
@@ -92,4 +115,4 @@ if __name__ == "__main__":
     _jit_child(json.loads(sys.argv[1]))
 
 
-__all__ = ["build_aot", "build_jit", "torch_extension_spec"]
+__all__ = ["build_aot", "build_jit", "compiler_cache_env", "torch_extension_spec"]

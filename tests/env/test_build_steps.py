@@ -179,3 +179,23 @@ def test_editing_an_ort_source_rebuilds_only_the_ort_library(tmp_path, csrc_copy
     assert "ONNX Runtime custom-op library: built in" in out and "ort/ort_cpu_op.cc" in out, out
     assert library.stat().st_ino != built.st_ino  # linked anew and renamed into place
     assert record["artifacts"]["torch_library"] == first.record["artifacts"]["torch_library"]
+
+
+def test_a_step_s_last_result_is_reused_only_while_its_inputs_and_outputs_hold(facts, csrc_copy, private_build_dir):
+    step = next(s for s in steps.steps("jit") if s.name == "cuda_compile_check")
+    report = private_build_dir / "cuda" / "resource_report.json"
+    report.parent.mkdir(parents=True)
+    report.write_text("{}")
+    fragment = {"build": {"cuda_resource_report": {"status": "compiled", "json": str(report)}},
+                "artifacts": {"cuda_objects": {}}, "timings_s": {}}
+    assert steps.up_to_date_fragment("cuda_compile_check") is None  # never ran here
+    steps._write_state(step, fingerprint.key_of(step.inputs(facts)), step.inputs(facts), fragment)
+    assert steps.up_to_date_fragment("cuda_compile_check") == fragment
+    (csrc_copy / "core" / "fused_norm_cuda.cu").write_text("// edited\n", encoding="utf-8")
+    assert steps.up_to_date_fragment("cuda_compile_check") is None  # an input changed
+    shutil.copy(REPO_ROOT / "csrc" / "core" / "fused_norm_cuda.cu", csrc_copy / "core" / "fused_norm_cuda.cu")
+    assert steps.up_to_date_fragment("cuda_compile_check") == fragment
+    report.unlink()
+    assert steps.up_to_date_fragment("cuda_compile_check") is None  # its output is gone
+    with pytest.raises(ValueError, match="step must be one of torch_jit, ort_library, cuda_compile_check"):
+        steps.up_to_date_fragment("cuda")

@@ -3,6 +3,7 @@ every pinned architecture, and ptxas's resource report (no spills, launchable)."
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from env.build import cuda as cuda_build
+from env.build import steps
 from env.build.config import pinned_cuda_arch_list, use_pinned_cuda_arch_list
 from env.build.ptxas import PtxasReportError, parse_ptxas_report
 from env.build.toolkit import NOT_FOUND, find_cuda_toolkit
@@ -164,6 +166,14 @@ def test_parse_ptxas_report():
 
 @pytest.fixture(scope="module")
 def check(tmp_path_factory):
+    # The build's own check while its inputs (sources, flags, nvcc, build code)
+    # are unchanged since: compiling again would give the same objects and
+    # report. Otherwise (no build, or an edit since) a fresh check here.
+    fragment = steps.up_to_date_fragment("cuda_compile_check")
+    entry = fragment["build"].get("cuda_resource_report", {}) if fragment else {}
+    if entry.get("status") == "compiled":
+        report_path = Path(entry["json"])
+        return cuda_build.CudaCheckResult(report_path, Path(entry["log"]), json.loads(report_path.read_text()))
     return cuda_build.compile_check(tmp_path_factory.mktemp("cuda"))
 
 
