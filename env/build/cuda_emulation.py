@@ -180,6 +180,17 @@ def build_kernel_library(source: Path, name: str, workers: int = 2) -> Path:
     return _link(compiler, objects, ["-shared", "-Wl,-Bsymbolic"], name)
 
 
+def build_kernel_libraries(sources: list[Path], workers: int = 2) -> list[Path]:
+    """build_kernel_library for several sources (each into lib<stem>.so): the runtime first, then ``workers``
+    kernel files at a time."""
+    if not sources:
+        return []
+    first = build_kernel_library(sources[0], f"lib{Path(sources[0]).stem}.so", workers=workers)
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        rest = pool.map(lambda s: build_kernel_library(s, f"lib{Path(s).stem}.so", workers=1), sources[1:])
+        return [first, *rest]
+
+
 def build_emulator_selftest() -> Path:
     """The emulator's own test kernel (csrc/emu/simt_selftest.cu) with the runtime, as a shared library."""
     return build_kernel_library(emu_dir() / "simt_selftest.cu", "libsimt_selftest.so")
