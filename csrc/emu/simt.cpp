@@ -203,7 +203,7 @@ const char* collective_name(Collective kind) {
 
 std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string format(const char* fmt, ...) {
-  char buf[512];
+  char buf[4096];  // a race report names two threads, two lines and a kernel
   va_list args;
   va_start(args, fmt);
   vsnprintf(buf, sizeof buf, fmt, args);
@@ -940,7 +940,9 @@ __attribute__((visibility("default"))) void simt_set_seed(uint64_t seed) { simt:
 __attribute__((visibility("default"))) void simt_set_race_detection(int on) { simt::rt.detect_races = on != 0; }
 
 // The compiler's ThreadSanitizer instrumentation of the kernel translation unit
-// calls these; they feed the race detector instead of the ThreadSanitizer runtime.
+// calls these; they feed the race detector instead of the ThreadSanitizer runtime
+// (left out where the runtime itself is linked, -fsanitize=thread, to compare the two).
+#if !defined(__SANITIZE_THREAD__)
 #define SIMT_HOOK(bytes)                                                                                    \
   void __tsan_read##bytes(void* p) { simt::memory_access(p, bytes, false, __builtin_return_address(0)); }   \
   void __tsan_write##bytes(void* p) { simt::memory_access(p, bytes, true, __builtin_return_address(0)); }   \
@@ -963,6 +965,7 @@ void __tsan_func_entry(void*) {}
 void __tsan_func_exit(void) {}
 void __tsan_vptr_update(void**, void*) {}
 void __tsan_vptr_read(void**) {}
+#endif
 
 // The message of the last launch's error ("" if it succeeded); copies at most cap - 1 bytes.
 __attribute__((visibility("default"))) size_t simt_last_error_message(char* out, size_t cap) {

@@ -143,7 +143,8 @@ def build_emulated_kernels(kernel_source: Path | None = None, sanitize: bool = F
     includes = [f"-I{csrc_dir() / 'core'}", f"-I{emu_dir()}", f"-isystem{cuda_headers()}"]
     flags = COMMON_FLAGS + (SANITIZER_FLAGS if sanitize else RELEASE_FLAGS) + includes
     tag = "asan-" if sanitize else ""
-    kernel_flags = [*flags, *([] if sanitize else KERNEL_RACE_FLAGS), "-include", str(emu_dir() / "simt.h"), "-x", "c++"]
+    race_flags = [] if sanitize else KERNEL_RACE_FLAGS  # AddressSanitizer and the race hooks do not mix
+    kernel_flags = [*flags, *race_flags, "-include", str(emu_dir() / "simt.h"), "-x", "c++"]
     units = [*_runtime_units(flags, tag),
              (emu_dir() / "emulated_norm.cpp", flags, f"{tag}emulated_norm"),
              (source, kernel_flags, f"{tag}kernels")]

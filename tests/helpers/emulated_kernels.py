@@ -1,7 +1,8 @@
 """The CUDA kernels run in the SIMT emulator (csrc/emu), driven from Python.
 
 ``check_case`` runs one problem through ``fused_norm::cuda_forward`` exactly as
-an adapter would, with the race detector on and in the given schedule, on buffers with random guard bytes on both sides, the output
+an adapter would, with the race detector on and in the given schedule, on
+buffers with random guard bytes on both sides, the output
 poisoned with all-ones bytes (NaN in every dtype) and each operand placed on
 or one element off a 16-byte boundary, and returns every problem it finds:
 launch errors (with the emulator's message: a data race names the kernel,
@@ -29,7 +30,8 @@ from ops.reference import TOLERANCES, make_inputs, reference_norm
 DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
 DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 ORDERS = {"round_robin": 0, "warp_ahead": 1, "reverse": 2}  # simt::Order, the fixed ones
-RANDOM_ORDERS = {"random": 3, "stress": 4}  # seeded: "random:SEED", "stress:SEED" (stress also yields at shared accesses)
+# Seeded: "random:SEED", "stress:SEED" (stress also yields at every shared-memory access).
+RANDOM_ORDERS = {"random": 3, "stress": 4}
 SEEDS_ENV = "FUSEDBENCH_EMU_SEEDS"  # random seeds per test (tests/conftest.py: --emu-seeds)
 OPERANDS = ("x", "weight", "bias", "y")
 VECTOR_BYTES = 16
@@ -256,6 +258,14 @@ def check_case(kernels: EmulatedKernels, case: Case, order: str, generator: torc
                expected: Launch | None = None, detect_races: bool = True) -> tuple[list[str], Launch | None]:
     """Run ``case`` in schedule ``order`` (EmulatedKernels.set_schedule); return (the problems found, the launch the
     emulator ran)."""
+    return check_case_in_schedules(kernels, case, [order], generator, expected, detect_races)
+
+
+def check_case_in_schedules(kernels: EmulatedKernels, case: Case, orders: list[str], generator: torch.Generator,
+                            expected: Launch | None = None,
+                            detect_races: bool = True) -> tuple[list[str], Launch | None]:
+    """check_case in each schedule of ``orders`` on the same inputs (prepared and referenced once); returns every
+    problem and the last launch that ran."""
     x, weight, bias = make_inputs((case.rows, case.hidden), case.dtype, generator)
     eps = float(torch.empty(()).uniform_(1e-6, 1e-4, generator=generator))
     buffers = {}
@@ -264,11 +274,24 @@ def check_case(kernels: EmulatedKernels, case: Case, order: str, generator: torc
         buffers[name] = GuardedBuffer(numel, case.dtype, case.phase(name), generator)
         if value is not None:
             buffers[name].data.copy_(value.reshape(-1))
-    buffers["y"].data.view(torch.uint8).fill_(0xFF)  # NaN in all four dtypes: every element must be written
+    ref = reference_norm(x, weight, bias, eps)
+    problems: list[str] = []
+    ran = None
+    for order in orders:
+        buffers["y"].data.view(torch.uint8).fill_(0xFF)  # NaN in all four dtypes: every element must be written
+        rc, message, launches = kernels.forward({k: b.data.data_ptr() for k, b in buffers.items()}, case.rows,
+                                                case.hidden, eps, case.dtype, order, case.max_grid, detect_races)
+        found, launch = _inspect(case, f"{case} [{order}]", rc, message, launches, expected, buffers,
+                                 (x, weight, bias), ref)
+        problems += found
+        ran = launch or ran
+    return problems, ran
 
-    rc, message, launches = kernels.forward({k: b.data.data_ptr() for k, b in buffers.items()}, case.rows,
-                                            case.hidden, eps, case.dtype, order, case.max_grid, detect_races)
-    label = f"{case} [{order}]"
+
+def _inspect(case: Case, label: str, rc: int, message: str, launches: list[Launch], expected: Launch | None,
+             buffers: dict[str, GuardedBuffer], inputs: tuple[torch.Tensor, ...],
+             ref: torch.Tensor) -> tuple[list[str], Launch | None]:
+    """The problems of one run of ``case``."""
     if rc != 0:
         return [f"{label}: cuda_forward returned {rc}: {message or 'no emulator message'}"], None
     problems = []
@@ -280,7 +303,7 @@ def check_case(kernels: EmulatedKernels, case: Case, order: str, generator: torc
     for name, buffer in buffers.items():
         if not buffer.guards_intact():
             problems.append(f"{label}: bytes around {name} were overwritten")
-    for name, value in (("x", x), ("weight", weight), ("bias", bias)):
+    for name, value in zip(("x", "weight", "bias"), inputs):
         if not torch.equal(buffers[name].data.view(torch.uint8), value.reshape(-1).view(torch.uint8)):
             problems.append(f"{label}: input {name} was modified")
     y = buffers["y"].data.reshape(case.rows, case.hidden)
@@ -289,7 +312,6 @@ def check_case(kernels: EmulatedKernels, case: Case, order: str, generator: torc
         first = unwritten.nonzero()[0].tolist()
         problems.append(f"{label}: {int(unwritten.sum())} output elements never written, first at (row, col) {first}")
     tol = TOLERANCES[case.dtype]
-    ref = reference_norm(x, weight, bias, eps)
     bad = ~((y.double() - ref).abs() <= tol.atol + tol.rtol * ref.abs()) & ~unwritten
     if bad.any():
         r, c = bad.nonzero()[0].tolist()
