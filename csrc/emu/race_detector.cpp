@@ -172,8 +172,8 @@ void begin_launch(int threads_per_block) {
   st.last_page = ~uintptr_t{0};
   st.read_lists.clear();
   st.released.clear();
-  // Large pools are given back rather than kept for the rest of the process.
-  if (st.page_pool.size() > 4096) st.page_pool.resize(4096);
+  // Keep at most 16 MiB of shadow between launches; a larger launch allocates what it needs.
+  if (st.page_pool.size() > 256) st.page_pool.resize(256);
 }
 
 void begin_block(uint32_t block, uintptr_t shared_lo, uintptr_t shared_hi) {

@@ -86,8 +86,8 @@ void check_alignment(const void* p, size_t alignment, const char* op);
 
 // Warp collectives. `payload` is the lane's value (up to 8 bytes); for
 // shuffles `src_lane` is the lane it reads (-1: its own value, as when
-// __shfl_down_sync reads past the end). Returns the value read, or for
-// ballot/any/all the bit mask of the lanes whose payload was non-zero.
+// __shfl_down_sync reads past the end). Returns the value read; for a ballot
+// the bit mask of the lanes whose payload was non-zero; for any/all 0 or 1.
 enum class Collective : int { kShuffle, kShuffleXor, kShuffleDown, kShuffleUp, kBallot, kSyncWarp, kAny, kAll };
 uint64_t warp_collective(Collective kind, unsigned mask, uint64_t payload, int src_lane);
 
