@@ -44,3 +44,18 @@ def device(request) -> str:
         if reason is not None:
             pytest.skip(reason)
     return request.param
+
+
+# --- seeds of the emulated CUDA tests' random schedules (tests/helpers/emulated_kernels.py) ---------------------
+# Each emulated test runs every fixed order and, per random kind, this many seeds drawn from the run seed above.
+def pytest_addoption(parser):
+    parser.addoption("--emu-seeds", type=int, default=None, metavar="N",
+                     help="random scheduling seeds per emulated CUDA test (default 1; env FUSEDBENCH_EMU_SEEDS)")
+
+
+def pytest_configure(config):
+    seeds = config.getoption("--emu-seeds")
+    if seeds is not None:
+        if seeds < 1:
+            raise pytest.UsageError(f"--emu-seeds {seeds}: expected a whole number >= 1")
+        os.environ["FUSEDBENCH_EMU_SEEDS"] = str(seeds)

@@ -1,16 +1,23 @@
 // Runtime of the SIMT emulator (simt.h): fibers, the block scheduler,
-// barriers, warp collectives and the error record.
+// barriers, warp collectives, the memory-access hooks of the race detector
+// and the error record.
 //
-// Each CUDA thread of a block is a fiber on its own mmap'd stack (with a
-// PROT_NONE guard page below it). Fibers switch only at __syncthreads(), at
-// warp collectives and at exit; the scheduler picks the next runnable one in
-// the configured order. A block whose threads all wait, with some never
-// able to continue, is a deadlock: the launch ends with a message naming the
-// kernel, the block and the threads, instead of hanging.
+// Each CUDA thread of a block is a fiber on its own stack (with a PROT_NONE
+// guard page below it; all stacks lie in one mapping, so that an access to a
+// fiber's own stack is told from shared and global memory with two
+// compares). Fibers switch only at __syncthreads(), at warp collectives and
+// at exit (and, in the stress order, at shared-memory accesses); the
+// scheduler picks the next runnable one in the configured order. A block
+// whose threads all wait, with some never able to continue, is a deadlock:
+// the launch ends with a message naming the kernel, the block and the
+// threads, instead of hanging.
 #include "simt.h"
+
+#include "race_detector.h"
 
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <link.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -18,7 +25,9 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <mutex>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -126,14 +135,19 @@ struct LaunchRecord {
 
 struct Runtime {
   Order order = Order::kRoundRobin;
+  uint64_t seed = 1;
+  uint64_t rng = 1;  // state of the random orders
+  bool detect_races = false;
   int64_t max_grid_x = 0;
   std::vector<LaunchRecord> launches;
   cudaError_t last_error = cudaSuccess;
   std::string last_message;
 
-  std::vector<char*> stacks;  // pool, reused by every block
+  char* stack_region = nullptr;  // kMaxThreadsPerBlock stacks, each above its guard page
+  size_t stack_stride = 0;
   std::vector<Fiber> fibers;
   int nthreads = 0;
+  int exited = 0;
   uint64_t runnable[kMaxThreadsPerBlock / 64] = {};
   unsigned waiting_at_warp[kMaxWarps] = {};  // lanes parked at a collective, per warp
   int at_barrier = 0;
@@ -149,8 +163,13 @@ struct Runtime {
 
   void (*body)(void*) = nullptr;
   void* bound = nullptr;
+  size_t bound_bytes = 0;
+  std::vector<std::pair<int, const void*>> pointers;  // the launch's pointer arguments, for race reports
   const char* kernel = "";
   bool failed = false;
+  // This library's writable segment: the only memory the kernels' translation
+  // unit has there is its statics, i.e. the __shared__ variables.
+  uintptr_t shared_lo = 0, shared_hi = 0;
 };
 
 // One runtime per process: launches are serialised (launch_mutex), so one block
@@ -174,13 +193,17 @@ const char* collective_name(Collective kind) {
       return "__ballot_sync/__any_sync/__all_sync";
     case Collective::kSyncWarp:
       return "__syncwarp";
+    case Collective::kAny:
+      return "__any_sync";
+    case Collective::kAll:
+      return "__all_sync";
   }
   return "?";
 }
 
 std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string format(const char* fmt, ...) {
-  char buf[512];
+  char buf[4096];  // a race report names two threads, two lines and a kernel
   va_list args;
   va_start(args, fmt);
   vsnprintf(buf, sizeof buf, fmt, args);
@@ -236,15 +259,51 @@ void asan_finish_switch(void* fake_stack_save, const void** bottom_old, size_t* 
 #endif
 }
 
-char* new_stack() {
+// Finds this library's writable segment (where the kernels' __shared__ statics live), once.
+void find_shared_segment() {
+  if (rt.shared_hi != 0) return;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<const void*>(&find_shared_segment), &info) == 0) return;
+  struct Search {
+    uintptr_t base, lo, hi;
+  } search{reinterpret_cast<uintptr_t>(info.dli_fbase), 0, 0};
+  dl_iterate_phdr(
+      [](dl_phdr_info* object, size_t, void* data) {
+        auto* s = static_cast<Search*>(data);
+        if (object->dlpi_addr != s->base) return 0;
+        for (int i = 0; i < object->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& h = object->dlpi_phdr[i];
+          if (h.p_type == PT_LOAD && (h.p_flags & PF_W) != 0) {
+            s->lo = object->dlpi_addr + h.p_vaddr;
+            s->hi = s->lo + h.p_memsz;
+          }
+        }
+        return 1;
+      },
+      &search);
+  rt.shared_lo = search.lo;
+  rt.shared_hi = search.hi;
+}
+
+// Reserves every stack a block can need, once (untouched pages cost nothing).
+bool reserve_stacks() {
+  if (rt.stack_region != nullptr) return true;
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  void* base = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                    -1, 0);
-  if (base == MAP_FAILED) return nullptr;
-  // A thread that overflows its stack hits this page and faults, instead of
-  // silently writing into the neighbouring fiber's stack.
-  mprotect(base, page, PROT_NONE);
-  return static_cast<char*>(base) + page;
+  const size_t stride = kStackBytes + page;
+  void* base = mmap(nullptr, stride * kMaxThreadsPerBlock, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) return false;
+  // A thread that overflows its stack hits its guard page and faults, instead
+  // of silently writing into the neighbouring fiber's stack.
+  for (int i = 0; i < kMaxThreadsPerBlock; ++i) mprotect(static_cast<char*>(base) + i * stride, page, PROT_NONE);
+  rt.stack_region = static_cast<char*>(base);
+  rt.stack_stride = stride;
+  return true;
+}
+
+bool on_a_stack(uintptr_t a) {
+  const auto lo = reinterpret_cast<uintptr_t>(rt.stack_region);
+  return a - lo < rt.stack_stride * kMaxThreadsPerBlock;
 }
 
 // Back in the scheduler: called from a fiber, with the fiber's state already set.
@@ -260,12 +319,15 @@ void switch_to_scheduler(bool exiting) {
 }
 
 void complete_after_exit(int warp);
+void complete_barrier_if_ready();
 
 void fiber_main(Fiber* f) {
   asan_finish_switch(nullptr, &rt.scheduler_stack, &rt.scheduler_stack_size);
   rt.body(rt.bound);
   f->state = State::kDone;
+  ++rt.exited;
   complete_after_exit(f->warp);
+  complete_barrier_if_ready();  // an exited thread no longer counts at a barrier
   switch_to_scheduler(/*exiting=*/true);
   std::abort();  // a finished fiber is never resumed
 }
@@ -334,10 +396,56 @@ int next_runnable(int from) {
   return -1;
 }
 
+// Last runnable thread at index <= from, or -1.
+int previous_runnable(int from) {
+  for (int w = from / 64; w >= 0; --w) {
+    uint64_t bits = rt.runnable[w];
+    if (w == from / 64 && from % 64 != 63) bits &= (uint64_t{1} << (from % 64 + 1)) - 1;
+    if (bits) return w * 64 + 63 - __builtin_clzll(bits);
+  }
+  return -1;
+}
+
+uint64_t next_random() {  // splitmix64
+  uint64_t z = (rt.rng += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 int pick(int previous) {
-  if (rt.order == Order::kWarpAhead) return next_runnable(0);
-  const int after = previous + 1 < rt.nthreads ? next_runnable(previous + 1) : -1;
-  return after >= 0 ? after : next_runnable(0);
+  switch (rt.order) {
+    case Order::kWarpAhead:
+      return next_runnable(0);
+    case Order::kReverse: {
+      const int before = previous > 0 ? previous_runnable(previous - 1) : -1;
+      return before >= 0 ? before : previous_runnable(rt.nthreads - 1);
+    }
+    case Order::kRandom:
+    case Order::kStress: {
+      int count = 0;
+      const int words = (rt.nthreads + 63) / 64;
+      for (int w = 0; w < words; ++w) count += __builtin_popcountll(rt.runnable[w]);
+      if (count == 0) return -1;
+      int k = static_cast<int>(next_random() % static_cast<uint64_t>(count));
+      for (int w = 0; w < words; ++w) {
+        uint64_t bits = rt.runnable[w];
+        const int c = __builtin_popcountll(bits);
+        if (k >= c) {
+          k -= c;
+          continue;
+        }
+        for (; k > 0; --k) bits &= bits - 1;
+        return w * 64 + __builtin_ctzll(bits);
+      }
+      return -1;
+    }
+    case Order::kRoundRobin:
+    default: {
+      const int after = previous + 1 < rt.nthreads ? next_runnable(previous + 1) : -1;
+      return after >= 0 ? after : next_runnable(0);
+    }
+  }
 }
 
 // --- warp collectives ----------------------------------------------------------------------------
@@ -372,10 +480,15 @@ void complete_if_ready(int warp, unsigned mask, Collective kind) {
     const Fiber& lane = rt.fibers[base + __builtin_ctz(m)];
     if (lane.payload != 0) ballot |= 1u << lane.lane;
   }
+  if (rt.detect_races) races::collective(warp, present);
   for (unsigned m = present; m; m &= m - 1) {
     Fiber& lane = rt.fibers[base + __builtin_ctz(m)];
     if (kind == Collective::kBallot) {
       lane.result = ballot;
+    } else if (kind == Collective::kAny) {
+      lane.result = ballot != 0;
+    } else if (kind == Collective::kAll) {
+      lane.result = ballot == present;  // the live lanes of the mask
     } else if (lane.src < 0) {
       lane.result = lane.payload;
     } else if ((present >> lane.src & 1u) == 0) {
@@ -476,9 +589,14 @@ void run_block(const dim3& grid, const dim3& block, const dim3& block_idx) {
   std::fill(std::begin(rt.waiting_at_warp), std::end(rt.waiting_at_warp), 0u);
   rt.at_barrier = 0;
   rt.barrier_count = 0;
+  rt.exited = 0;
+  if (rt.detect_races) {
+    const uint32_t linear = block_idx.x + grid.x * (block_idx.y + grid.y * block_idx.z);
+    races::begin_block(linear, rt.shared_lo, rt.shared_hi);
+  }
   for (int i = 0; i < rt.nthreads; ++i) {
     Fiber& f = rt.fibers[i];
-    f.stack = rt.stacks[i];
+    f.stack = rt.stack_region + i * rt.stack_stride + (rt.stack_stride - kStackBytes);
     f.stack_size = kStackBytes;
     f.linear = i;
     f.warp = i / kWarpSize;
@@ -491,7 +609,7 @@ void run_block(const dim3& grid, const dim3& block, const dim3& block_idx) {
     prepare_fiber(f);
     set_runnable(i);
   }
-  int previous = -1;
+  int previous = rt.order == Order::kReverse ? rt.nthreads : -1;
   for (;;) {
     const int next = pick(previous);
     if (next < 0) {
@@ -507,6 +625,163 @@ void run_block(const dim3& grid, const dim3& block, const dim3& block_idx) {
     resume(rt.fibers[next]);
     if (rt.failed) return;  // the fiber recorded an error: abandon the block
     previous = next;
+  }
+}
+
+// The barrier completes when every live thread waits at it: each gets the
+// predicate count (low half of its result) and the number that arrived (high half).
+void complete_barrier_if_ready() {
+  if (rt.at_barrier == 0 || rt.at_barrier != rt.nthreads - rt.exited) return;
+  std::vector<int> arrived;
+  arrived.reserve(rt.at_barrier);
+  for (int i = 0; i < rt.nthreads; ++i) {
+    if (rt.fibers[i].state == State::kAtBarrier) arrived.push_back(i);
+  }
+  if (rt.detect_races) races::barrier(arrived.data(), static_cast<int>(arrived.size()));
+  const uint64_t result = static_cast<uint64_t>(rt.at_barrier) << 32 | static_cast<uint32_t>(rt.barrier_count);
+  for (int i : arrived) {
+    rt.fibers[i].state = State::kRunnable;
+    rt.fibers[i].result = result;
+    set_runnable(i);
+  }
+  rt.at_barrier = 0;
+  rt.barrier_count = 0;
+}
+
+// Source location of `pc` (relative to this library), as "file:line (function)", via addr2line.
+std::string source_line(uint32_t pc) {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<const void*>(&source_line), &info) == 0 || info.dli_fname == nullptr) return "?";
+  // The pc is a return address from the hook: the access is the instruction before it.
+  const std::string command = format("addr2line -C -f -i -e '%s' 0x%x 2>/dev/null", info.dli_fname, pc - 1);
+  FILE* out = popen(command.c_str(), "r");
+  if (out == nullptr) return "?";
+  std::vector<std::string> lines;
+  char buf[2048];
+  while (std::fgets(buf, sizeof buf, out) != nullptr) {
+    std::string l(buf);
+    while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
+    lines.push_back(l);
+  }
+  pclose(out);
+  // Pairs of (function, file:line), innermost first; the emulator's own
+  // headers (an inlined __ldg, say) are skipped for the kernel's line.
+  std::string chosen, inner;
+  for (size_t i = 0; i + 1 < lines.size(); i += 2) {
+    std::string file = lines[i + 1];
+    const size_t space = file.find(' ');
+    if (space != std::string::npos) file.erase(space);
+    const size_t slash = file.rfind('/');
+    const std::string shown = slash == std::string::npos ? file : file.substr(slash + 1);
+    if (inner.empty()) inner = shown;
+    if (shown.rfind("simt.h:", 0) == 0) continue;
+    std::string function = lines[i];
+    const size_t paren = function.find('(');
+    if (paren != std::string::npos) function.erase(paren);
+    chosen = shown + " (" + function + ")";
+    break;
+  }
+  return chosen.empty() ? (inner.empty() ? "?" : inner) : chosen;
+}
+
+// Name of the shared variable holding `address` and the offset in it, from the library's symbol table.
+std::string shared_variable(uintptr_t address) {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<const void*>(&shared_variable), &info) == 0 || info.dli_fname == nullptr) return "?";
+  const uintptr_t offset = address - reinterpret_cast<uintptr_t>(info.dli_fbase);
+  const std::string command = format("nm -C -S --defined-only '%s' 2>/dev/null", info.dli_fname);
+  FILE* out = popen(command.c_str(), "r");
+  if (out == nullptr) return "?";
+  std::string found = "?";
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, out) != nullptr) {
+    unsigned long long start = 0, size = 0;
+    char type = 0;
+    int used = 0;
+    if (std::sscanf(buf, "%llx %llx %c %n", &start, &size, &type, &used) < 3) continue;
+    if (offset < start || offset >= start + size) continue;
+    std::string name(buf + used);
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    const size_t colons = name.rfind("::");
+    found = format("__shared__ %s, byte %llu", (colons == std::string::npos ? name : name.substr(colons + 2)).c_str(),
+                   static_cast<unsigned long long>(offset - start));
+    break;
+  }
+  pclose(out);
+  return found;
+}
+
+// The pointer argument `address` most likely lies in: the closest one at or below it.
+std::string global_buffer(uintptr_t address) {
+  const std::pair<int, const void*>* best = nullptr;
+  for (const auto& p : rt.pointers) {
+    const auto base = reinterpret_cast<uintptr_t>(p.second);
+    if (base <= address && (best == nullptr || base > reinterpret_cast<uintptr_t>(best->second))) best = &p;
+  }
+  if (best == nullptr) return "global memory";
+  return format("global memory, byte %llu of kernel argument %d",
+                static_cast<unsigned long long>(address - reinterpret_cast<uintptr_t>(best->second)), best->first);
+}
+
+std::string thread_of(uint32_t thread) {
+  const uint32_t n = static_cast<uint32_t>(rt.nthreads);
+  const uint32_t block = thread / n, t = thread % n;
+  const dim3 b = rt.fibers[0].index.block_dim;
+  const dim3 g = rt.fibers[0].index.grid_dim;
+  return format("thread (%u,%u,%u) [warp %u lane %u] of block (%u,%u,%u)", t % b.x, t / b.x % b.y, t / (b.x * b.y),
+                t / kWarpSize, t % kWarpSize, block % g.x, block / g.x % g.y, block / (g.x * g.y));
+}
+
+[[noreturn]] void report_conflict(const races::Conflict& c, size_t size) {
+  const std::string where_ = c.shared ? shared_variable(c.address) : global_buffer(c.address);
+  std::string what;
+  if (c.kind == races::Conflict::kUninitialisedShared) {
+    what = format("read of uninitialised shared memory in %s: %s reads %zu bytes at %p (%s) at %s, which no thread "
+                  "of its block has written",
+                  rt.kernel, thread_of(c.later.thread).c_str(), size, reinterpret_cast<void*>(c.address),
+                  where_.c_str(), source_line(c.later.pc).c_str());
+  } else {
+    what = format("data race in %s on %s memory at %p (%s): %s by %s at %s and %s by %s at %s, with no barrier, "
+                  "warp collective or fence between them",
+                  rt.kernel, c.shared ? "shared" : "global", reinterpret_cast<void*>(c.address), where_.c_str(),
+                  c.earlier.write ? "write" : "read", thread_of(c.earlier.thread).c_str(),
+                  source_line(c.earlier.pc).c_str(), c.later.write ? "write" : "read",
+                  thread_of(c.later.thread).c_str(), source_line(c.later.pc).c_str());
+  }
+  record_error(cudaErrorLaunchFailure, what);
+  rt.running->state = State::kDone;
+  switch_to_scheduler(/*exiting=*/true);
+  std::abort();
+}
+
+uint32_t code_offset(const void* pc) {
+  static const uintptr_t base = [] {
+    Dl_info info{};
+    dladdr(reinterpret_cast<const void*>(&code_offset), &info);
+    return reinterpret_cast<uintptr_t>(info.dli_fbase);
+  }();
+  return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(pc) - base);
+}
+
+// A memory access of the running thread, from the instrumented kernel code.
+void memory_access(const void* p, size_t size, bool write, const void* pc) {
+  Fiber* f = rt.running;
+  if (f == nullptr || rt.failed) return;  // host code of the kernel translation unit, or an abandoned block
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  if (on_a_stack(a)) return;  // a thread's own locals
+  const auto bound = reinterpret_cast<uintptr_t>(rt.bound);
+  if (a - bound < rt.bound_bytes) return;  // the launch's arguments, read by every thread
+  const auto fibers = reinterpret_cast<uintptr_t>(rt.fibers.data());
+  if (a - fibers < rt.fibers.size() * sizeof(Fiber)) return;  // threadIdx and friends
+  const bool shared = a - rt.shared_lo < rt.shared_hi - rt.shared_lo;
+  if (shared && rt.order == Order::kStress) {  // let another thread in between any two shared accesses
+    f->state = State::kRunnable;
+    set_runnable(f->linear);
+    switch_to_scheduler(false);
+  }
+  if (!rt.detect_races) return;
+  if (const races::Conflict* c = races::access(f->linear, a, size, write, shared, code_offset(pc))) {
+    report_conflict(*c, size);
   }
 }
 
@@ -536,23 +811,15 @@ void check_alignment(const void* p, size_t alignment, const char* op) {
   }
 }
 
-int sync_threads(int predicate) {
+int sync_threads(int predicate, int* arrived) {
   Fiber& f = *rt.running;
   f.state = State::kAtBarrier;
   rt.barrier_count += predicate != 0;
-  if (++rt.at_barrier == rt.nthreads) {
-    for (int i = 0; i < rt.nthreads; ++i) {
-      if (rt.fibers[i].state == State::kAtBarrier) {
-        rt.fibers[i].state = State::kRunnable;
-        rt.fibers[i].result = static_cast<uint64_t>(rt.barrier_count);
-        set_runnable(i);
-      }
-    }
-    rt.at_barrier = 0;
-    rt.barrier_count = 0;
-  }
+  ++rt.at_barrier;
+  complete_barrier_if_ready();
   switch_to_scheduler(false);
-  return static_cast<int>(f.result);
+  if (arrived != nullptr) *arrived = static_cast<int>(f.result >> 32);
+  return static_cast<int>(f.result & 0xffffffffu);
 }
 
 uint64_t warp_collective(Collective kind, unsigned mask, uint64_t payload, int src_lane) {
@@ -588,10 +855,19 @@ uint64_t warp_collective(Collective kind, unsigned mask, uint64_t payload, int s
 }
 
 void set_order(Order order) { rt.order = order; }
+void set_seed(uint64_t seed) { rt.seed = seed; }
+
+void thread_fence() {
+  if (rt.detect_races && rt.running != nullptr) races::fence(rt.running->linear);
+}
+
+void atomic_sync(const void* p) {
+  if (rt.detect_races && rt.running != nullptr) races::atomic(rt.running->linear, reinterpret_cast<uintptr_t>(p));
+}
 void set_max_grid_x(int64_t cap) { rt.max_grid_x = cap; }
 
 void run_grid(const void* kernel_address, dim3 grid, dim3 block, size_t shared_bytes, void (*body)(void*),
-              void* bound) {
+              const void* bound, size_t bound_bytes, const std::pair<int, const void*>* pointers, int npointers) {
   const std::lock_guard<std::mutex> lock(launch_mutex);
   LaunchRecord record{kernel_name(kernel_address), grid, grid, block};
   if (rt.max_grid_x > 0 && record.grid_run.x > rt.max_grid_x) record.grid_run.x = static_cast<unsigned>(rt.max_grid_x);
@@ -611,22 +887,29 @@ void run_grid(const void* kernel_address, dim3 grid, dim3 block, size_t shared_b
                                                "emulator does not provide", rt.kernel, shared_bytes));
     return;
   }
-  while (rt.stacks.size() < threads) {
-    char* stack = new_stack();
-    if (stack == nullptr) {
-      record_error(cudaErrorMemoryAllocation, "no memory for the emulated threads' stacks");
-      return;
-    }
-    rt.stacks.push_back(stack);
+  find_shared_segment();
+  if (!reserve_stacks()) {
+    record_error(cudaErrorMemoryAllocation, "no memory for the emulated threads' stacks");
+    return;
   }
-  if (rt.fibers.size() < threads) rt.fibers.resize(threads);
+  if (rt.fibers.size() < kMaxThreadsPerBlock) rt.fibers.resize(kMaxThreadsPerBlock);
   rt.body = body;
-  rt.bound = bound;
+  rt.bound = const_cast<void*>(bound);
+  rt.bound_bytes = bound_bytes;
+  rt.pointers.assign(pointers, pointers + npointers);
+  rt.rng = rt.seed;  // each launch replays from the seed
+  if (rt.detect_races) races::begin_launch(static_cast<int>(threads));
+  // The blocks run one at a time, in index order, reversed, or shuffled.
   const dim3 run = record.grid_run;
-  for (unsigned z = 0; z < run.z && !rt.failed; ++z) {
-    for (unsigned y = 0; y < run.y && !rt.failed; ++y) {
-      for (unsigned x = 0; x < run.x && !rt.failed; ++x) run_block(run, block, dim3(x, y, z));
-    }
+  std::vector<uint32_t> blocks(static_cast<size_t>(run.x) * run.y * run.z);
+  std::iota(blocks.begin(), blocks.end(), 0u);
+  if (rt.order == Order::kReverse) std::reverse(blocks.begin(), blocks.end());
+  if (rt.order == Order::kRandom || rt.order == Order::kStress) {
+    for (size_t i = blocks.size(); i > 1; --i) std::swap(blocks[i - 1], blocks[next_random() % i]);
+  }
+  for (size_t i = 0; i < blocks.size() && !rt.failed; ++i) {
+    const uint32_t b = blocks[i];
+    run_block(run, block, dim3(b % run.x, b / run.x % run.y, b / (run.x * run.y)));
   }
 }
 
@@ -649,6 +932,40 @@ __attribute__((visibility("default"))) void simt_set_order(int order) {
 }
 
 __attribute__((visibility("default"))) void simt_set_max_grid_x(int64_t cap) { simt::set_max_grid_x(cap); }
+
+__attribute__((visibility("default"))) void simt_set_seed(uint64_t seed) { simt::set_seed(seed); }
+
+// 1: check every access of the instrumented kernels for races (a library built without
+// -fsanitize=thread has nothing to check); 0: off.
+__attribute__((visibility("default"))) void simt_set_race_detection(int on) { simt::rt.detect_races = on != 0; }
+
+// The compiler's ThreadSanitizer instrumentation of the kernel translation unit
+// calls these; they feed the race detector instead of the ThreadSanitizer runtime
+// (left out where the runtime itself is linked, -fsanitize=thread, to compare the two).
+#if !defined(__SANITIZE_THREAD__)
+#define SIMT_HOOK(bytes)                                                                                    \
+  void __tsan_read##bytes(void* p) { simt::memory_access(p, bytes, false, __builtin_return_address(0)); }   \
+  void __tsan_write##bytes(void* p) { simt::memory_access(p, bytes, true, __builtin_return_address(0)); }   \
+  void __tsan_unaligned_read##bytes(void* p) { simt::memory_access(p, bytes, false, __builtin_return_address(0)); } \
+  void __tsan_unaligned_write##bytes(void* p) { simt::memory_access(p, bytes, true, __builtin_return_address(0)); }
+SIMT_HOOK(1)
+SIMT_HOOK(2)
+SIMT_HOOK(4)
+SIMT_HOOK(8)
+SIMT_HOOK(16)
+#undef SIMT_HOOK
+void __tsan_read_range(void* p, unsigned long size) {
+  simt::memory_access(p, size, false, __builtin_return_address(0));
+}
+void __tsan_write_range(void* p, unsigned long size) {
+  simt::memory_access(p, size, true, __builtin_return_address(0));
+}
+void __tsan_init(void) {}
+void __tsan_func_entry(void*) {}
+void __tsan_func_exit(void) {}
+void __tsan_vptr_update(void**, void*) {}
+void __tsan_vptr_read(void**) {}
+#endif
 
 // The message of the last launch's error ("" if it succeeded); copies at most cap - 1 bytes.
 __attribute__((visibility("default"))) size_t simt_last_error_message(char* out, size_t cap) {

@@ -10,31 +10,43 @@
 //     that is running: every CUDA thread of a block is a fiber with its own
 //     stack (simt.cpp), so a thread really stops at a barrier or a warp
 //     collective while the others run;
-//   * __syncthreads(): a barrier of the block's threads; a barrier that not
-//     every thread reaches ends the launch with an error naming the kernel,
-//     block and threads, instead of hanging;
+//   * __syncthreads(): a barrier of the block's threads that have not
+//     exited (since Volta, an exited thread no longer counts); a barrier
+//     that a live thread never reaches ends the launch with an error naming
+//     the kernel, block and threads, instead of hanging;
 //   * __shfl_*_sync / __ballot_sync / __any_sync / __all_sync / __syncwarp: a
 //     lane waits until every lane of the mask that has not exited is at the
 //     same collective, and reads the others' values as they were at that
 //     point. A lane outside its own mask, lanes of one mask waiting at
 //     different collectives, or a read from a lane that is not in the mask or
 //     has exited (undefined on the GPU) end the launch with an error;
-//   * __syncthreads() is stricter than some GPUs: a thread that exits while
-//     others wait at a barrier is reported as a deadlock;
-//   * __shared__ variables: function-local statics, one copy per process;
+//     __any_sync / __all_sync vote over the lanes of the mask that are live;
+//     a shuffle of `width` < 32 lanes reads an earlier segment's lane and
+//     gets its own value for a later one, as the programming guide says;
+//   * __shared__ variables: function-local statics, one copy per library;
 //     launches are serialised and the blocks of a launch run one after
-//     another, so each block has the copy to itself while it runs. Like the
-//     hardware's, it is not cleared between blocks: a slot read before it is
-//     written holds what an earlier block or row left there;
+//     another, so each block has the copy to itself while it runs. With the
+//     race detector on, each block's shared memory starts as 0xff bytes (NaN
+//     in every float type, -1 in integers; written on a granule's first
+//     access in the block), and a read of a slot no thread of the block has
+//     written is reported with its line;
 //   * cache-hint loads and stores (__ldg, __ldcs, __stcs, ...): plain memory
 //     accesses that check the natural alignment of the word, as the hardware
 //     does (a misaligned 16-byte access is a fault there, not a slow load);
 //   * half / bfloat16 conversions: CUDA's own cuda_fp16.h / cuda_bf16.h,
 //     whose conversion functions are host-callable.
-//   * atomics and fences: trivially atomic, since one thread runs at a time.
+//   * atomics and fences: trivially atomic, since one thread runs at a time;
+//     for the race detector, a __threadfence() before an atomic makes it a
+//     release and every atomic an acquire of its address.
+// Scheduling (set_order): a thread yields at barriers, warp collectives and
+// exit; the orders pick the next thread differently (lowest first, in turn,
+// highest first, seeded random), and the stress order also yields at every
+// shared-memory access. Where the kernel translation unit is built with
+// -fsanitize=thread, its memory accesses reach a happens-before race detector
+// (race_detector.h) that reports two unordered accesses whatever the order.
 // Not emulated: timing, memory coalescing, real concurrency of warps, the
-// hardware memory model (there is one block in flight at a time), dynamic
-// (extern) shared memory, inline PTX.
+// hardware memory model beyond barriers, collectives and fences (there is one
+// block in flight at a time), dynamic (extern) shared memory, inline PTX.
 #pragma once
 
 #define SIMT_EMULATOR 1
@@ -74,26 +86,44 @@ void check_alignment(const void* p, size_t alignment, const char* op);
 
 // Warp collectives. `payload` is the lane's value (up to 8 bytes); for
 // shuffles `src_lane` is the lane it reads (-1: its own value, as when
-// __shfl_down_sync reads past the end). Returns the value read, or for
-// ballot/any/all the bit mask of the lanes whose payload was non-zero.
-enum class Collective : int { kShuffle, kShuffleXor, kShuffleDown, kShuffleUp, kBallot, kSyncWarp };
+// __shfl_down_sync reads past the end). Returns the value read; for a ballot
+// the bit mask of the lanes whose payload was non-zero; for any/all 0 or 1.
+enum class Collective : int { kShuffle, kShuffleXor, kShuffleDown, kShuffleUp, kBallot, kSyncWarp, kAny, kAll };
 uint64_t warp_collective(Collective kind, unsigned mask, uint64_t payload, int src_lane);
 
-// Barrier of the block; returns how many threads arrived with a non-zero predicate.
-int sync_threads(int predicate);
+// Barrier of the block's live threads; returns how many arrived with a non-zero
+// predicate, and in `arrived` (if given) how many arrived.
+int sync_threads(int predicate, int* arrived = nullptr);
+
+// Release-acquire edges for the race detector: a fence arms the thread's next
+// atomics as releases; an atomic on `p` acquires what earlier releases on `p` published.
+void thread_fence();
+void atomic_sync(const void* p);
 
 // Test controls (also exported with C linkage by simt.cpp, for ctypes).
 enum class Order : int {
   kRoundRobin = 0,  // each thread in turn runs to its next barrier or collective
   kWarpAhead = 1,   // the lowest runnable thread always runs: warp 0 gets as far as the barriers let it
+  kReverse = 2,     // in turn from the highest index down, and the blocks from the last one
+  kRandom = 3,      // a seeded random runnable thread at every yield point, the blocks in a random order
+  kStress = 4,      // kRandom, and a thread also yields at every shared-memory access
 };
 void set_order(Order order);
+// Seed of the random orders: the same seed replays the same interleaving.
+void set_seed(uint64_t seed);
 // Caps gridDim.x (0: no cap), so that grid-stride loops run more than once.
 void set_max_grid_x(int64_t cap);
 
 // Runs `body(bound)` once per CUDA thread of the grid; errors go to cudaGetLastError().
+// `bound` (`bound_bytes` long) holds the launch's arguments; `pointers` lists the pointer arguments
+// (position, value), so that a race report can name the buffer.
 void run_grid(const void* kernel_address, dim3 grid, dim3 block, size_t shared_bytes, void (*body)(void*),
-              void* bound);
+              const void* bound, size_t bound_bytes, const std::pair<int, const void*>* pointers, int npointers);
+
+template <typename T>
+void note_pointer(std::pair<int, const void*>* out, int& n, int position, const T& value) {
+  if constexpr (std::is_pointer<T>::value) out[n++] = {position, static_cast<const void*>(value)};
+}
 
 template <typename... Params>
 struct BoundKernel {
@@ -110,7 +140,14 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_byte
             Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "kernel launched with the wrong number of arguments");
   BoundKernel<Params...> bound{kernel, std::tuple<std::decay_t<Params>...>(std::forward<Args>(args)...)};
-  run_grid(reinterpret_cast<const void*>(kernel), grid, block, shared_bytes, &BoundKernel<Params...>::run, &bound);
+  std::pair<int, const void*> pointers[sizeof...(Params) + 1];
+  int npointers = 0;
+  std::apply([&](const auto&... a) {
+    int position = 0;
+    (note_pointer(pointers, npointers, position++, a), ...);
+  }, bound.args);
+  run_grid(reinterpret_cast<const void*>(kernel), grid, block, shared_bytes, &BoundKernel<Params...>::run, &bound,
+           sizeof bound, pointers, npointers);
 }
 
 template <typename T>
@@ -138,13 +175,13 @@ constexpr size_t access_alignment() {
 }
 
 template <typename P>
-P load(const P* p, const char* op) {
+__attribute__((always_inline)) inline P load(const P* p, const char* op) {
   check_alignment(p, access_alignment<P>(), op);
   return *p;
 }
 
 template <typename P>
-void store(P* p, const P& v, const char* op) {
+__attribute__((always_inline)) inline void store(P* p, const P& v, const char* op) {
   check_alignment(p, access_alignment<P>(), op);
   *p = v;
 }
@@ -167,6 +204,8 @@ inline int segment_lane(int lane, int target, int width) {
 
 // --- qualifiers ---------------------------------------------------------------------------
 
+// The kernels' statics are their __shared__ variables: the runtime tells shared
+// from global memory by the library's writable segment, where they live.
 #undef __shared__
 #define __shared__ static
 #ifndef __launch_bounds__
@@ -178,42 +217,58 @@ inline int segment_lane(int lane, int target, int width) {
 inline void __syncthreads() { ::simt::sync_threads(0); }
 inline int __syncthreads_count(int predicate) { return ::simt::sync_threads(predicate); }
 inline int __syncthreads_and(int predicate) {
-  return ::simt::sync_threads(predicate) == static_cast<int>(blockDim.x * blockDim.y * blockDim.z);
+  int arrived = 0;
+  return ::simt::sync_threads(predicate, &arrived) == arrived;
 }
 inline int __syncthreads_or(int predicate) { return ::simt::sync_threads(predicate) != 0; }
 
-// One emulated thread runs at a time and only yields at barriers and warp
-// collectives, so memory is sequentially consistent and every read-modify-write is atomic.
-inline void __threadfence() {}
-inline void __threadfence_block() {}
+// One emulated thread runs at a time and yields only at the points above, so
+// memory is sequentially consistent and every read-modify-write is atomic. The
+// atomics' own accesses are not instrumented (atomics never race with each
+// other); what they order is declared to the race detector (atomic_sync).
+#define SIMT_ATOMIC __attribute__((no_sanitize_thread))
+inline void __threadfence() { ::simt::thread_fence(); }
+inline void __threadfence_block() { ::simt::thread_fence(); }
 template <typename T>
-T atomicAdd(T* p, T v) {
+SIMT_ATOMIC T atomicAdd(T* p, T v) {
+  ::simt::atomic_sync(p);
   const T old = *p;
   *p = old + v;
   return old;
 }
 template <typename T>
-T atomicMax(T* p, T v) {
+SIMT_ATOMIC T atomicMax(T* p, T v) {
+  ::simt::atomic_sync(p);
   const T old = *p;
   *p = old < v ? v : old;
   return old;
 }
 template <typename T>
-T atomicMin(T* p, T v) {
+SIMT_ATOMIC T atomicMin(T* p, T v) {
+  ::simt::atomic_sync(p);
   const T old = *p;
   *p = v < old ? v : old;
   return old;
 }
 template <typename T>
-T atomicExch(T* p, T v) {
+SIMT_ATOMIC T atomicExch(T* p, T v) {
+  ::simt::atomic_sync(p);
   const T old = *p;
   *p = v;
   return old;
 }
 template <typename T>
-T atomicCAS(T* p, T compare, T v) {
+SIMT_ATOMIC T atomicCAS(T* p, T compare, T v) {
+  ::simt::atomic_sync(p);
   const T old = *p;
   if (old == compare) *p = v;
+  return old;
+}
+// atomicInc as documented: ((old >= limit) ? 0 : old + 1).
+SIMT_ATOMIC inline unsigned atomicInc(unsigned* p, unsigned limit) {
+  ::simt::atomic_sync(p);
+  const unsigned old = *p;
+  *p = old >= limit ? 0u : old + 1u;
   return old;
 }
 
@@ -232,8 +287,9 @@ template <typename T>
 T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = ::simt::kWarpSize) {
   const int lane = ::simt::lane_id();
   const int target = lane ^ lane_mask;
-  // A target outside the lane's own segment of `width` lanes reads its own value.
-  const int src = (target & ~(width - 1)) == (lane & ~(width - 1)) ? target : -1;
+  // A target in a later segment of `width` lanes reads the lane's own value;
+  // one in an earlier segment is read (CUDA programming guide, __shfl_xor_sync).
+  const int src = target <= (lane | (width - 1)) ? target : -1;
   return ::simt::from_payload<T>(
       ::simt::warp_collective(::simt::Collective::kShuffleXor, mask, ::simt::to_payload(var), src));
 }
@@ -260,9 +316,14 @@ inline unsigned __ballot_sync(unsigned mask, int predicate) {
   return static_cast<unsigned>(::simt::warp_collective(::simt::Collective::kBallot, mask, predicate != 0, -1));
 }
 
-inline int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0; }
+// Votes over the live lanes of the mask: an exited lane neither blocks nor fails __all_sync.
+inline int __any_sync(unsigned mask, int predicate) {
+  return static_cast<int>(::simt::warp_collective(::simt::Collective::kAny, mask, predicate != 0, -1));
+}
 
-inline int __all_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) == mask; }
+inline int __all_sync(unsigned mask, int predicate) {
+  return static_cast<int>(::simt::warp_collective(::simt::Collective::kAll, mask, predicate != 0, -1));
+}
 
 // --- cache-hint loads and stores: plain accesses with the hardware's alignment rule -----
 

@@ -3,7 +3,11 @@ the host C++ compiler with the SIMT emulator (csrc/emu/simt.h) force-included.
 
 Two products:
   * a shared library exporting ``fused_norm_emulated_forward`` and the
-    emulator's test controls (``simt_*``), loaded with ctypes by the tests;
+    emulator's test controls (``simt_*``), loaded with ctypes by the tests.
+    Its kernel translation unit carries the compiler's ThreadSanitizer
+    instrumentation (-fsanitize=thread, without the ThreadSanitizer runtime):
+    every memory access of the kernels calls the emulator's race detector
+    (csrc/emu/race_detector.h), which does nothing until a test turns it on;
   * with ``sanitize=True``, an executable (csrc/emu/asan_probe.cpp) built
     with AddressSanitizer and UndefinedBehaviorSanitizer, which runs the
     kernels on exactly-sized heap buffers, so that any access past a row's
@@ -50,6 +54,10 @@ COMMON_FLAGS = [
     "-Wno-maybe-uninitialized",
 ]
 RELEASE_FLAGS = ["-O1"]
+# The kernels' translation unit in the release build: every memory access
+# calls a hook (csrc/emu/simt.cpp), and the line tables let a race report
+# name the source lines.
+KERNEL_RACE_FLAGS = ["-fsanitize=thread", "-g1"]
 SANITIZER_FLAGS = ["-O1", "-g1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                    "-fno-omit-frame-pointer"]
 
@@ -135,9 +143,11 @@ def build_emulated_kernels(kernel_source: Path | None = None, sanitize: bool = F
     includes = [f"-I{csrc_dir() / 'core'}", f"-I{emu_dir()}", f"-isystem{cuda_headers()}"]
     flags = COMMON_FLAGS + (SANITIZER_FLAGS if sanitize else RELEASE_FLAGS) + includes
     tag = "asan-" if sanitize else ""
-    units = [(emu_dir() / "simt.cpp", flags, f"{tag}simt"),
+    race_flags = [] if sanitize else KERNEL_RACE_FLAGS  # AddressSanitizer and the race hooks do not mix
+    kernel_flags = [*flags, *race_flags, "-include", str(emu_dir() / "simt.h"), "-x", "c++"]
+    units = [*_runtime_units(flags, tag),
              (emu_dir() / "emulated_norm.cpp", flags, f"{tag}emulated_norm"),
-             (source, [*flags, "-include", str(emu_dir() / "simt.h"), "-x", "c++"], f"{tag}kernels")]
+             (source, kernel_flags, f"{tag}kernels")]
     if sanitize:
         units.append((emu_dir() / "asan_probe.cpp", flags, f"{tag}probe"))
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -149,14 +159,45 @@ def build_emulated_kernels(kernel_source: Path | None = None, sanitize: bool = F
     return _link(compiler, objects, ["-shared", "-Wl,-Bsymbolic"], LIBRARY_NAME)
 
 
+def _runtime_units(flags: list[str], tag: str) -> list[tuple[Path, list[str], str]]:
+    """The emulator's runtime: scheduler, collectives and the race detector. The detector runs on every memory
+    access of the kernels, so it is optimised further (-O2, the last flag wins) in the release build."""
+    detector_flags = flags if tag else [*flags, "-O2"]
+    return [(emu_dir() / "simt.cpp", detector_flags, f"{tag}simt"),
+            (emu_dir() / "race_detector.cpp", detector_flags, f"{tag}races")]
+
+
+def build_kernel_library(source: Path, name: str, workers: int = 2) -> Path:
+    """A .cu file of kernels with its own C entry points (the emulator's self-test, the race gallery), built with
+    the runtime and the race hooks into the shared library ``name``."""
+    compiler = cxx_compiler()
+    if shutil.which(compiler) is None:
+        raise EmulationBuildError(f"C++ compiler {compiler!r} not found - install g++ or set $CXX")
+    if not Path(source).is_file():
+        raise EmulationBuildError(f"kernel source {source} does not exist")
+    flags = COMMON_FLAGS + RELEASE_FLAGS + [f"-I{csrc_dir() / 'core'}", f"-I{emu_dir()}", f"-isystem{cuda_headers()}"]
+    units = [*_runtime_units(flags, ""),
+             (Path(source), [*flags, *KERNEL_RACE_FLAGS, "-include", str(emu_dir() / "simt.h"), "-x", "c++"],
+              f"kernels-{Path(source).stem}")]
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        objects = list(pool.map(lambda unit: _compile(compiler, *unit), units))
+    return _link(compiler, objects, ["-shared", "-Wl,-Bsymbolic"], name)
+
+
+def build_kernel_libraries(sources: list[Path], workers: int = 2) -> list[Path]:
+    """build_kernel_library for several sources (each into lib<stem>.so): the runtime first, then ``workers``
+    kernel files at a time."""
+    if not sources:
+        return []
+    first = build_kernel_library(sources[0], f"lib{Path(sources[0]).stem}.so", workers=workers)
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        rest = pool.map(lambda s: build_kernel_library(s, f"lib{Path(s).stem}.so", workers=1), sources[1:])
+        return [first, *rest]
+
+
 def build_emulator_selftest() -> Path:
     """The emulator's own test kernel (csrc/emu/simt_selftest.cu) with the runtime, as a shared library."""
-    compiler = cxx_compiler()
-    flags = COMMON_FLAGS + RELEASE_FLAGS + [f"-I{csrc_dir() / 'core'}", f"-I{emu_dir()}", f"-isystem{cuda_headers()}"]
-    objects = [_compile(compiler, emu_dir() / "simt.cpp", flags, "simt"),
-               _compile(compiler, emu_dir() / "simt_selftest.cu",
-                        [*flags, "-include", str(emu_dir() / "simt.h"), "-x", "c++"], "selftest")]
-    return _link(compiler, objects, ["-shared", "-Wl,-Bsymbolic"], "libsimt_selftest.so")
+    return build_kernel_library(emu_dir() / "simt_selftest.cu", "libsimt_selftest.so")
 
 
 def build_many(sources: list[Path], sanitize: bool = False, workers: int = 2) -> list[Path]:

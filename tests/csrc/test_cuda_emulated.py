@@ -4,10 +4,12 @@ SIMT emulator (csrc/emu), on every test run, GPU or not.
 Every variant the launch plan can pick runs for every dtype, on row lengths
 around each plan threshold, on the 16-byte vector path (all pointers aligned)
 and the narrower ones (one operand 8 or 4 bytes or one element off), with
-rows sharing blocks and grids capped below the row count, in two scheduling
-orders. Each case
-checks the kernel the plan picked, every output element against the float64
-reference, and the guard bytes around every buffer.
+rows sharing blocks and grids capped below the row count, in every
+scheduling order (lowest thread first, in turn, in reverse, and seeded random
+orders; tests/conftest.py --emu-seeds sets how many seeds) with the race
+detector on. Each case checks that no two threads' accesses race, the kernel
+the plan picked, every output element against the float64 reference, and the
+guard bytes around every buffer.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import pytest
 import torch
 
 from tests.helpers.cuda_variants import kernel_names
-from tests.helpers.emulated_kernels import (DTYPE_NAMES, ORDERS, Case, check_case, expected_launches,
-                                            load_emulated_kernels, one_torch_thread, plan_variants, standard_cases)
+from tests.helpers.emulated_kernels import (DTYPE_NAMES, SCHEDULE_KINDS, Case, check_case, check_case_in_schedules,
+                                            expected_launches, load_emulated_kernels, one_torch_thread, plan_variants,
+                                            schedules, standard_cases)
 from ops.dtypes import TORCH_DTYPES
 from ops.reference import TOLERANCES, make_inputs, reference_norm
 
@@ -40,13 +43,14 @@ def variants() -> dict:
     return plan_variants()
 
 
-@pytest.mark.parametrize("order", list(ORDERS))
 @pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=lambda d: DTYPE_NAMES[d])
-def test_every_variant_matches_the_reference(kernels, variants, generator, dtype, order):
+def test_every_variant_matches_the_reference(kernels, variants, generator, dtype):
+    # Every schedule on each case's inputs: the inputs and the reference are made once per case.
     cases = standard_cases(dtype, variants)
+    orders = [order for kind in SCHEDULE_KINDS for order in schedules(kind, generator)]
     problems, ran = [], set()
-    for case, expected in zip(cases, expected_launches(cases)):
-        found, launch = check_case(kernels, case, order, generator, expected)
+    for case, expected in zip(cases, expected_launches(cases), strict=True):
+        found, launch = check_case_in_schedules(kernels, case, orders, generator, expected)
         problems += found
         if launch is not None:
             ran.add(launch.kernel)
@@ -55,16 +59,16 @@ def test_every_variant_matches_the_reference(kernels, variants, generator, dtype
     assert ran == kernel_names(variants, DTYPE_NAMES[dtype])
 
 
-@pytest.mark.parametrize("order", list(ORDERS))
-def test_one_block_loops_over_all_rows(kernels, generator, order):
+def test_one_block_loops_over_all_rows(kernels, generator):
     # gridDim.x = 1: each kernel's grid-stride loop covers 7 rows (warp kernels: 2 rows per warp,
     # a fourth warp with one), reusing the shared-memory slots row after row.
     cases = [Case(torch.float32, 7, hidden, None, 1) for hidden in (96, 1000, 4096, 16388)]
     cases += [Case(torch.bfloat16, 7, hidden, "x", 1) for hidden in (33, 1000, 5000)]
+    orders = [order for kind in SCHEDULE_KINDS for order in schedules(kind, generator)]
     problems = []
-    for case, expected in zip(cases, expected_launches(cases)):
+    for case, expected in zip(cases, expected_launches(cases), strict=True):
         assert expected.grid > 1 or case.rows <= 4, case  # the cap really shrinks the grid
-        problems += check_case(kernels, case, order, generator, expected)[0]
+        problems += check_case_in_schedules(kernels, case, orders, generator, expected)[0]
     assert not problems, "\n".join(problems)
 
 
@@ -106,18 +110,18 @@ def test_16_bit_conversions_are_bit_exact(kernels, generator, dtype):
     assert not mismatch.any(), f"{int(mismatch.sum())} mismatches, e.g. {values[mismatch][:5].tolist()}"
 
 
-@pytest.mark.parametrize("order", list(ORDERS))
-def test_a_non_finite_row_stays_in_its_row(kernels, generator, order):
+@pytest.mark.parametrize("kind", SCHEDULE_KINDS)
+def test_a_non_finite_row_stays_in_its_row(kernels, generator, kind):
     # One block does all 9 rows (grid capped at 1), so rows share every shared-memory slot in turn: a NaN
     # or inf in row 3 or 5 must give exactly the reference's NaNs in that row and leave the others exact.
-    for hidden in (64, 33, 1000, 4096, 20000):
+    for order, hidden in [(o, h) for o in schedules(kind, generator) for h in (64, 33, 1000, 4096, 20000)]:
         x, weight, bias = make_inputs((9, hidden), torch.float32, generator)
         x[3, hidden // 2] = float("nan")
         x[5, 0] = float("inf")
         y = torch.zeros_like(x)
         ptrs = {"x": x.data_ptr(), "weight": weight.data_ptr(), "bias": bias.data_ptr(), "y": y.data_ptr()}
         rc, message, _ = kernels.forward(ptrs, 9, hidden, 1e-6, torch.float32, order, 1)
-        assert rc == 0, message
+        assert rc == 0, f"[{order}] {message}"
         ref = reference_norm(x, weight, bias, 1e-6)
         assert torch.equal(torch.isnan(y), torch.isnan(ref)), hidden
         assert torch.isnan(y[3]).all() and not torch.isnan(y[[0, 1, 2, 4, 6, 7, 8]]).any(), hidden

@@ -1,10 +1,12 @@
 """The CUDA kernels run in the SIMT emulator (csrc/emu), driven from Python.
 
 ``check_case`` runs one problem through ``fused_norm::cuda_forward`` exactly as
-an adapter would, on buffers with random guard bytes on both sides, the output
+an adapter would, with the race detector on and in the given schedule, on
+buffers with random guard bytes on both sides, the output
 poisoned with all-ones bytes (NaN in every dtype) and each operand placed on
 or one element off a 16-byte boundary, and returns every problem it finds:
-launch errors (with the emulator's message), a kernel other than the one the
+launch errors (with the emulator's message: a data race names the kernel,
+block, threads, buffer and source lines), a kernel other than the one the
 launch plan picks, unwritten outputs, touched guards or inputs, and values
 outside the dtype's tolerance against the float64 reference.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +29,10 @@ from ops.reference import TOLERANCES, make_inputs, reference_norm
 
 DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
 DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-ORDERS = {"round_robin": 0, "warp_ahead": 1}  # simt::Order
+ORDERS = {"round_robin": 0, "warp_ahead": 1, "reverse": 2}  # simt::Order, the fixed ones
+# Seeded: "random:SEED", "stress:SEED" (stress also yields at every shared-memory access).
+RANDOM_ORDERS = {"random": 3, "stress": 4}
+SEEDS_ENV = "FUSEDBENCH_EMU_SEEDS"  # random seeds per test (tests/conftest.py: --emu-seeds)
 OPERANDS = ("x", "weight", "bias", "y")
 VECTOR_BYTES = 16
 GUARD_BYTES = 64
@@ -50,6 +56,8 @@ class EmulatedKernels:
             ctypes.c_int64, ctypes.c_int64, ctypes.c_double, ctypes.c_int]
         lib.fused_norm_emulated_forward.restype = ctypes.c_int
         lib.simt_set_order.argtypes = [ctypes.c_int]
+        lib.simt_set_seed.argtypes = [ctypes.c_uint64]
+        lib.simt_set_race_detection.argtypes = [ctypes.c_int]
         lib.simt_set_max_grid_x.argtypes = [ctypes.c_int64]
         lib.simt_last_error_message.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         lib.simt_last_error_message.restype = ctypes.c_size_t
@@ -74,11 +82,16 @@ class EmulatedKernels:
                                                        values.numel()) == 0
         return out
 
+    def set_schedule(self, schedule: str, detect_races: bool = True) -> None:
+        """A fixed order ("round_robin", "warp_ahead", "reverse") or a seeded one ("random:SEED", "stress:SEED")."""
+        set_schedule(self.lib, schedule, detect_races)
+
     def forward(self, ptrs: dict[str, int], rows: int, hidden: int, eps: float, dtype: torch.dtype,
-                order: str, max_grid: int) -> tuple[int, str, list[Launch]]:
-        """Run cuda_forward; returns (its return code, the emulator's error message, the launches)."""
+                order: str, max_grid: int, detect_races: bool = True) -> tuple[int, str, list[Launch]]:
+        """Run cuda_forward in schedule ``order`` (see set_schedule); returns (its return code, the emulator's error
+        message, the launches)."""
         lib = self.lib
-        lib.simt_set_order(ORDERS[order])
+        self.set_schedule(order, detect_races)
         lib.simt_set_max_grid_x(max_grid)
         lib.simt_clear_launches()
         rc = lib.fused_norm_emulated_forward(ptrs["x"], ptrs["weight"], ptrs["bias"], ptrs["y"], rows, hidden, eps,
@@ -92,6 +105,41 @@ class EmulatedKernels:
             lib.simt_launch_info(i, name, len(name), ctypes.byref(grid), ctypes.byref(grid_run), ctypes.byref(threads))
             launches.append(Launch(short_kernel_name(name.value.decode()), grid.value, grid_run.value, threads.value))
         return rc, message.value.decode(), launches
+
+
+def set_schedule(lib: ctypes.CDLL, schedule: str, detect_races: bool = True) -> None:
+    """Set the scheduling order (and seed) and the race detector of an emulator library."""
+    kind, _, seed = schedule.partition(":")
+    if kind in ORDERS and not seed:
+        lib.simt_set_order(ORDERS[kind])
+    elif kind in RANDOM_ORDERS and seed.isdigit():
+        lib.simt_set_order(RANDOM_ORDERS[kind])
+        lib.simt_set_seed(int(seed))
+    else:
+        raise ValueError(f"schedule {schedule!r}: expected one of {sorted(ORDERS)} or random:SEED / stress:SEED")
+    lib.simt_set_race_detection(int(detect_races))
+
+
+def seed_count() -> int:
+    """Random seeds per schedule kind (FUSEDBENCH_EMU_SEEDS, default 1)."""
+    value = os.environ.get(SEEDS_ENV, "1")
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{SEEDS_ENV}={value!r}: expected a whole number >= 1")
+    return int(value)
+
+
+def schedules(kind: str, generator: torch.Generator) -> list[str]:
+    """The schedules of one kind: a fixed order as itself, a random kind once per seed (seed_count() seeds drawn from
+    ``generator``, so a run's seed replays them; each is named in the problems it finds)."""
+    if kind in ORDERS:
+        return [kind]
+    if kind not in RANDOM_ORDERS:
+        raise ValueError(f"schedule kind {kind!r}: expected one of {sorted(ORDERS) + sorted(RANDOM_ORDERS)}")
+    seeds = torch.randint(0, 2**62, (seed_count(),), dtype=torch.int64, generator=generator).tolist()
+    return [f"{kind}:{s}" for s in seeds]
+
+
+SCHEDULE_KINDS = [*ORDERS, *RANDOM_ORDERS]
 
 
 @functools.lru_cache(maxsize=None)
@@ -207,8 +255,17 @@ class GuardedBuffer:
 
 
 def check_case(kernels: EmulatedKernels, case: Case, order: str, generator: torch.Generator,
-               expected: Launch | None = None) -> tuple[list[str], Launch | None]:
-    """Run ``case``; return (the problems found, the launch the emulator ran)."""
+               expected: Launch | None = None, detect_races: bool = True) -> tuple[list[str], Launch | None]:
+    """Run ``case`` in schedule ``order`` (EmulatedKernels.set_schedule); return (the problems found, the launch the
+    emulator ran)."""
+    return check_case_in_schedules(kernels, case, [order], generator, expected, detect_races)
+
+
+def check_case_in_schedules(kernels: EmulatedKernels, case: Case, orders: list[str], generator: torch.Generator,
+                            expected: Launch | None = None,
+                            detect_races: bool = True) -> tuple[list[str], Launch | None]:
+    """check_case in each schedule of ``orders`` on the same inputs (prepared and referenced once); returns every
+    problem and the last launch that ran."""
     x, weight, bias = make_inputs((case.rows, case.hidden), case.dtype, generator)
     eps = float(torch.empty(()).uniform_(1e-6, 1e-4, generator=generator))
     buffers = {}
@@ -217,11 +274,24 @@ def check_case(kernels: EmulatedKernels, case: Case, order: str, generator: torc
         buffers[name] = GuardedBuffer(numel, case.dtype, case.phase(name), generator)
         if value is not None:
             buffers[name].data.copy_(value.reshape(-1))
-    buffers["y"].data.view(torch.uint8).fill_(0xFF)  # NaN in all four dtypes: every element must be written
+    ref = reference_norm(x, weight, bias, eps)
+    problems: list[str] = []
+    ran = None
+    for order in orders:
+        buffers["y"].data.view(torch.uint8).fill_(0xFF)  # NaN in all four dtypes: every element must be written
+        rc, message, launches = kernels.forward({k: b.data.data_ptr() for k, b in buffers.items()}, case.rows,
+                                                case.hidden, eps, case.dtype, order, case.max_grid, detect_races)
+        found, launch = _inspect(case, f"{case} [{order}]", rc, message, launches, expected, buffers,
+                                 (x, weight, bias), ref)
+        problems += found
+        ran = launch or ran
+    return problems, ran
 
-    rc, message, launches = kernels.forward({k: b.data.data_ptr() for k, b in buffers.items()}, case.rows,
-                                            case.hidden, eps, case.dtype, order, case.max_grid)
-    label = f"{case} [{order}]"
+
+def _inspect(case: Case, label: str, rc: int, message: str, launches: list[Launch], expected: Launch | None,
+             buffers: dict[str, GuardedBuffer], inputs: tuple[torch.Tensor, ...],
+             ref: torch.Tensor) -> tuple[list[str], Launch | None]:
+    """The problems of one run of ``case``."""
     if rc != 0:
         return [f"{label}: cuda_forward returned {rc}: {message or 'no emulator message'}"], None
     problems = []
@@ -233,7 +303,7 @@ def check_case(kernels: EmulatedKernels, case: Case, order: str, generator: torc
     for name, buffer in buffers.items():
         if not buffer.guards_intact():
             problems.append(f"{label}: bytes around {name} were overwritten")
-    for name, value in (("x", x), ("weight", weight), ("bias", bias)):
+    for name, value in zip(("x", "weight", "bias"), inputs):
         if not torch.equal(buffers[name].data.view(torch.uint8), value.reshape(-1).view(torch.uint8)):
             problems.append(f"{label}: input {name} was modified")
     y = buffers["y"].data.reshape(case.rows, case.hidden)
@@ -242,7 +312,6 @@ def check_case(kernels: EmulatedKernels, case: Case, order: str, generator: torc
         first = unwritten.nonzero()[0].tolist()
         problems.append(f"{label}: {int(unwritten.sum())} output elements never written, first at (row, col) {first}")
     tol = TOLERANCES[case.dtype]
-    ref = reference_norm(x, weight, bias, eps)
     bad = ~((y.double() - ref).abs() <= tol.atol + tol.rtol * ref.abs()) & ~unwritten
     if bad.any():
         r, c = bad.nonzero()[0].tolist()
