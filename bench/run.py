@@ -374,6 +374,7 @@ def run_bench(options: BenchOptions, console: Console | None = None) -> Outcome:
     try:
         return _run_bench(options, console or Console())
     finally:
+        gc.unfreeze()  # what the run froze (below) is the collector's again
         torch.set_num_threads(threads_before)  # a run inside a larger process leaves its thread count as it was
 
 
@@ -386,6 +387,13 @@ def _run_bench(options: BenchOptions, console: Console) -> Outcome:
     for device in devices:
         parse_dtypes(options.dtype or GRIDS[device].dtypes)
     settings = run_settings(options)
+    # Each measurement starts with a full collection (bench/timing.py). Once
+    # the baselines are imported (torch's compiler stack among them) the heap
+    # holds millions of objects that outlive the run, and walking them took
+    # most of a small run's time; frozen, they are skipped, and a collection
+    # walks only what the run itself created, the earlier cases' garbage.
+    gc.collect()
+    gc.freeze()
     env = environment_columns(threads, "cpu", utc_timestamp())  # "device" is set per row
     names = [device_label(d) for d in devices]
     dtypes = {options.dtype or GRIDS[d].dtypes for d in devices}

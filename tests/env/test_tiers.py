@@ -13,7 +13,8 @@ from env.tiers import DURATIONS, pytest_command, tier_of
 
 def test_each_tier_selects_by_the_slow_marker_and_prints_durations():
     fast, slow, every = (pytest_command(t) for t in ("fast", "slow", "all"))
-    assert fast[-2:] == ["-m", "not slow"] and slow[-2:] == ["-m", "slow"] and every.count("-m") == 1  # python -m pytest only
+    assert fast[-2:] == ["-m", "not slow"] and slow[-2:] == ["-m", "slow"]
+    assert every.count("-m") == 1  # python -m pytest only
     for command in (fast, slow, every):
         assert command[1:3] == ["-m", "pytest"] and f"--durations={DURATIONS}" in command
     with_options = pytest_command("fast", k="ort and not pool", workers=2, extra="-x --tb 'line'")
