@@ -217,7 +217,7 @@ def _docker(command: list[str]) -> None:
         raise Exit(f"docker: `{' '.join(command[:2])}` failed (exit {code}) - see its output above", code=code)
 
 
-# --- bench: the benchmarks and their comparison ----------------------------------------
+# --- bench.serve: the serving benchmark ---------------------------------------------------
 
 
 @task(

@@ -62,7 +62,6 @@ def fails_with(command: str, *errors) -> Callable:
     """
 
     def decorate(body: Callable) -> Callable:
-
         @functools.wraps(body)
         def run(*args, **kwargs):
             try:

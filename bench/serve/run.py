@@ -93,7 +93,7 @@ def run_serve_bench(options: ServeOptions, console: Console, stop: threading.Eve
     with tempfile.TemporaryDirectory(prefix="fusedbench-serve-") as tmp:
         models_dir = Path(options.models_dir or tmp)
         console.print(f"[bold]bench.serve[/]: model {options.model.shape} (d_model {options.model.d_model}, "
-                      f"{options.model.layers} layers), {len(configs)} configurations x {duration:g} s over {rounds} "
+                      f"{options.model.config.layers} layers), {len(configs)} configurations x {duration:g} s over {rounds} "
                       f"round(s), {cores} physical cores; exporting to {models_dir}")
         files = export_routes(options.model, models_dir)
         bank = make_bank(options.model, options.bank_size)

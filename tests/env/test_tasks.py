@@ -83,7 +83,7 @@ def test_option_converters_accept_good_values():
 
 
 def test_fails_with_turns_listed_errors_into_exit_and_keeps_bugs_loud():
-    @cli.fails_with(ValueError, "env.build.torch_library:BuildError", "no.such.module:Error")
+    @cli.fails_with("env.check", ValueError, "env.build.commands:BuildError", "no.such.module:Error")
     def env_check(c, fail):
         raise fail
 

@@ -123,15 +123,15 @@ def layered(tmp_path_factory):
     """A 3-block model exported by the standard route, and inputs saved for it."""
     out = tmp_path_factory.mktemp("layers")
     model = build_model("fused", seed=9, config=CONFIG)
-    result = export_model(model, example_input(2, 8, CONFIG["d_model"]), "standard", out / "model.onnx")
-    files = save_inputs(out, "model", CONFIG["d_model"], "float32", [(2, 5), (1, 9)], seed=1)
+    result = export_model(model, example_input(2, 8, CONFIG.d_model), "standard", out / "model.onnx")
+    files = save_inputs(out, "model", CONFIG.d_model, "float32", [(2, 5), (1, 9)], seed=1)
     return model, onnx.load(result.path), files
 
 
 def test_block_outputs_are_the_next_norms_inputs(layered):
     model, onnx_model, files = layered
-    names = block_output_names(onnx_model, CONFIG["layers"])
-    assert len(names) == CONFIG["layers"] == len(set(names))
+    names = block_output_names(onnx_model, CONFIG.layers)
+    assert len(names) == CONFIG.layers == len(set(names))
     edited = with_extra_outputs(onnx_model, names)
     assert [o.name for o in edited.graph.output] == ["y", *names]
     assert [o.name for o in onnx_model.graph.output] == ["y"], "the original model must not change"
@@ -141,7 +141,7 @@ def test_layers_align_when_nothing_is_wrong(layered):
     model, onnx_model, files = layered
     cases, first = align_model_file(ROUTES["standard"], onnx_model, model, files, layers=True)
     assert first == "" and all(c.result.passed for c in cases)
-    assert [c.level for c in cases[: 1 + CONFIG["layers"]]] == ["model", "block 0", "block 1", "block 2"]
+    assert [c.level for c in cases[: 1 + CONFIG.layers]] == ["model", "block 0", "block 1", "block 2"]
 
 
 @pytest.mark.parametrize("block", [0, 1])
@@ -156,7 +156,7 @@ def test_layers_name_the_first_divergent_block(layered, block):
     init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) + np.float32(0.05), name))
     cases, first = align_model_file(ROUTES["standard"], broken, model, files, layers=True)
     assert first == f"block {block}"
-    by_level = {c.level: c for c in cases[: 1 + CONFIG["layers"]]}
+    by_level = {c.level: c for c in cases[: 1 + CONFIG.layers]}
     for earlier in range(block):
         assert by_level[f"block {earlier}"].result.passed
     assert not by_level[f"block {block}"].result.passed and not by_level["model"].result.passed

@@ -25,7 +25,7 @@ from ops.onnx.routes import ROUTES, get_route, parse_routes
 from ops.ort.session import CustomOpsNotRegisteredError, OrtConfig, create_session
 
 CONFIG = ModelConfig(d_model=32, heads=2, layers=2)
-NORMS = 2 * CONFIG["layers"] + 1
+NORMS = 2 * CONFIG.layers + 1
 # (batch, seq) sizes at run time, none of them the export example's (2, 8).
 SIZES = ((1, 1), (3, 5), (5, 64))
 # float32 vs ORT: a few ulp per op, through two blocks (ops/alignment/metrics.py).
@@ -41,7 +41,7 @@ def model():
 def exported(model, tmp_path_factory):
     """Each route's file, exported once for the module (dynamo exporter)."""
     out = tmp_path_factory.mktemp("onnx")
-    x = example_input(2, 8, CONFIG["d_model"])
+    x = example_input(2, 8, CONFIG.d_model)
     return {name: export_model(model, x, name, out / f"{name}.onnx") for name in ROUTES}
 
 
@@ -79,7 +79,7 @@ def test_route_exports_with_promised_nodes(route, exported):
 @pytest.mark.parametrize("route", list(ROUTES))
 def test_route_runs_in_ort_at_several_sizes(route, exported, model, generator):
     for batch, seq in SIZES:
-        x = example_input(batch, seq, CONFIG["d_model"], generator).numpy()
+        x = example_input(batch, seq, CONFIG.d_model, generator).numpy()
         y = _run(exported[route].path, x, route)
         assert y.shape == x.shape and np.isfinite(y).all()
         np.testing.assert_allclose(y, _torch(model, x), **TOL)
@@ -90,13 +90,13 @@ def test_standard_graphs_match_in_onnx_reference_evaluator(route, exported, mode
     """An ONNX runtime independent of ORT (onnx.reference) computes the same as PyTorch."""
     evaluator = ReferenceEvaluator(onnx.load(exported[route].path))
     for batch, seq in ((1, 1), (2, 7)):
-        x = example_input(batch, seq, CONFIG["d_model"], generator).numpy()
+        x = example_input(batch, seq, CONFIG.d_model, generator).numpy()
         np.testing.assert_allclose(evaluator.run(None, {"x": x})[0], _torch(model, x), **TOL)
 
 
 def test_standard_route_fuses_one_node_per_norm(exported, tmp_path, generator):
     optimized = tmp_path / "standard.optimized.onnx"
-    x = example_input(2, 3, CONFIG["d_model"], generator).numpy()
+    x = example_input(2, 3, CONFIG.d_model, generator).numpy()
     _run(exported["standard"].path, x, "standard", optimization="all", optimized_model_path=optimized)
     counts = Counter(op_key(n) for n in onnx.load(optimized).graph.node)
     assert counts[("", "SimplifiedLayerNormalization")] == NORMS
@@ -125,7 +125,7 @@ def test_ort_float64_fusion_uses_its_default_epsilon(tmp_path):
 
 
 def test_custom_route_needs_the_library(exported, model, generator):
-    x = example_input(2, 4, CONFIG["d_model"], generator).numpy()
+    x = example_input(2, 4, CONFIG.d_model, generator).numpy()
     with pytest.raises(CustomOpsNotRegisteredError, match=r"myops::fused_norm.*register_custom_ops=True"):
         create_session(exported["custom"].path, OrtConfig(register_custom_ops=False))
     np.testing.assert_allclose(_run(exported["custom"].path, x, "custom"), _torch(model, x), **TOL)
@@ -147,7 +147,7 @@ def test_single_norm_exports_and_matches(route, tmp_path, generator):
 
 @pytest.mark.parametrize("route", ["standard", "custom"])
 def test_torchscript_exporter_gives_equivalent_graph(route, exported, model, tmp_path, generator):
-    ts = export_model(model, example_input(2, 8, CONFIG["d_model"]), route, tmp_path / f"{route}.ts.onnx", dynamo=False)
+    ts = export_model(model, example_input(2, 8, CONFIG.d_model), route, tmp_path / f"{route}.ts.onnx", dynamo=False)
     assert ts.exporter == "torchscript"
     dynamo_groups = exported[route].report.groups
     for path, nodes in ts.report.groups.items():
@@ -155,13 +155,13 @@ def test_torchscript_exporter_gives_equivalent_graph(route, exported, model, tmp
         ops_dynamo = [op_key(n) for n in dynamo_groups[path] if n.op_type != "Constant"]
         assert ops_ts == ops_dynamo, path
     for batch, seq in ((1, 1), (3, 17)):
-        x = example_input(batch, seq, CONFIG["d_model"], generator).numpy()
+        x = example_input(batch, seq, CONFIG.d_model, generator).numpy()
         np.testing.assert_allclose(_run(ts.path, x, route), _run(exported[route].path, x, route), atol=1e-5, rtol=1e-5)
 
 
 def test_torchscript_exporter_has_no_opset23_route(model, tmp_path):
     with pytest.raises(ExportError, match="opset 20 at most"):
-        export_model(model, example_input(2, 8, CONFIG["d_model"]), "opset23", tmp_path / "x.onnx", dynamo=False)
+        export_model(model, example_input(2, 8, CONFIG.d_model), "opset23", tmp_path / "x.onnx", dynamo=False)
 
 
 # --- bad requests ---------------------------------------------------------------------
@@ -170,7 +170,7 @@ def test_torchscript_exporter_has_no_opset23_route(model, tmp_path):
 def test_export_rejects_unfused_norms_and_bad_inputs(tmp_path):
     unfused = build_model("unfused", config=CONFIG)
     with pytest.raises(ExportError, match="impl='fused'"):
-        export_model(unfused, example_input(2, 8, CONFIG["d_model"]), "standard", tmp_path / "u.onnx")
+        export_model(unfused, example_input(2, 8, CONFIG.d_model), "standard", tmp_path / "u.onnx")
     with pytest.raises(ValueError, match="sizes >= 2"):
         export_model(build_norm(8), torch.randn(1, 4, 8), "standard", tmp_path / "n.onnx")
     with pytest.raises(ValueError, match="route must be one of"):
@@ -300,7 +300,7 @@ def test_strict_inference_follows_shapes_through_the_custom_node(exported, model
 
     def edit(m):
         node = _first(m, "fused_norm")
-        short = numpy_helper.from_array(np.ones(CONFIG["d_model"] - 1, dtype=np.float32), "short_weight")
+        short = numpy_helper.from_array(np.ones(CONFIG.d_model - 1, dtype=np.float32), "short_weight")
         m.graph.initializer.append(short)
         node.input[1] = "short_weight"
 
@@ -318,5 +318,5 @@ def test_rejected_export_is_kept_aside(model, tmp_path, monkeypatch):
     monkeypatch.setattr(export_module, "check_export", failing_check)
     target = tmp_path / "model.onnx"
     with pytest.raises(ExportCheckError, match="rejected file is kept at .*model.rejected.onnx"):
-        export_model(model, example_input(2, 8, CONFIG["d_model"]), "standard", target, dynamo=False)
+        export_model(model, example_input(2, 8, CONFIG.d_model), "standard", target, dynamo=False)
     assert not target.exists() and (tmp_path / "model.rejected.onnx").exists()

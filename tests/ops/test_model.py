@@ -25,7 +25,7 @@ def test_same_seed_same_weights_for_every_impl():
         for name, value in states["unfused"].items():
             assert torch.equal(states[impl][name], value), f"{impl}: {name} differs"
     assert all(norm.impl == "fused" for norm in models["fused"].norms())
-    assert len(models["fused"].norms()) == ModelConfig(config=SMALL).norm_count == 5
+    assert len(models["fused"].norms()) == SMALL.norm_count == 5
 
 
 def test_seed_changes_weights_and_scale_is_realistic():
@@ -47,7 +47,7 @@ def test_impls_match_float64_reference(impl, generator):
     model = build_model(impl, seed=5, config=SMALL)
     reference = _reference(5)
     for batch, seq in ((1, 1), (2, 9), (3, 33)):
-        x = example_input(batch, seq, SMALL["d_model"], generator)
+        x = example_input(batch, seq, SMALL.d_model, generator)
         with torch.no_grad():
             y = model(x)
             expected = reference(x.double())
@@ -58,7 +58,7 @@ def test_impls_match_float64_reference(impl, generator):
 
 def test_fused_float64_equals_unfused_float64(generator):
     fused = build_model("fused", seed=2, dtype=torch.float64, config=SMALL)
-    x = example_input(2, 7, SMALL["d_model"], generator, torch.float64)
+    x = example_input(2, 7, SMALL.d_model, generator, torch.float64)
     with torch.no_grad():
         torch.testing.assert_close(fused(x), _reference(2)(x), atol=1e-12, rtol=1e-12)
 
@@ -77,7 +77,7 @@ def test_fused_gradients_match_unfused(generator):
     """A backward pass through the fused op gives the unfused composition's gradients (float64)."""
     fused = build_model("fused", seed=6, dtype=torch.float64, config=SMALL).train()
     unfused = with_norm_impl(fused, "unfused")
-    x = example_input(2, 5, SMALL["d_model"], generator, torch.float64)
+    x = example_input(2, 5, SMALL.d_model, generator, torch.float64)
     grad_out = torch.randn(x.shape, generator=generator, dtype=torch.float64)
     grads = {}
     for name, model in (("fused", fused), ("unfused", unfused)):

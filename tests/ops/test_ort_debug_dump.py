@@ -101,7 +101,7 @@ def test_the_exported_model_dumps_one_folder_per_norm_node(tmp_path_factory, tmp
 
     path = small_model_files(tmp_path_factory)["custom"]
     node_names = [n.name for n in onnx.load(path).graph.node if n.op_type == "fused_norm"]
-    assert len(node_names) == 2 * SMALL.layers + 1
+    assert len(node_names) == 2 * SMALL.config.layers + 1
     options = session_options(OrtConfig(threads=1))
     options.add_session_config_entry(DUMP_KEY, str(tmp_path))
     session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
