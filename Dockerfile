@@ -125,10 +125,9 @@ ARG TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"
 # nvcc needs ~2 GiB per job; raise on a large build host.
 ARG MAX_JOBS=4
 # The pins' sha256 (of environment.lock.yml followed by requirements/<variant>.txt,
-# as scripts/create_env.sh stamps them) and the git commit, for the labels;
-# checked against the copied files when given.
+# as scripts/create_env.sh stamps them), for the labels; checked against the
+# copied files when given.
 ARG LOCK_SHA256=""
-ARG GIT_COMMIT=unknown
 # The uid of the non-root user: `invoke docker.build` passes the host user's,
 # so reports written to the mounted folder belong to them.
 ARG FUSEDBENCH_UID=10001
@@ -188,6 +187,9 @@ COPY --chown=fusedbench:fusedbench . .
 USER ${FUSEDBENCH_UID}
 RUN invoke build --aot && invoke build && invoke env.check
 
+# The git commit, for the labels. Declared after the last RUN: a build argument
+# is part of every later RUN step's cache key, and the commit changes each time.
+ARG GIT_COMMIT=unknown
 LABEL org.opencontainers.image.title="fusedbench" \
       org.opencontainers.image.description="fused_norm torch/ONNX Runtime op: pinned build and benchmark environment" \
       org.opencontainers.image.revision="${GIT_COMMIT}" \

@@ -13,6 +13,10 @@
 # tarball under $FUSEDBENCH_IMAGE_CACHE, both keyed by a hash of its inputs,
 # so a second run reuses it.
 #
+# The stand-in also trusts this machine's local certificate authorities (its
+# network needs them for TLS) and points pip, npm and Python's ssl at that
+# trust store (ENV), which the image inherits.
+#
 # The one difference from a user's build: the stand-in's digest is passed as
 # the PYTHON_IMAGE_DIGEST build argument (a real one can only come from the
 # registry), and torch's CPU wheel, which the public PyTorch index serves,
@@ -56,10 +60,18 @@ ensure_tools() {
 }
 
 # --- the stand-in base ---------------------------------------------------------------
-# Its inputs: this recipe, and the Python tree that is copied (names, sizes, times).
+# This machine's own certificate authorities. Where the network terminates TLS
+# with a local authority, every client in a container must trust it as the
+# host does (apt here uses plain http; pip and npm use https).
+LOCAL_CAS=/usr/local/share/ca-certificates
+CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
+
+# Its inputs: this recipe, the Python tree that is copied (names, sizes, times)
+# and the local certificate authorities.
 base_key() {
   {
     sed -n '/^# --- the stand-in base/,/^# --- end of the stand-in base/p' "${BASH_SOURCE[0]}"
+    cat "$LOCAL_CAS"/*.crt 2>/dev/null || true
     (cd "$python_prefix" && find bin/python3.11 include lib/libpython3.11.so.1.0 lib/python3.11 \
       -path lib/python3.11/site-packages -prune -o -printf '%p %s %T@\n' | LC_ALL=C sort)
   } | sha256sum | cut -c1-16
@@ -87,6 +99,8 @@ build_base_tarball() {
   # shellcheck disable=SC2016
   mmdebstrap --quiet --variant=minbase --format=tar --include="$BASE_PACKAGES" \
     --customize-hook="cp -a '$work/python/.' \"\$1/usr/local/\"" \
+    --customize-hook="if ls $LOCAL_CAS/*.crt >/dev/null 2>&1; then cp $LOCAL_CAS/*.crt \"\$1$LOCAL_CAS/\"; fi" \
+    --customize-hook='chroot "$1" update-ca-certificates >/dev/null' \
     --customize-hook='chroot "$1" ldconfig' \
     --customize-hook='chroot "$1" /usr/local/bin/python3.11 -m ensurepip --default-pip >/dev/null' \
     bookworm "$tarball.part" \
@@ -109,11 +123,14 @@ ensure_base() {
   tarball=$cache/stand-in-python-$base_tag-$key.tar
   if [ ! -f "$tarball" ]; then
     say "building the stand-in base ($key): Debian bookworm minbase + CPython from $python_prefix"
+    rm -f "$cache"/stand-in-python-*.tar  # other keys: outdated
     build_base_tarball "$tarball"
   fi
   podman import --quiet \
     --change 'ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'ENV LANG=C.UTF-8' --change 'ENV PYTHON_VERSION=3.11.7' \
+    --change "ENV PIP_CERT=$CA_BUNDLE" --change "ENV NODE_EXTRA_CA_CERTS=$CA_BUNDLE" \
+    --change "ENV SSL_CERT_FILE=$CA_BUNDLE" --change "ENV REQUESTS_CA_BUNDLE=$CA_BUNDLE" \
     --change "LABEL io.fusedbench.stand-in=$key" --change 'CMD ["python3"]' \
     "$tarball" "$base_name:$base_tag" >/dev/null
   say "stand-in base $base_name:$base_tag ($key) imported from $tarball"
@@ -137,7 +154,7 @@ build_image() {
 }
 
 check_image() {
-  local reports owner record
+  local reports owner want record
   reports=$(mktemp -d "${TMPDIR:-/tmp}/fusedbench-image-reports.XXXXXX")
   # bench --quick writes its report to the mounted folder, as the invoking user.
   invoke_task docker.run --tag "$image" --reports "$reports" -- bench --quick
@@ -147,12 +164,17 @@ check_image() {
     echo "ci_image: expected one report in $reports after bench --quick, found ${#found[@]}" >&2
     exit 1
   fi
+  # `invoke docker.build` bakes the invoking user's uid into the image, so the
+  # report is theirs. Root is the exception: the image never runs as root, and
+  # its user (uid 10001) keeps the files.
+  want=$(id -u)
+  [ "$want" != 0 ] || want=$(podman image inspect --format '{{.Config.User}}' "$image")
   owner=$(stat -c %u "${found[0]}")
-  if [ "$owner" != "$(id -u)" ]; then
-    echo "ci_image: the report ${found[0]} belongs to uid $owner, not to the invoking user (uid $(id -u))" >&2
+  if [ "$owner" != "$want" ]; then
+    echo "ci_image: the report ${found[0]} belongs to uid $owner, not to uid $want" >&2
     exit 1
   fi
-  say "report on the host: ${found[0]} ($(wc -l <"${found[0]}") lines, owned by $(id -un))"
+  say "report on the host: ${found[0]} ($(wc -l <"${found[0]}") lines, owned by uid $owner)"
   invoke_task docker.run --tag "$image" --reports "$reports" -- test -k "$SMOKE_TESTS"
   # The environment and the toolchain record baked into the image against the lock.
   invoke_task docker.run --tag "$image" --reports "$reports" -- env.check

@@ -124,8 +124,10 @@ def build_command(tag: str = DEFAULT_TAG, max_jobs: int | None = None, base_dige
         command = ["docker", "build"]
     else:
         # chroot isolation: RUN steps need no user namespace or cgroup set-up;
-        # --layers: an unchanged step (the environment) is reused by the next build.
-        command = ["buildah", "bud", "--isolation=chroot", "--layers", f"--pull={'never' if local_base else 'true'}"]
+        # --layers: an unchanged step (the environment) is reused by the next build;
+        # --jobs: the ORT headers stage downloads while the system stage installs.
+        command = ["buildah", "bud", "--isolation=chroot", "--layers", "--jobs=2",
+                   f"--pull={'never' if local_base else 'true'}"]
         if folder:
             command += ["--volume", f"{folder}:{folder}:ro"]
     command += ["--file", str(DOCKERFILE), "--tag", tag]
