@@ -125,8 +125,9 @@ def build_command(tag: str = DEFAULT_TAG, max_jobs: int | None = None, base_dige
     else:
         # chroot isolation: RUN steps need no user namespace or cgroup set-up;
         # --layers: an unchanged step (the environment) is reused by the next build;
-        # --jobs: the ORT headers stage downloads while the system stage installs.
-        command = ["buildah", "bud", "--isolation=chroot", "--layers", "--jobs=2",
+        # --jobs: the ORT headers stage downloads while the system stage installs;
+        # --format=docker: the OCI format has no SHELL, and RUN steps need its pipefail.
+        command = ["buildah", "bud", "--isolation=chroot", "--layers", "--jobs=2", "--format=docker",
                    f"--pull={'never' if local_base else 'true'}"]
         if folder:
             command += ["--volume", f"{folder}:{folder}:ro"]

@@ -74,7 +74,7 @@ def test_buildah_mounts_a_local_wheel_folder_and_never_pulls_a_local_base(tmp_pa
     command = docker.build_command("fusedbench:cpu", variant="cpu", torch_find_links=str(tmp_path),
                                    engine=docker.PODMAN, local_base=True)
     assert command[:4] == ["buildah", "bud", "--isolation=chroot", "--layers"]
-    assert "--pull=never" in command
+    assert "--pull=never" in command and "--format=docker" in command  # SHELL (pipefail) needs the docker format
     assert command[command.index("--volume") + 1] == f"{tmp_path}:{tmp_path}:ro"
     assert _build_args(command)["TORCH_FIND_LINKS"] == str(tmp_path)
     # a URL is only a build arg; without local_base buildah pulls what is missing as Docker does
