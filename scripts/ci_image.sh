@@ -175,7 +175,8 @@ check_image() {
     exit 1
   fi
   say "report on the host: ${found[0]} ($(wc -l <"${found[0]}") lines, owned by uid $owner)"
-  invoke_task docker.run --tag "$image" --reports "$reports" -- test -k "$SMOKE_TESTS"
+  # invoke hands docker.run the words after `--` joined by spaces: quote the expression once more.
+  invoke_task docker.run --tag "$image" --reports "$reports" -- test -k "'$SMOKE_TESTS'"
   # The environment and the toolchain record baked into the image against the lock.
   invoke_task docker.run --tag "$image" --reports "$reports" -- env.check
   record=$(podman "${PODMAN_RUNTIME[@]}" run --rm --entrypoint /opt/fusedbench-env/bin/python "$image" \
