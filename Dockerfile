@@ -38,6 +38,8 @@ ARG MICROMAMBA_IMAGE_DIGEST=sha256:800e7ade3ffe29c9a9ac2026163131495f8197c3852e5
 ARG GCC_VERSION=13.3.0-6ubuntu2~24.04.1
 # Debian 12 (cpu, and the ORT headers stage of both):
 ARG DEBIAN_GCC_VERSION=12.2.0-14+deb12u1
+# Debian's g++ package: the `c++` command (g++-12), which tools and tests call by that name.
+ARG DEBIAN_GXX_DEFAULT_VERSION=4:12.2.0-3
 ARG NODEJS_VERSION=18.20.4+dfsg-1~deb12u3
 ARG NPM_VERSION=9.2.0~ds1-1
 ARG FUSEDBENCH_CACHE=/opt/fusedbench-cache
@@ -102,12 +104,14 @@ FROM ${PYTHON_IMAGE}@${PYTHON_IMAGE_DIGEST} AS cpu-system
 ARG PYTHON_IMAGE
 ARG PYTHON_IMAGE_DIGEST
 ARG DEBIAN_GCC_VERSION
+ARG DEBIAN_GXX_DEFAULT_VERSION
 ARG DEBIAN_FRONTEND=noninteractive
 # The pinned system compiler: the C++ side of the op and torch.compile's C++ code.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
         gcc-12="${DEBIAN_GCC_VERSION}" \
         g++-12="${DEBIAN_GCC_VERSION}" \
+        g++="${DEBIAN_GXX_DEFAULT_VERSION}" \
     && rm -rf /var/lib/apt/lists/*
 ENV CC=gcc-12 \
     CXX=g++-12 \
