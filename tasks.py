@@ -48,7 +48,7 @@ def toolchain(c):
         "workers": "pytest-xdist processes, an integer >= 1 (default 1: in this process; docs/testing.md)",
     },
 )
-@cli.fails_with(ValueError)
+@cli.fails_with("test", ValueError)
 def test(c, k="", args="", all_=False, slow_only=False, workers="1"):
     """Build, then run the fast test tier (pytest -m "not slow"); --all adds the slow tier."""
     import shlex
@@ -178,17 +178,22 @@ def env_lock(c, upgrade=False):
     name="build",
     help={
         "tag": "image tag (default fusedbench:local)",
+        "variant": "cuda (default: CUDA base, torch's CUDA build) or cpu (Python slim base, torch's CPU build)",
         "max_jobs": "parallel compile jobs in the image build, an integer >= 1 (default: the Dockerfile's 4)",
-        "base_digest": "sha256:... of the CUDA base image, instead of the Dockerfile's",
+        "base_digest": "sha256:... of the variant's base image, instead of the Dockerfile's",
+        "torch_find_links": "cpu variant: where pip finds torch's CPU wheel, a URL (default: PyTorch's CPU index) "
+        "or a folder of wheels (buildah only: mounted into the build)",
+        "local_base": "buildah only: take the base image from local storage (e.g. a stand-in), never pull",
     },
 )
 @cli.fails_with("docker.build", "env.lock.docker:DockerError")
-def docker_build(c, tag="", max_jobs="", base_digest=""):
-    """Build the Docker image: pinned CUDA base, env from the lock, `invoke build --aot` baked in."""
+def docker_build(c, tag="", variant="cuda", max_jobs="", base_digest="", torch_find_links="", local_base=False):
+    """Build the image (docker, or buildah without a daemon): pinned base, env from the lock, builds baked in."""
     from env.lock import docker
 
     jobs = cli.integer("--max-jobs", max_jobs, minimum=1) if max_jobs else None
-    _docker(docker.build_command(tag or docker.DEFAULT_TAG, jobs, base_digest or None))
+    _docker(docker.build_command(tag or docker.DEFAULT_TAG, jobs, base_digest or None, variant,
+                                 torch_find_links or None, docker.choose_engine(), local_base))
 
 
 @task(
@@ -201,13 +206,14 @@ def docker_build(c, tag="", max_jobs="", base_digest=""):
 )
 @cli.fails_with("docker.run", "env.lock.docker:DockerError")
 def docker_run(c, tag="", reports="", gpus=None):
-    """Run an invoke task in the image: `invoke docker.run -- bench --baseline all`."""
+    """Run an invoke task in the image (docker, or podman without a daemon): `invoke docker.run -- bench`."""
     import shlex
     from pathlib import Path
 
     from env.lock import docker
 
-    _docker(docker.run_command(shlex.split(c.remainder), tag or docker.DEFAULT_TAG, Path(reports) if reports else None, gpus))
+    _docker(docker.run_command(shlex.split(c.remainder), tag or docker.DEFAULT_TAG, Path(reports) if reports else None,
+                               gpus, engine=docker.choose_engine()))
 
 
 def _docker(command: list[str]) -> None:

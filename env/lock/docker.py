@@ -1,10 +1,15 @@
 """`invoke docker.build` / `invoke docker.run`: the image from ./Dockerfile, built and run.
 
-The build args come from their one source each: the pins (the sha256 of
-environment.lock.yml followed by requirements/cuda.txt, and the lock's
-``TORCH_CUDA_ARCH_LIST``), git (the commit) and the Dockerfile's own ARG
-defaults (the base image and its digest), so the labels say exactly what went
-in. Commands are built as lists here and only executed by :func:`run`.
+Two variants of one Dockerfile (build arg ``VARIANT``): ``cuda`` (the default)
+and ``cpu``. The build args come from their one source each: the pins (the
+sha256 of environment.lock.yml followed by requirements/<variant>.txt, and the
+lock's ``TORCH_CUDA_ARCH_LIST``), git (the commit) and the Dockerfile's own ARG
+defaults (the variant's base image and its digest), so the labels say exactly
+what went in.
+
+Two engines: Docker where a Docker engine answers; otherwise buildah (build)
+and podman (run), which need no daemon. Commands are built as lists here and
+only executed by :func:`run`.
 """
 
 from __future__ import annotations
@@ -18,20 +23,26 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from env.lock.lockfile import LOCK_PATH, read_lock, requirements_path
+from env.lock.lockfile import LOCK_PATH, read_lock, read_pins, requirements_path
 from env.paths import REPO_ROOT
 from env.repo import git_commit
 
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 DEFAULT_TAG = "fusedbench:local"
+DEFAULT_VARIANT = "cuda"
 # Where the image writes reports (its FUSEDBENCH_REPORTS_DIR); the host folder is mounted there.
 IMAGE_REPORTS_DIR = "/reports"
+# The build args naming each variant's base image and its digest.
+BASE_ARGS = {"cuda": ("CUDA_IMAGE", "CUDA_IMAGE_DIGEST"), "cpu": ("PYTHON_IMAGE", "PYTHON_IMAGE_DIGEST")}
+DOCKER, PODMAN = "docker", "podman"
+# podman runs containers with runc: crun refuses hosts whose cgroups are in hybrid mode.
+PODMAN_RUN = [PODMAN, "--runtime", "runc", "run"]
 
 _ARG = re.compile(r'^ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?$')
 
 
 class DockerError(RuntimeError):
-    """Docker cannot do what was asked; the message says why and what to do."""
+    """No engine can do what was asked; the message says why and what to do."""
 
 
 def dockerfile_arg_defaults(dockerfile: Path = DOCKERFILE) -> dict[str, str]:
@@ -44,35 +55,84 @@ def dockerfile_arg_defaults(dockerfile: Path = DOCKERFILE) -> dict[str, str]:
     return defaults
 
 
-def lock_sha256(lock: Path = LOCK_PATH, requirements: Path | None = None) -> str:
-    """sha256 of the lock followed by the image's requirements file (scripts/create_env.sh's stamp)."""
-    requirements = requirements or requirements_path("cuda")
+def lock_sha256(lock: Path = LOCK_PATH, requirements: Path | None = None, variant: str = DEFAULT_VARIANT) -> str:
+    """sha256 of the lock followed by the variant's requirements file (scripts/create_env.sh's stamp)."""
+    requirements = requirements or requirements_path(variant)
     return hashlib.sha256(lock.read_bytes() + requirements.read_bytes()).hexdigest()
 
 
-def build_args(max_jobs: int | None = None, base_digest: str | None = None) -> dict[str, str]:
+def _check_variant(variant: str) -> str:
+    if variant not in BASE_ARGS:
+        raise DockerError(f"--variant must be one of {', '.join(BASE_ARGS)}, got {variant!r}")
+    return variant
+
+
+def build_args(max_jobs: int | None = None, base_digest: str | None = None, variant: str = DEFAULT_VARIANT,
+               torch_find_links: str | None = None) -> dict[str, str]:
     """The --build-arg values of `invoke docker.build`."""
+    variant = _check_variant(variant)
     defaults = dockerfile_arg_defaults()
+    image_arg, digest_arg = BASE_ARGS[variant]
     args = {
-        "CUDA_IMAGE": defaults["CUDA_IMAGE"],
-        "CUDA_IMAGE_DIGEST": base_digest or defaults["CUDA_IMAGE_DIGEST"],
+        "VARIANT": variant,
+        image_arg: defaults[image_arg],
+        digest_arg: base_digest or defaults[digest_arg],
         "TORCH_CUDA_ARCH_LIST": read_lock().variables["TORCH_CUDA_ARCH_LIST"],
-        "LOCK_SHA256": lock_sha256(),
+        "LOCK_SHA256": lock_sha256(variant=variant),
         "GIT_COMMIT": git_commit(),
     }
-    if not re.fullmatch(r"sha256:[0-9a-f]{64}", args["CUDA_IMAGE_DIGEST"]):
-        raise DockerError(f"base digest must look like sha256:<64 hex digits>, got {args['CUDA_IMAGE_DIGEST']!r}")
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", args[digest_arg]):
+        raise DockerError(f"base digest must look like sha256:<64 hex digits>, got {args[digest_arg]!r}")
     if max_jobs:
         args["MAX_JOBS"] = str(max_jobs)
+    if torch_find_links:
+        if variant != "cpu":
+            raise DockerError("--torch-find-links applies to the cpu variant only (the cuda variant's torch is on PyPI)")
+        args["TORCH_FIND_LINKS"] = torch_find_links
     uid = os.getuid()
     if uid != 0:  # reports in the mounted folder then belong to the host user
         args["FUSEDBENCH_UID"] = str(uid)
     return args
 
 
-def build_command(tag: str = DEFAULT_TAG, max_jobs: int | None = None, base_digest: str | None = None) -> list[str]:
-    command = ["docker", "build", "--file", str(DOCKERFILE), "--tag", tag]
-    for name, value in build_args(max_jobs, base_digest).items():
+def _local_folder(location: str | None) -> Path | None:
+    """``location`` as a folder on this machine, or None for a URL (or nothing)."""
+    if not location or re.match(r"^[a-z][a-z0-9+.-]*://", location):
+        return None
+    folder = Path(location).resolve()
+    if not folder.is_dir():
+        raise DockerError(f"--torch-find-links must be a URL or an existing folder of wheels, got {location!r}")
+    return folder
+
+
+def build_command(tag: str = DEFAULT_TAG, max_jobs: int | None = None, base_digest: str | None = None,
+                  variant: str = DEFAULT_VARIANT, torch_find_links: str | None = None,
+                  engine: str = DOCKER, local_base: bool = False) -> list[str]:
+    """`docker build`, or `buildah bud` (engine podman), of the Dockerfile with its build args.
+
+    buildah only: a local folder of wheels as ``torch_find_links`` is
+    bind-mounted into the build, read-only, at the same path, and
+    ``local_base`` takes the base images from local storage, never pulling.
+    Docker's builder can do neither.
+    """
+    folder = _local_folder(torch_find_links)
+    args = build_args(max_jobs, base_digest, variant, str(folder) if folder else torch_find_links)
+    if engine == DOCKER:
+        if folder or local_base:
+            raise DockerError("docker build can neither mount a folder of wheels nor refuse to pull: give "
+                              "--torch-find-links a URL (default: PyTorch's CPU index), or build with buildah")
+        command = ["docker", "build"]
+    else:
+        # chroot isolation: RUN steps need no user namespace or cgroup set-up;
+        # --layers: an unchanged step (the environment) is reused by the next build;
+        # --jobs: the ORT headers stage downloads while the system stage installs;
+        # --format=docker: the OCI format has no SHELL, and RUN steps need its pipefail.
+        command = ["buildah", "bud", "--isolation=chroot", "--layers", "--jobs=2", "--format=docker",
+                   f"--pull={'never' if local_base else 'true'}"]
+        if folder:
+            command += ["--volume", f"{folder}:{folder}:ro"]
+    command += ["--file", str(DOCKERFILE), "--tag", tag]
+    for name, value in args.items():
         command += ["--build-arg", f"{name}={value}"]
     return command + [str(REPO_ROOT)]
 
@@ -89,14 +149,15 @@ def host_has_gpu() -> bool:
 
 
 def run_command(task: list[str], tag: str = DEFAULT_TAG, reports: Path | None = None,
-                gpus: bool | None = None, tty: bool | None = None) -> list[str]:
-    """`docker run` of one invoke task line in the image, the reports folder mounted."""
+                gpus: bool | None = None, tty: bool | None = None, engine: str = DOCKER) -> list[str]:
+    """`docker run` (or `podman run`) of one invoke task line in the image, the reports folder mounted."""
     if not task:
         raise DockerError("give the invoke task to run in the image, e.g. `invoke docker.run bench --baseline all`")
     reports = (reports or REPO_ROOT / "reports").resolve()
     gpus = host_has_gpu() if gpus is None else gpus
     tty = sys.stdout.isatty() if tty is None else tty
-    command = ["docker", "run", "--rm", "--volume", f"{reports}:{IMAGE_REPORTS_DIR}"]
+    command = ["docker", "run"] if engine == DOCKER else list(PODMAN_RUN)
+    command += ["--rm", "--volume", f"{reports}:{IMAGE_REPORTS_DIR}"]
     if gpus:
         command += ["--gpus", "all"]
     if tty:
@@ -120,18 +181,44 @@ def engine_problem() -> str | None:
     return None
 
 
+def choose_engine() -> str:
+    """docker where a Docker engine answers, else podman (with buildah) where both are installed."""
+    problem = engine_problem()
+    if problem is None:
+        return DOCKER
+    missing = [tool for tool in ("buildah", "podman") if shutil.which(tool) is None]
+    if not missing:
+        return PODMAN
+    raise DockerError(f"{problem}; nor are buildah and podman, which need no daemon, installed "
+                      f"(missing: {', '.join(missing)}; Debian/Ubuntu: apt-get install buildah podman runc)")
+
+
+def _engine_of(command: list[str]) -> str:
+    return DOCKER if command[0] == "docker" else PODMAN
+
+
+# Options of a run line that take a value as the next word.
+_RUN_OPTIONS_WITH_VALUE = {"--volume", "-v", "--gpus", "--env", "-e", "--user", "-u", "--uidmap", "--gidmap",
+                           "--runtime", "--mount", "--name", "--workdir", "-w"}
+
+
 def _image_of(run: list[str]) -> str:
-    """The image of a :func:`run_command` line: the first word after the options."""
-    words = iter(run[2:])
+    """The image of a :func:`run_command` line: the first word after `run` and its options."""
+    words = iter(run[run.index("run") + 1:])
     for word in words:
-        if word in ("--volume", "--gpus"):
+        if word in _RUN_OPTIONS_WITH_VALUE:
             next(words)
-        elif not word.startswith("--"):
+        elif not word.startswith("-"):
             return word
     raise DockerError(f"no image in {' '.join(run)}")
 
 
-def _let_image_user_write(folder: Path, tag: str) -> None:
+def _inspect_user(engine: str, tag: str) -> str:
+    return subprocess.run([engine, "image", "inspect", "--format", "{{.Config.User}}", tag],
+                          capture_output=True, text=True, check=False).stdout.strip()
+
+
+def _let_image_user_write(folder: Path, tag: str, engine: str) -> None:
     """As root on the host, hand the reports folder to the image's numeric user.
 
     `invoke docker.build` bakes in the host user's uid, so for anyone but root
@@ -140,8 +227,7 @@ def _let_image_user_write(folder: Path, tag: str) -> None:
     """
     if os.getuid() != 0:
         return
-    user = subprocess.run(["docker", "image", "inspect", "--format", "{{.Config.User}}", tag],
-                          capture_output=True, text=True, check=False).stdout.strip()
+    user = _inspect_user(engine, tag)
     if user.split(":")[0].isdigit():
         os.chown(folder, int(user.split(":")[0]), -1)
 
@@ -154,12 +240,54 @@ class DockerRun:
 
 def run(command: list[str]) -> DockerRun:
     """Check the engine, then run ``command`` with its output going straight to the terminal."""
-    problem = engine_problem()
-    if problem:
-        raise DockerError(problem)
-    if command[:2] == ["docker", "run"]:
+    engine = _engine_of(command)
+    if engine == DOCKER:
+        problem = engine_problem()
+        if problem:
+            raise DockerError(problem)
+    elif shutil.which(command[0]) is None:
+        raise DockerError(f"{command[0]} is not installed (Debian/Ubuntu: apt-get install buildah podman runc)")
+    if "run" in command[:4]:
         mount = Path(command[command.index("--volume") + 1].rsplit(":", 1)[0])
         mount.mkdir(parents=True, exist_ok=True)
-        _let_image_user_write(mount, _image_of(command))
+        _let_image_user_write(mount, _image_of(command), engine)
     print("$ " + " ".join(command), flush=True)
     return DockerRun(command, subprocess.run(command, check=False).returncode)
+
+
+def record_differences(record: dict, variant: str) -> list[str]:
+    """Where a build's toolchain record (build/toolchain.json) differs from the lock: Python and the pinned packages."""
+    pins = {name: pin.version for name, pin in read_pins(requirements_path(_check_variant(variant))).items()}
+    expected = {
+        ("python", "version"): read_lock().python,
+        ("torch", "version"): pins["torch"],
+        ("onnx", "onnx"): pins["onnx"],
+        ("onnx", "onnxruntime"): pins.get("onnxruntime-gpu", pins.get("onnxruntime")),
+        ("onnx", "onnxscript"): pins["onnxscript"],
+    }
+    lines = []
+    for (section, field), want in expected.items():
+        found = (record.get(section) or {}).get(field)
+        if found != want:
+            lines.append(f"{section}.{field}: the lock pins {want}, the record says {found}")
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    """``python -m env.lock.docker RECORD VARIANT``: check a toolchain record against the lock (in the image)."""
+    import json
+
+    if len(argv) != 2:
+        print("usage: python -m env.lock.docker build/toolchain.json cpu|cuda", file=sys.stderr)
+        return 2
+    record = json.loads(Path(argv[0]).read_text())
+    if differences := record_differences(record, argv[1]):
+        print("the toolchain record differs from the lock:\n  " + "\n  ".join(differences), file=sys.stderr)
+        return 1
+    print(f"toolchain record {argv[0]} matches the lock: Python {record['python']['version']}, "
+          f"torch {record['torch']['version']}, onnxruntime {record['onnx']['onnxruntime']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -79,11 +79,13 @@ def test_create_env_gives_the_solver_exactly_the_locks_conda_specs(tmp_path):
     assert result.stdout.strip() == read_lock().python
 
 
-def test_dockerfile_installs_the_cuda_pins_through_create_env():
+def test_dockerfile_installs_the_variants_pins_through_create_env():
     text = DOCKERFILE.read_text()
     assert re.search(r"^COPY environment\.lock\.yml \./$", text, re.M)
     assert re.search(r"^COPY requirements/ requirements/$", text, re.M)
-    assert re.search(r"^ENV .*\n(?:\s+.*\n)*?\s+FUSEDBENCH_TORCH_VARIANT=cuda \\$", text, re.M)
+    # one variant build arg, cuda by default, is the variant create_env.sh installs
+    assert re.search(r"^ARG VARIANT=cuda$", text, re.MULTILINE)
+    assert re.search(r"^ENV .*\n(?:\s+.*\n)*?\s+FUSEDBENCH_TORCH_VARIANT=\$\{VARIANT\} \\$", text, re.MULTILINE)
     assert re.search(r"^\s+&& scripts/create_env\.sh \\$", text, re.M)
     assert not re.search(r"^(RUN|\s+&&).*\bpip\b", text, re.M)  # no second install path
     # The environment layer gets the pins, the scripts and the lock reader only.
@@ -99,13 +101,28 @@ def _dockerfile_step(start: str) -> str:
     return re.sub(r"\s*\\\n\s*&& ", "\n", step.group(1)).replace("\\\n", "\n")
 
 
+@pytest.mark.parametrize("variant", ["cpu", "cuda"])
 @pytest.mark.parametrize("good", [True, False])
-def test_dockerfile_checks_the_pins_build_arg(good):
+def test_dockerfile_checks_the_pins_build_arg(good, variant):
     script = _dockerfile_step("pins=$(cat")
-    value = lock_sha256() if good else "0" * 64
+    value = lock_sha256(variant=variant) if good else lock_sha256(variant={"cpu": "cuda", "cuda": "cpu"}[variant])
+    env = {"PATH": "/usr/bin:/bin", "LOCK_SHA256": value, "FUSEDBENCH_TORCH_VARIANT": variant}
     result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=REPO_ROOT, capture_output=True, text=True,
-                            env={"PATH": "/usr/bin:/bin", "LOCK_SHA256": value}, check=False)
+                            env=env, check=False)
     assert (result.returncode == 0) == good, result.stderr
+    assert good or f"the build arg LOCK_SHA256 is {value}" in result.stderr
+
+
+@pytest.mark.parametrize("variant", ["cpu", "cuda"])
+def test_dockerfile_gives_pip_the_torch_source_for_the_cpu_variant_only(tmp_path, variant):
+    # The step that sets pip's find-links, followed by a stand-in for create_env.sh that reports it.
+    text = DOCKERFILE.read_text()
+    step = re.search(r"&& (if \[ \"\$\{FUSEDBENCH_TORCH_VARIANT\}\" = cpu \].*?fi) \\\n", text).group(1)
+    script = step + '\necho "find-links=${PIP_FIND_LINKS:-none}"'
+    env = {"PATH": "/usr/bin:/bin", "FUSEDBENCH_TORCH_VARIANT": variant, "TORCH_FIND_LINKS": str(tmp_path)}
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, env=env,
+                            check=True)
+    assert result.stdout.strip() == f"find-links={tmp_path if variant == 'cpu' else 'none'}"
 
 
 @pytest.mark.parametrize("good", [True, False])
