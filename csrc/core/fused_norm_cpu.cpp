@@ -3,109 +3,351 @@
 //
 // The op is memory-bound once the tensor leaves the caches: each element is
 // read twice (the second read hits L1/L2, a row is at most a few hundred KB)
-// and written once. Both passes must run at vector width: the sum of squares
-// keeps kLanes independent partial sums, which lets the compiler vectorise
-// the reduction without -ffast-math (never used: it would change rounding)
-// and hides the add latency.
+// and written once. Both passes run at vector width: the loops are written
+// with GCC vector types of the version's width (64, 32 or 16 bytes), so that
+// no lane-at-a-time path is left to the auto-vectoriser, and the row's tail
+// goes through the same vector code on a zero-padded copy.
+//
+// Results are bit-identical across versions, row blocking and thread counts:
+// the sum of squares keeps kLanes partial sums, partial e accumulating the
+// elements at position e of each kLanes-element chunk, in order, whatever the
+// vector width; the lanes then fold pairwise in a fixed order. No
+// -ffast-math (it would change rounding) and no FMA contraction (the build
+// passes -ffp-contract=off).
 #include "fused_norm.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "numeric_types.h"
 
+// Vector values pass between always-inlined helpers; their by-value ABI
+// (what -Wpsabi warns about) never reaches a real call.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 // Portable delivered builds must not use -march=native, yet the inner loops
-// should use the widest vectors the running CPU has. GCC's target_clones
-// compiles each entry point three times and resolves the best clone once,
-// when the library is loaded (an ifunc), so the hot loop pays nothing.
+// should use the widest vectors the running CPU has. Each entry point is
+// written three times with GCC's function multi-versioning (AVX-512, AVX2,
+// baseline), each instantiating the kernel at its own vector width; the
+// loader resolves the best version once (an ifunc), so the hot loop pays
+// nothing. A build without versions uses the width its flags allow.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && \
     !defined(FUSED_NORM_NO_CLONES)
-#define FUSED_NORM_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define FUSED_NORM_CPU_VERSIONS 1
 #else
-#define FUSED_NORM_CPU_CLONES
+#define FUSED_NORM_CPU_VERSIONS 0
 #endif
 
 namespace fused_norm {
 namespace {
 
+#if defined(__AVX512F__)
+constexpr int kBuildVectorBytes = 64;
+#elif defined(__AVX2__)
+constexpr int kBuildVectorBytes = 32;
+#else
+constexpr int kBuildVectorBytes = 16;
+#endif
+
+// Vectors of `Bytes` bytes (16: xmm, 32: ymm, 64: zmm).
+template <int Bytes>
+struct Vec {
+  typedef float f32 __attribute__((vector_size(Bytes)));
+  typedef double f64 __attribute__((vector_size(Bytes)));
+  typedef uint32_t u32 __attribute__((vector_size(Bytes)));
+  typedef int32_t i32 __attribute__((vector_size(Bytes)));
+};
+
+// Vectors move between memory and registers through memcpy: an unaligned
+// load or store of the whole vector (vmovups / movdqu), valid for any
+// element type the buffer holds.
+template <typename V, typename T>
+inline __attribute__((always_inline)) V load_vector(const T* p) {
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+}
+
+template <typename V, typename T>
+inline __attribute__((always_inline)) void store_vector(T* p, const V& v) {
+  std::memcpy(p, &v, sizeof(V));
+}
+
+template <typename V, typename S>
+inline __attribute__((always_inline)) V splat(S s) {
+  return V{} + s;
+}
+
+// IEEE binary16 in the low 16 bits of each lane -> float; the vector form of
+// to_float(Half), same bits for every input.
+template <int B>
+inline __attribute__((always_inline)) typename Vec<B>::f32 half_bits_to_float(typename Vec<B>::u32 h) {
+  using u32 = typename Vec<B>::u32;
+  using i32 = typename Vec<B>::i32;
+  using f32 = typename Vec<B>::f32;
+  const u32 sign = (h & 0x8000u) << 16;
+  const u32 magnitude = h & 0x7fffu;
+  // Subnormal or zero: mantissa * 2^-24 through an integer conversion (a
+  // denormals-are-zero mode cannot flush it).
+  const f32 subnormal = __builtin_convertvector((i32)magnitude, f32) * 0x1.0p-24f;
+  u32 normal = (magnitude << 13) + (112u << 23);
+  normal |= (u32)((i32)magnitude >= 0x7c00) & 0x7f800000u;
+  const u32 out = (i32)magnitude < 0x400 ? (u32)subnormal : normal;
+  return (f32)(out | sign);
+}
+
+// float -> binary16 bits in the low 16 bits of each lane; the vector form of
+// to_half (round to nearest even, overflow to inf, NaN quiet 0x7e00).
+template <int B>
+inline __attribute__((always_inline)) typename Vec<B>::u32 float_to_half_bits(typename Vec<B>::f32 f) {
+  using u32 = typename Vec<B>::u32;
+  using i32 = typename Vec<B>::i32;
+  using f32 = typename Vec<B>::f32;
+  const u32 x = (u32)f;
+  const u32 sign = (x >> 16) & 0x8000u;
+  const u32 ax = x & 0x7fffffffu;
+  const i32 sax = (i32)ax;  // non-negative: signed compares are exact
+  u32 out = (ax + 0xc8000fffu + ((ax >> 13) & 1u)) >> 13;
+  const u32 subnormal = (u32)((f32)ax + 0.5f) - 0x3f000000u;
+  out = sax < 0x38800000 ? subnormal : out;
+  out = sax >= 0x477ff000 ? splat<u32>(0x7c00u) : out;
+  out = sax > 0x7f800000 ? splat<u32>(0x7e00u) : out;
+  return out | sign;
+}
+
+// float -> bfloat16 bits in the low 16 bits of each lane; the vector form of
+// to_bfloat16 (round to nearest even, NaN made quiet).
+template <int B>
+inline __attribute__((always_inline)) typename Vec<B>::u32 float_to_bfloat16_bits(typename Vec<B>::f32 f) {
+  using u32 = typename Vec<B>::u32;
+  using i32 = typename Vec<B>::i32;
+  const u32 x = (u32)f;
+  const u32 rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  return (i32)(x & 0x7fffffffu) > 0x7f800000 ? (x >> 16) | 0x0040u : rounded;
+}
+
+// A group is one vector of stored elements (B bytes of T), loaded as
+// kAccPerGroup vectors of the accumulation type. Lane l of accumulation
+// vector a holds the group's element l * kAccPerGroup + a: for 16-bit types
+// the even elements go to vector 0 and the odd ones to vector 1, which needs
+// only shifts and masks, no shuffles.
+template <typename T, int B>
+struct Groups;
+
+template <int B>
+struct Groups<float, B> {
+  using acc_v = typename Vec<B>::f32;
+  static constexpr int kAccPerGroup = 1;
+  static inline __attribute__((always_inline)) void load(const float* p, acc_v* out) {
+    out[0] = load_vector<acc_v>(p);
+  }
+  static inline __attribute__((always_inline)) void store(float* p, const acc_v* in) {
+    store_vector(p, in[0]);
+  }
+};
+
+template <int B>
+struct Groups<double, B> {
+  using acc_v = typename Vec<B>::f64;
+  static constexpr int kAccPerGroup = 1;
+  static inline __attribute__((always_inline)) void load(const double* p, acc_v* out) {
+    out[0] = load_vector<acc_v>(p);
+  }
+  static inline __attribute__((always_inline)) void store(double* p, const acc_v* in) {
+    store_vector(p, in[0]);
+  }
+};
+
+template <int B>
+struct Groups<BFloat16, B> {
+  using acc_v = typename Vec<B>::f32;
+  using u32 = typename Vec<B>::u32;
+  static constexpr int kAccPerGroup = 2;
+  static inline __attribute__((always_inline)) void load(const BFloat16* p, acc_v* out) {
+    const u32 bits = load_vector<u32>(p);
+    out[0] = (acc_v)(bits << 16);
+    out[1] = (acc_v)(bits & 0xffff0000u);
+  }
+  static inline __attribute__((always_inline)) void store(BFloat16* p, const acc_v* in) {
+    const u32 bits = float_to_bfloat16_bits<B>(in[0]) | (float_to_bfloat16_bits<B>(in[1]) << 16);
+    store_vector(p, bits);
+  }
+};
+
+template <int B>
+struct Groups<Half, B> {
+  using acc_v = typename Vec<B>::f32;
+  using u32 = typename Vec<B>::u32;
+  static constexpr int kAccPerGroup = 2;
+  static inline __attribute__((always_inline)) void load(const Half* p, acc_v* out) {
+    const u32 bits = load_vector<u32>(p);
+    out[0] = half_bits_to_float<B>(bits & 0xffffu);
+    out[1] = half_bits_to_float<B>(bits >> 16);
+  }
+  static inline __attribute__((always_inline)) void store(Half* p, const acc_v* in) {
+    const u32 bits = float_to_half_bits<B>(in[0]) | (float_to_half_bits<B>(in[1]) << 16);
+    store_vector(p, bits);
+  }
+};
+
+// The layout of one element type at one vector width.
+template <typename T, int B>
+struct Layout {
+  using G = Groups<T, B>;
+  using acc_t = typename Numeric<T>::acc_t;
+  using acc_v = typename G::acc_v;
+  static constexpr int kGroup = B / static_cast<int>(sizeof(T));  // elements per group
+  static constexpr int kAccLanes = B / static_cast<int>(sizeof(acc_t));
+  // Partial sums: 128 bytes of accumulators (two 64-byte vectors' worth),
+  // enough independent adds to hide their latency at every width.
+  static constexpr int kLanes = 128 / static_cast<int>(sizeof(acc_t));
+  static constexpr int kGroupsPerChunk = kLanes / kGroup;
+  static constexpr int kAccVecs = kGroupsPerChunk * G::kAccPerGroup;
+  static_assert(kLanes % kGroup == 0 && kAccVecs * kAccLanes == kLanes, "a chunk is whole groups");
+};
+
+// Adds the squares of one chunk (kLanes elements) into the partial sums.
+template <typename T, int B>
+inline __attribute__((always_inline)) void add_squares(const T* __restrict p, typename Layout<T, B>::acc_v* acc) {
+  using L = Layout<T, B>;
+  constexpr int A = L::G::kAccPerGroup;
+#pragma GCC unroll 16
+  for (int g = 0; g < L::kGroupsPerChunk; ++g) {
+    typename L::acc_v v[A];
+    L::G::load(p + g * L::kGroup, v);
+#pragma GCC unroll 2
+    for (int a = 0; a < A; ++a) acc[g * A + a] += v[a] * v[a];
+  }
+}
+
 // 1 / sqrt(mean(x^2) + eps) of one row.
-template <typename T>
+template <typename T, int B>
 inline __attribute__((always_inline)) typename Numeric<T>::acc_t row_inv_rms(const T* __restrict xr, int64_t hidden,
                                                                             typename Numeric<T>::acc_t inv_hidden,
                                                                             typename Numeric<T>::acc_t eps) {
-  using N = Numeric<T>;
-  using acc_t = typename N::acc_t;
-  // Two 64-byte vectors' worth of partial sums.
-  constexpr int kLanes = 128 / sizeof(acc_t);
-  acc_t partial[kLanes] = {};
+  using L = Layout<T, B>;
+  using acc_t = typename L::acc_t;
+  constexpr int A = L::G::kAccPerGroup;
+  typename L::acc_v acc[L::kAccVecs] = {};
   int64_t i = 0;
-  for (; i + kLanes <= hidden; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) {
-      const acc_t v = N::load(xr[i + j]);
-      partial[j] += v * v;
+  for (; i + L::kLanes <= hidden; i += L::kLanes) add_squares<T, B>(xr + i, acc);
+  if (i < hidden) {
+    // The last partial chunk, zero-padded: +0 (all bits clear in every
+    // element type) adds nothing to a partial sum.
+    T pad[L::kLanes] = {};
+    std::memcpy(pad, xr + i, static_cast<size_t>(hidden - i) * sizeof(T));
+    add_squares<T, B>(pad, acc);
+  }
+  // partial[e] sums the elements at position e of every chunk, whatever B.
+  acc_t partial[L::kLanes];
+#pragma GCC unroll 16
+  for (int g = 0; g < L::kGroupsPerChunk; ++g) {
+#pragma GCC unroll 2
+    for (int a = 0; a < A; ++a) {
+#pragma GCC unroll 16
+      for (int l = 0; l < L::kAccLanes; ++l) partial[g * L::kGroup + l * A + a] = acc[g * A + a][l];
     }
   }
-  acc_t tail = 0;
-  for (; i < hidden; ++i) {
-    const acc_t v = N::load(xr[i]);
-    tail += v * v;
-  }
   // Pairwise fold of the lanes: a fixed order, so results do not depend on
-  // the clone, the row blocking or the thread count.
-  for (int width = kLanes / 2; width > 0; width /= 2) {
+  // the version, the row blocking or the thread count.
+#pragma GCC unroll 8
+  for (int width = L::kLanes / 2; width > 0; width /= 2) {
+#pragma GCC unroll 32
     for (int j = 0; j < width; ++j) partial[j] += partial[j + width];
   }
-  return acc_t(1) / std::sqrt((partial[0] + tail) * inv_hidden + eps);
+  return acc_t(1) / std::sqrt(partial[0] * inv_hidden + eps);
 }
 
-// The scaled write is where the loads are: x, weight and bias per element.
-// Writing kRowBlock rows in one sweep loads each weight/bias vector once for
-// all of them, which cuts L1 traffic by a third for cache-resident sizes.
+// y = x * inv_rms * w + b for one group of `Rows` rows (row j at x + j * hidden).
+template <typename T, int B, int Rows>
+inline __attribute__((always_inline)) void write_group(const T* __restrict x, const T* __restrict w,
+                                                       const T* __restrict b, T* __restrict y, int64_t hidden,
+                                                       const typename Numeric<T>::acc_t* inv_rms) {
+  using L = Layout<T, B>;
+  constexpr int A = L::G::kAccPerGroup;
+  typename L::acc_v wv[A], bv[A];
+  L::G::load(w, wv);
+  L::G::load(b, bv);
+#pragma GCC unroll 4
+  for (int j = 0; j < Rows; ++j) {
+    typename L::acc_v v[A];
+    L::G::load(x + j * hidden, v);
+#pragma GCC unroll 2
+    for (int a = 0; a < A; ++a) v[a] = v[a] * inv_rms[j] * wv[a] + bv[a];
+    L::G::store(y + j * hidden, v);
+  }
+}
+
+// The scaled write of `Rows` consecutive rows in one sweep, so that each
+// weight/bias vector is loaded once for all of them (a third less L1 traffic
+// for cache-resident sizes). The last partial group runs on zero-padded
+// copies and only its valid elements are copied out.
+template <typename T, int B, int Rows>
+inline __attribute__((always_inline)) void write_rows(const T* __restrict x, const T* __restrict w,
+                                                      const T* __restrict b, T* __restrict y, int64_t hidden,
+                                                      const typename Numeric<T>::acc_t* inv_rms) {
+  using L = Layout<T, B>;
+  int64_t k = 0;
+  for (; k + L::kGroup <= hidden; k += L::kGroup) write_group<T, B, Rows>(x + k, w + k, b + k, y + k, hidden, inv_rms);
+  if (k == hidden) return;
+  const size_t tail_bytes = static_cast<size_t>(hidden - k) * sizeof(T);
+  T wpad[L::kGroup] = {}, bpad[L::kGroup] = {}, xpad[Rows * L::kGroup] = {}, ypad[Rows * L::kGroup];
+  std::memcpy(wpad, w + k, tail_bytes);
+  std::memcpy(bpad, b + k, tail_bytes);
+  for (int j = 0; j < Rows; ++j) std::memcpy(xpad + j * L::kGroup, x + j * hidden + k, tail_bytes);
+  write_group<T, B, Rows>(xpad, wpad, bpad, ypad, L::kGroup, inv_rms);
+  for (int j = 0; j < Rows; ++j) std::memcpy(y + j * hidden + k, ypad + j * L::kGroup, tail_bytes);
+}
+
 constexpr int kRowBlock = 4;
 
-template <typename T>
-inline __attribute__((always_inline)) void normalise_rows(const T* __restrict x,       // [rows, hidden]
-                                                          const T* __restrict weight,  // [hidden]
-                                                          const T* __restrict bias,    // [hidden]
-                                                          T* __restrict y,             // [rows, hidden]
-                                                          int64_t row_begin, int64_t row_end, int64_t hidden,
-                                                          double eps) {
-  using N = Numeric<T>;
-  using acc_t = typename N::acc_t;
-  const acc_t eps_acc = static_cast<acc_t>(eps);
+template <typename T, int B>
+inline __attribute__((always_inline)) void normalise_rows(const NormProblem& p, int64_t row_begin, int64_t row_end) {
+  using acc_t = typename Numeric<T>::acc_t;
+  const T* __restrict x = static_cast<const T*>(p.x);
+  const T* __restrict weight = static_cast<const T*>(p.weight);
+  const T* __restrict bias = static_cast<const T*>(p.bias);
+  T* __restrict y = static_cast<T*>(p.y);
+  const int64_t hidden = p.hidden;
+  const acc_t eps = static_cast<acc_t>(p.eps);
   const acc_t inv_hidden = acc_t(1) / static_cast<acc_t>(hidden);
 
   int64_t r = row_begin;
   for (; r + kRowBlock <= row_end; r += kRowBlock) {
-    const T* xr = x + r * hidden;
-    T* yr = y + r * hidden;
     acc_t inv_rms[kRowBlock];
-    for (int j = 0; j < kRowBlock; ++j) inv_rms[j] = row_inv_rms(xr + j * hidden, hidden, inv_hidden, eps_acc);
-    for (int64_t k = 0; k < hidden; ++k) {
-      const acc_t w = N::load(weight[k]);
-      const acc_t b = N::load(bias[k]);
-      for (int j = 0; j < kRowBlock; ++j) {
-        yr[j * hidden + k] = N::store(N::load(xr[j * hidden + k]) * inv_rms[j] * w + b);
-      }
-    }
+    for (int j = 0; j < kRowBlock; ++j) inv_rms[j] = row_inv_rms<T, B>(x + (r + j) * hidden, hidden, inv_hidden, eps);
+    write_rows<T, B, kRowBlock>(x + r * hidden, weight, bias, y + r * hidden, hidden, inv_rms);
   }
   for (; r < row_end; ++r) {
-    const T* xr = x + r * hidden;
-    T* yr = y + r * hidden;
-    const acc_t inv_rms = row_inv_rms(xr, hidden, inv_hidden, eps_acc);
-    for (int64_t k = 0; k < hidden; ++k) {
-      yr[k] = N::store(N::load(xr[k]) * inv_rms * N::load(weight[k]) + N::load(bias[k]));
-    }
+    const acc_t inv_rms = row_inv_rms<T, B>(x + r * hidden, hidden, inv_hidden, eps);
+    write_rows<T, B, 1>(x + r * hidden, weight, bias, y + r * hidden, hidden, &inv_rms);
   }
 }
 
-// One non-template entry point per dtype (overloads on the type tag):
-// target_clones applies to concrete functions, and the always_inline template
-// above is compiled inside each clone with that clone's instruction set.
-#define FUSED_NORM_CPU_ENTRY(T)                                                                          \
-  FUSED_NORM_CPU_CLONES void clone_rows(TypeTag<T>, const NormProblem& p, int64_t begin, int64_t end) { \
-    normalise_rows(static_cast<const T*>(p.x), static_cast<const T*>(p.weight),                         \
-                   static_cast<const T*>(p.bias), static_cast<T*>(p.y), begin, end, p.hidden, p.eps);   \
+// One non-template entry point per dtype (overloads on the type tag), in one
+// version per instruction-set level: function multi-versioning applies to
+// concrete functions, and each version instantiates the always_inline
+// kernel at its own vector width.
+#if FUSED_NORM_CPU_VERSIONS
+#define FUSED_NORM_CPU_ENTRY(T)                                                                                  \
+  __attribute__((target("arch=x86-64-v4"))) void clone_rows(TypeTag<T>, const NormProblem& p, int64_t begin,   \
+                                                            int64_t end) {                                      \
+    normalise_rows<T, 64>(p, begin, end);                                                                       \
+  }                                                                                                             \
+  __attribute__((target("arch=x86-64-v3"))) void clone_rows(TypeTag<T>, const NormProblem& p, int64_t begin,   \
+                                                            int64_t end) {                                      \
+    normalise_rows<T, 32>(p, begin, end);                                                                       \
+  }                                                                                                             \
+  __attribute__((target("default"))) void clone_rows(TypeTag<T>, const NormProblem& p, int64_t begin,          \
+                                                     int64_t end) {                                             \
+    normalise_rows<T, 16>(p, begin, end);                                                                       \
   }
+#else
+#define FUSED_NORM_CPU_ENTRY(T)                                                                  \
+  void clone_rows(TypeTag<T>, const NormProblem& p, int64_t begin, int64_t end) {              \
+    normalise_rows<T, kBuildVectorBytes>(p, begin, end);                                        \
+  }
+#endif
 FUSED_NORM_CPU_ENTRY(float)
 FUSED_NORM_CPU_ENTRY(double)
 FUSED_NORM_CPU_ENTRY(Half)

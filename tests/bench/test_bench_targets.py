@@ -19,7 +19,9 @@ def rng(generator):
 
 
 def _frame(rows: list[tuple[str, str, str, str, float, float]]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=["workload", "shape", "baseline", "variant", "median_us", "copy_share"]).assign(dtype="float32")
+    frame = pd.DataFrame(rows, columns=["workload", "shape", "baseline", "variant", "median_us", "copy_share"])
+    copy_limit = ["fresh_output" if variant == "call" else "into_preallocated" for variant in frame.variant]
+    return frame.assign(dtype="float32", copy_limit=copy_limit)
 
 
 def test_every_target_name_states_its_bar():
@@ -38,11 +40,41 @@ def test_speedups_judged_against_their_own_bar(rng):
         ("op", "8x128x1024", "fused", "out", 3 * base, 0.85), ("op", "32x512x4096", "fused", "out", 90 * base, 0.5),
     ]
     results = {r.name: r for r in evaluate_targets(_frame(rows))}
-    dispatch, larger, compiled, copy, ort, model = (results[t.name] for t in TARGETS)
+    dispatch, larger, compiled, out, call, sixteen, ort, ort_out, model = (results[t.name] for t in TARGETS)
     assert dispatch.met is True and "5.5x" in dispatch.detail
     assert larger.met is False and "2.5x" in larger.detail
-    assert compiled.met is None and ort.met is None and model.met is None  # their rows were not measured
-    assert copy.met is False and "85%" in copy.detail and "50%" in copy.detail
+    assert compiled.met is None and ort.met is None and ort_out.met is None and model.met is None  # not measured
+    assert sixteen.met is None  # no 16-bit rows
+    assert call.met is None  # the call rows here have no copy share
+    assert out.met is False and "8x128x1024 (copy cache-resident) 85%" in out.detail and "50%" in out.detail
+
+
+def test_copy_shares_of_every_op_shape_dtype_and_thread_count(rng):
+    # Shares drawn around each bar: every row on its right side of it, so the
+    # verdict and the detail can be checked row by row.
+    shapes = ["1x8x512", "4x64x768", "8x128x1024", "16x256x2048", "32x512x4096"]
+    rows = []
+    for threads in (1, 2):
+        for shape in shapes:
+            for dtype, bar in (("float32", 0.85), ("bfloat16", 0.70), ("float16", 0.70)):
+                out = bar + rng.uniform(0.01, 0.1)
+                call = 0.85 + rng.uniform(0.01, 0.1)
+                if (threads, shape, dtype) == (2, "8x128x1024", "bfloat16"):
+                    out = bar - 0.05  # the one miss
+                rows += [("op", shape, "fused", "out", 10.0, out, dtype, "into_preallocated", threads),
+                         ("op", shape, "fused", "call", 12.0, call, dtype, "fresh_output", threads)]
+            rows.append(("op", shape, "ort", "custom-iobinding", 10.0 * (1.05 if threads == 1 else 1.2), None,
+                         "float32", "into_preallocated", threads))
+    frame = pd.DataFrame(rows, columns=["workload", "shape", "baseline", "variant", "median_us", "copy_share", "dtype",
+                                        "copy_limit", "threads"])
+    results = {r.name: r for r in evaluate_targets(frame)}
+    _, _, _, out, call, sixteen, _, ort_out, _ = (results[t.name] for t in TARGETS)
+    assert out.met is True and call.met is True
+    assert out.detail.count("%") == call.detail.count("%") == 10  # 5 shapes x 2 thread counts, fp32 only
+    assert out.detail.startswith("1 thread: ") and " | 2 threads: " in out.detail
+    assert sixteen.met is False and sixteen.detail.count("%") == 20
+    assert "8x128x1024 bfloat16 (copy cache-resident) 65%" in sixteen.detail.split(" | 2 threads: ")[1]
+    assert ort_out.met is False and "custom/out 1.05" in ort_out.detail and "custom/out 1.20" in ort_out.detail
 
 
 def test_other_dtypes_do_not_count(rng):
@@ -53,6 +85,8 @@ def test_other_dtypes_do_not_count(rng):
 
 
 def test_the_recorded_full_report_measures_every_target():
-    frame = read_report(REPO_ROOT / "reports" / "baseline" / "cpu-all.csv")
+    # The full CPU run at 1 and 2 threads, with the fused op in bfloat16 and float16 (four runs, one file).
+    frame = read_report(REPO_ROOT / "reports" / "cpu-vector-width" / "cpu-all-threads.csv")
+    assert set(frame.threads) == {1, 2}
     unmeasured = [r.name for r in evaluate_targets(frame) if r.met is None]
     assert not unmeasured

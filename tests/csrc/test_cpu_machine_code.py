@@ -1,0 +1,182 @@
+"""The CPU kernel's x86-64 machine code runs both passes at vector width.
+
+The kernel core is compiled once per instruction-set level and the loader picks
+the widest the CPU has: x86-64-v4 (AVX-512, zmm), x86-64-v3 (AVX2, ymm) and the
+baseline (SSE2, xmm). Both built libraries carry it (the torch op library and
+the ONNX Runtime custom-op library). For every library, dtype and version,
+``objdump`` lists the kernel entry's instructions and the innermost loops that
+do floating-point arithmetic (the hot loops) must
+
+* exist for both passes: the sum of squares (no output store) and the scaled
+  write (stores vectors to y);
+* use packed arithmetic at the version's register width only (zmm, ymm, xmm);
+* hold no scalar arithmetic (``vmulss``, ``vaddsd``, ``cvtsi2ss``...): a scalar
+  instruction in a hot loop means a lane-at-a-time path.
+
+Run as a script (``python -m tests.csrc.test_cpu_machine_code``) it prints the
+per-loop table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from env.paths import REPO_ROOT, toolchain_record_path
+from tests.helpers.x86_code import Function, Loop, disassemble, objdump
+
+pytestmark = pytest.mark.skipif(objdump() is None, reason="objdump not installed (binutils): no disassembly")
+
+ENTRY = "clone_rows"
+# Register width of each compiled version (the symbol suffix GCC gives it).
+VERSION_BITS = {"x86-64-v4": 512, "x86-64-v3": 256, "default": 128}
+DTYPES = {"f": "float32", "d": "float64", "NS_4HalfE": "float16", "NS_8BFloat16E": "bfloat16"}
+
+
+def version_of(symbol: str) -> str | None:
+    """'..._v3' -> 'x86-64-v3'; the plain or '.default' symbol is the baseline; the resolver is none."""
+    if ".resolver" in symbol or ".cold" in symbol:
+        return None
+    m = re.search(r"\.arch_x86_64_(v\d)", symbol)
+    return f"x86-64-{m.group(1)}" if m else "default"
+
+
+def dtype_of(symbol: str) -> str:
+    m = re.search(r"TypeTagI(f|d|NS_4HalfE|NS_8BFloat16E)E", symbol)
+    assert m, f"no element type in {symbol}"
+    return DTYPES[m.group(1)]
+
+
+def libraries() -> dict[str, Path]:
+    """The built libraries, found as ``ops`` finds them (without importing torch): {"torch"|"ort": path}."""
+    record = toolchain_record_path()
+    artifacts = json.loads(record.read_text()).get("artifacts", {}) if record.exists() else {}
+    installed = sorted((REPO_ROOT / "ops").glob("_C*.so"))
+    candidates = {
+        "torch": os.environ.get("FUSEDBENCH_TORCH_LIBRARY") or (installed[0] if installed else None)
+        or artifacts.get("torch_library"),
+        "ort": os.environ.get("FUSEDBENCH_ORT_LIBRARY") or artifacts.get("ort_library"),
+    }
+    return {name: Path(path) for name, path in candidates.items() if path and Path(path).exists()}
+
+
+def kernel_versions(library: Path) -> dict[tuple[str, str], Function]:
+    """{(dtype, version): entry function} of one library."""
+    found = {}
+    for symbol, function in disassemble(library, ENTRY).items():
+        version = version_of(symbol)
+        if version is not None and function.instructions:
+            found[(dtype_of(symbol), version)] = function
+    return found
+
+
+def pass_of(loop: Loop) -> str:
+    return "write" if loop.writes_output else "sum of squares"
+
+
+def loop_rows(library_name: str, dtype: str, version: str, function: Function) -> list[dict]:
+    rows = []
+    for loop in function.innermost_loops:
+        if not loop.does_fp_arithmetic:
+            continue
+        rows.append({
+            "library": library_name, "dtype": dtype, "version": version, "pass": pass_of(loop),
+            "loop": f"{loop.start:#x}-{loop.end:#x}", "instructions": len(loop.instructions),
+            "packed": len(loop.packed_fp), "widths": sorted(loop.packed_widths), "scalar": len(loop.scalar_fp),
+            "scalar_examples": sorted({i.mnemonic for i in loop.scalar_fp})[:4],
+        })
+    return rows
+
+
+def problems(rows: list[dict], version: str) -> list[str]:
+    """What is wrong with one version's hot loops, as messages."""
+    want = VERSION_BITS[version]
+    found = []
+    for r in rows:
+        where = f"{r['library']} {r['dtype']} {version} {r['pass']} loop {r['loop']}"
+        if r["scalar"]:
+            found.append(f"{where}: {r['scalar']} scalar arithmetic instructions ({', '.join(r['scalar_examples'])})")
+        if not r["packed"]:
+            found.append(f"{where}: no packed arithmetic")
+        elif r["widths"] != [want]:
+            found.append(f"{where}: packed arithmetic at {r['widths']} bits, want {want} only")
+    for kind in ("sum of squares", "write"):
+        if not any(r["pass"] == kind for r in rows):
+            found.append(f"{rows[0]['library'] if rows else '?'} {version}: no {kind} loop found")
+    return found
+
+
+@pytest.fixture(scope="module")
+def code() -> dict[str, dict[tuple[str, str], Function]]:
+    libs = libraries()
+    if not libs:
+        pytest.skip("no library built: run `invoke build` first")
+    return {name: kernel_versions(path) for name, path in libs.items()}
+
+
+def test_every_library_carries_every_version_of_every_dtype(code):
+    for name, versions in code.items():
+        assert set(versions) == {(d, v) for d in DTYPES.values() for v in VERSION_BITS}, (name, sorted(versions))
+
+
+@pytest.mark.parametrize("version", list(VERSION_BITS))
+@pytest.mark.parametrize("dtype", list(DTYPES.values()))
+def test_hot_loops_of_both_passes_are_packed_at_the_version_width(code, dtype, version):
+    found = []
+    for name, versions in code.items():
+        function = versions[(dtype, version)]
+        rows = loop_rows(name, dtype, version, function)
+        found += problems(rows, version) if rows else [f"{name} {dtype} {version}: no loop does arithmetic"]
+    assert not found, "\n".join(found)
+
+
+def test_loop_finder_sees_packed_and_scalar_loops():
+    # A hand-written listing: an outer loop holding two inner ones, one packed
+    # (ymm, stores y) and one scalar (sum of squares tail).
+    from tests.helpers.x86_code import Instruction
+
+    listing = [
+        (0x10, "vmovups", "(%rdi,%rax,4),%ymm1"), (0x15, "vmulps", "%ymm1,%ymm1,%ymm2"),
+        (0x19, "vmovups", "%ymm2,(%rsi,%rax,4)"), (0x1e, "jne", "10 <f+0x10>"),
+        (0x20, "vmovss", "(%rdi),%xmm0"), (0x24, "vmulss", "%xmm0,%xmm0,%xmm0"),
+        (0x28, "vaddss", "%xmm0,%xmm3,%xmm3"), (0x2c, "jb", "20 <f+0x20>"), (0x30, "jmp", "10 <f+0x10>"),
+    ]
+    function = Function("f", tuple(Instruction(*i) for i in listing))
+    loops = function.innermost_loops
+    assert [(lp.start, lp.end) for lp in loops] == [(0x10, 0x1e), (0x20, 0x2c)]
+    packed, scalar = loops
+    assert packed.packed_widths == {256} and not packed.scalar_fp and packed.writes_output
+    assert len(scalar.scalar_fp) == 2 and not scalar.packed_fp and not scalar.writes_output
+    where = "t float32 x86-64-v3 sum of squares loop 0x20-0x2c"
+    assert problems(loop_rows("t", "float32", "x86-64-v3", function), "x86-64-v3") == [
+        f"{where}: 2 scalar arithmetic instructions (vaddss, vmulss)",
+        f"{where}: no packed arithmetic",
+    ]
+    assert problems(loop_rows("t", "float32", "x86-64-v4", function), "x86-64-v4")[0].endswith(
+        "packed arithmetic at [256] bits, want 512 only")
+
+
+def main() -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="CPU kernel hot loops (innermost loops doing floating-point arithmetic)")
+    for col in ("library", "dtype", "version", "pass", "loop", "insts", "packed", "widths", "scalar", "verdict"):
+        table.add_column(col)
+    for name, path in libraries().items():
+        for (dtype, version), function in sorted(kernel_versions(path).items()):
+            rows = loop_rows(name, dtype, version, function)
+            bad = set(problems(rows, version))
+            for r in rows:
+                verdict = "ok" if not any(r["loop"] in b for b in bad) else "FAIL"
+                table.add_row(r["library"], dtype, version, r["pass"], r["loop"], str(r["instructions"]),
+                              str(r["packed"]), ",".join(map(str, r["widths"])), str(r["scalar"]), verdict)
+    Console(width=160).print(table)
+
+
+if __name__ == "__main__":
+    main()

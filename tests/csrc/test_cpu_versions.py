@@ -1,0 +1,60 @@
+"""Every instruction-set version of the CPU kernel computes the same bits.
+
+The core is built three ways from csrc/core/fused_norm_cpu.cpp with the
+project's optimisation flags: as delivered (the loader picks the widest
+version this CPU runs) and as single-version builds for x86-64 (SSE2, xmm)
+and, where this CPU runs them, x86-64-v3 (AVX2, ymm) and x86-64-v4
+(AVX-512, zmm). Each runs the same random problems (every dtype, row lengths
+around every vector width, rows split between two calls as threads split
+them); all outputs must be identical to the byte.
+"""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from env.build.config import OPT_FLAGS
+from env.build.toolchain import cxx_compiler
+from env.paths import REPO_ROOT, csrc_dir
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(platform.machine() != "x86_64", reason="the versions are x86-64 instruction sets"),
+]
+
+PROBE = REPO_ROOT / "tests" / "helpers" / "cpu_versions_probe.cpp"
+# -march level -> the /proc/cpuinfo flags it needs to run.
+LEVELS = {"x86-64": set(), "x86-64-v3": {"avx2", "fma", "f16c", "bmi2"}, "x86-64-v4": {"avx512f", "avx512bw", "avx512vl"}}
+
+
+def cpu_flags() -> set[str]:
+    text = Path("/proc/cpuinfo").read_text()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.split(":", 1)[-1].split())
+
+
+def build(directory: Path, name: str, extra: list[str]) -> Path:
+    exe = directory / name
+    sources = [str(PROBE), str(csrc_dir() / "core" / "fused_norm_cpu.cpp")]
+    subprocess.run([cxx_compiler(), "-std=c++17", *OPT_FLAGS, "-Wno-psabi", f"-I{csrc_dir()}", *extra, *sources,
+                    "-o", str(exe)], check=True)
+    return exe
+
+
+def test_every_version_gives_identical_bits(tmp_path, generator):
+    runnable = [level for level, needs in LEVELS.items() if needs <= cpu_flags()]
+    builds = {"delivered (loader's choice)": build(tmp_path, "delivered", [])}
+    for level in runnable:
+        builds[level] = build(tmp_path, level, [f"-march={level}", "-DFUSED_NORM_NO_CLONES"])
+    seed = str(int(generator.initial_seed()))
+    outputs = {name: subprocess.run([str(exe), seed], capture_output=True, check=True).stdout
+               for name, exe in builds.items()}
+    reference = outputs["x86-64"]
+    assert len(reference) > 100_000 and reference != b"\xff" * len(reference)
+    differ = [name for name, out in outputs.items() if out != reference]
+    assert not differ, f"outputs differ from the x86-64 build: {differ} (built: {sorted(builds)})"
+    assert len(builds) >= 3 or "avx2" not in cpu_flags(), sorted(builds)
