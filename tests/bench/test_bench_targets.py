@@ -82,11 +82,3 @@ def test_other_dtypes_do_not_count(rng):
     rows = _frame([("op", DISPATCH_BOUND, "unfused", "call", base, np.nan), ("op", DISPATCH_BOUND, "fused", "call", base / 6, np.nan)])
     assert evaluate_targets(rows.assign(dtype="float16"))[0].met is None
     assert evaluate_targets(rows)[0].met is True
-
-
-def test_the_recorded_full_report_measures_every_target():
-    # The full CPU run at 1 and 2 threads, with the fused op in bfloat16 and float16 (four runs, one file).
-    frame = read_report(REPO_ROOT / "reports" / "cpu-vector-width" / "cpu-all-threads.csv")
-    assert set(frame.threads) == {1, 2}
-    unmeasured = [r.name for r in evaluate_targets(frame) if r.met is None]
-    assert not unmeasured
