@@ -83,6 +83,7 @@ def measurement_row(
         "timer": timer,
         **env,
         "device": case.device,
+        **machine.gpu_columns(case.device),
         "other_cpu_share": machine.other_cpu_share(timing.other_cpu_s, timing.wall_s),
         "minor_faults_per_call": timing.minor_faults_per_call,
         "page_fault_share": math.nan,

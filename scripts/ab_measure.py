@@ -1,83 +1,82 @@
-"""How well `bench --against` tells noise from a slowdown on this machine: repeated A/A and injected-slowdown runs.
+"""How often `bench --quick --against HEAD` cries wolf, and how often it catches a real slowdown, on this machine.
 
-    python scripts/ab_measure.py aa --runs 5                  # this checkout against HEAD, quick grid
-    python scripts/ab_measure.py slowdown --percent 20 --runs 5 [--calibrate NEW.csv] [--baseline fused]
+    python scripts/ab_measure.py [--aa 5] [--slowdowns 10,20] [--runs 5] [--out reports/ab_measure]
 
-``aa`` runs `bench --quick --against HEAD` RUNS times and prints, per run, the
-regressions and the largest ratios (median and best round) with the load.
-
-``slowdown`` makes the fused op PERCENT % slower in a temporary commit and runs
-it `--against` the clean commit RUNS times, printing per fused row whether it
-was flagged. The slowdown is a wait added inside the op's CPU impl (torch
-adapter), sized per case as PERCENT % of the row's median per call in a quick
-report of this machine (``--calibrate``; default the newest NEW report of an
-A/B run under reports/ab): so the op as called, dispatch included, is PERCENT %
-slower at every shape, where an extra pass over the row would add little to a
-dispatch-bound call. A model row calls the op once per norm (5 norms), so each
-of those calls waits 1/5 of PERCENT % of the model's median.
+This checkout is copied into a scratch repository (bench/scratch.py) as commit
+"clean", built once, and measured:
+  * A/A: the clean commit `--against HEAD` (itself, built a second time apart):
+    every REGRESSION is a false alarm;
+  * slowdowns: for each percent P, a commit on top of clean whose fused op
+    (the torch adapter's CPU impl) busy-waits P % of the row's median per
+    call, measured `--against` clean: every row that runs the op should be
+    flagged, and no other row. The wait is sized per case from the fused rows
+    of the first A/A run's NEW report, so the op as called, dispatch included,
+    is P % slower at every shape (an extra pass over the data would add little
+    to a dispatch-bound call). A model row calls the op once per norm
+    (MODEL_NORMS), so each call waits 1/MODEL_NORMS of P % of the model's median.
+    A slowdown of P % is judged at the threshold P/2 %: a verdict needs the
+    whole interval beyond the threshold, so a threshold equal to the change
+    could flag it only half the time.
+Every build is made once and reused by all runs (REF's build is cached too).
+The runs are interleaved (slowdowns, then an A/A, ...), so results that stop
+early still cover every kind. Each finished run appends a line to
+``results.csv`` and rewrites ``results.md`` under --out, with the load
+(``/proc/loadavg``) before and after it.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import subprocess
+import csv
+import io
 import sys
-import tempfile
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pandas as pd  # noqa: E402
 from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
 
-from bench import ab  # noqa: E402
-from bench.compare import REGRESSION, compare_reports  # noqa: E402
+from bench import ab, scratch  # noqa: E402
+from bench.compare import INCONCLUSIVE, LIMIT_WORKLOAD, REGRESSION, compare_reports  # noqa: E402
 from bench.report import read_report  # noqa: E402
-from bench.run import BenchOptions, reports_dir  # noqa: E402
+from bench.run import BenchOptions  # noqa: E402
 from env.paths import REPO_ROOT  # noqa: E402
 
 IMPL = "csrc/torch/torch_cpu_impl.cpp"
 MODEL_NORMS = 5  # ops/model.py's default model: 2 blocks x 2 norms + the final norm
+MODEL_HIDDEN = 128  # its d_model: its norms see [batch, seq, 128]
+OP_BASELINE = "fused"  # the rows that run torch.ops.myops.fused_norm(_out) on the CPU
+FIELDS = (
+    "kind", "run", "threshold", "exit", "rows", "regressions", "flagged_rows", "op_rows", "op_rows_flagged", "other_rows_flagged",
+    "inconclusive", "max_ratio", "max_ratio_row", "median_detectable", "wall_s", "load_before", "load_after", "max_other_cpu",
+    "started_utc", "folder",
+)
 
 
-def _largest(comparison) -> tuple[str, float, float]:
-    top = max(comparison.rows, key=lambda r: r.ratio)
-    best = max(comparison.rows, key=lambda r: r.best_round_ratio)
-    return f"{'/'.join(top.key[3:])} {top.key[1]}", top.ratio, best.best_round_ratio
-
-
-def aa(runs: int, options: BenchOptions, console: Console) -> None:
-    table = Table(title=f"A/A: this checkout --against HEAD, {runs} run(s)")
-    for name in ("run", "exit", "regressions", "largest ratio (row)", "largest best-round ratio", "max other CPU"):
-        table.add_column(name)
-    for index in range(runs):
-        result = ab.run_ab("HEAD", options, console)
-        comparison = compare_reports(result.base_csv, result.new_csv)
-        row, ratio, best = _largest(comparison)
-        busy = max(read_report(result.new_csv).other_cpu_share.max(), read_report(result.base_csv).other_cpu_share.max())
-        table.add_row(str(index + 1), str(result.code), str(len(comparison.regressions)), f"{ratio:.3f} ({row})", f"{best:.3f}", f"{100 * busy:.0f}%")
-    console.print(table)
+def _load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def _spin_table(calibration: pd.DataFrame, percent: float) -> list[tuple[int, int, bool, int]]:
-    """(numel, hidden, out variant, extra ns) per fused case of the calibration report."""
+    """(numel, hidden, out variant, extra ns) per fused CPU case of the calibration report."""
     entries = []
-    for r in calibration[calibration.baseline == "fused"].itertuples():
+    for r in calibration[(calibration.baseline == OP_BASELINE) & (calibration.device == "cpu")].itertuples():
         dims = [int(d) for d in r.shape.split("x")]
-        numel, hidden = 1, dims[-1]
+        numel = 1
         for d in dims:
             numel *= d
-        share = 1.0 / MODEL_NORMS if r.workload == "model" else 1.0
-        if r.workload == "model":
-            hidden = 128  # the model's d_model: its norms see [batch, seq, 128]
-        entries.append((numel, hidden, r.variant == "out", round(r.median_us * 1e3 * percent / 100 * share)))
+        model = r.workload == "model"
+        share = 1.0 / MODEL_NORMS if model else 1.0
+        entries.append((numel, MODEL_HIDDEN if model else dims[-1], r.variant == "out", round(r.median_us * 1e3 * percent / 100 * share)))
     return entries
 
 
-def _slowed_impl(source: str, entries: list[tuple[int, int, bool, int]]) -> str:
+def slowed_impl(source: str, entries: list[tuple[int, int, bool, int]]) -> str:
+    """The CPU impl with a busy wait of the given length added to each matching call (by numel, hidden, out)."""
     call_end, out_end = "  return y;\n}", "  run_cpu(x.contiguous(), weight.contiguous(), bias.contiguous(), out, eps);\n}"
     if call_end not in source or out_end not in source:
         raise SystemExit(f"{IMPL} changed: cannot place the injected wait - update scripts/ab_measure.py")
@@ -98,69 +97,155 @@ def _slowed_impl(source: str, entries: list[tuple[int, int, bool, int]]) -> str:
     return source.replace(out_end, out_end[:-1] + "  injected_wait(x, true);\n}", 1)
 
 
-def _git(repo: Path, *args: str) -> str:
-    command = ["git", "-c", "user.name=ab_measure", "-c", "user.email=ab@fusedbench.invalid", *args]
-    return subprocess.run(command, cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+@dataclass
+class Workspace:
+    """The scratch repository, its builds and where A/B folders go; kept between invocations under build/."""
+
+    root: Path
+
+    @property
+    def repo(self) -> Path:
+        return self.root / "repo"
+
+    @property
+    def ref_cache(self) -> Path:
+        return self.root / "ref"
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "runs"
+
+    def tree(self, name: str) -> ab.Tree:
+        path = self.repo if name == "clean" else self.root / name
+        return ab.Tree(path, path / "build")
 
 
-def slowdown(runs: int, percent: float, calibrate: Path | None, options: BenchOptions, console: Console) -> None:
-    if calibrate is None:
-        found = sorted(reports_dir().glob("ab/*/new/*.csv"))
-        if not found:
-            raise SystemExit("no A/B report to calibrate with: run `aa` first or pass --calibrate REPORT.csv")
-        calibrate = found[-1]
-    entries = _spin_table(read_report(calibrate), percent)
-    console.print(f"calibrated from {calibrate}: " + ", ".join(f"numel {n} hidden {h} {'out' if o else 'call'} +{ns} ns" for n, h, o, ns in entries))
-    with tempfile.TemporaryDirectory(prefix="fusedbench-slowdown-") as tmp:
-        repo = Path(tmp) / "repo"
-        listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO_ROOT, capture_output=True, check=True).stdout
-        for name in filter(None, listed.decode().split("\0")):
-            source = REPO_ROOT / name
-            if source.is_file() and not source.is_symlink():
-                (repo / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(source, repo / name)
-        _git(repo, "init", "--quiet")
-        _git(repo, "add", "--force", "-A")
-        _git(repo, "commit", "--quiet", "-m", "clean")
-        clean = _git(repo, "rev-parse", "HEAD")
-        impl = repo / IMPL
-        impl.write_text(_slowed_impl(impl.read_text(), entries))
-        _git(repo, "commit", "--quiet", "-am", f"fused op {percent:g}% slower")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEDBENCH_") and k != "PYTHONPATH"}
-        env["FUSEDBENCH_BUILD_DIR"] = str(repo / "build")
-        subprocess.run([sys.executable, "-m", "invoke", "build"], cwd=repo, env=env, check=True, stdout=subprocess.DEVNULL)
-        results: dict[str, list[str]] = {}
-        for _ in range(runs):
-            result = ab.run_ab(clean, options, console, new=ab.Tree(repo, repo / "build"))
-            for r in compare_reports(result.base_csv, result.new_csv).rows:
-                if r.key[3] == "fused":
-                    mark = "FLAGGED" if r.verdict == REGRESSION else r.verdict
-                    results.setdefault(f"{r.key[0]} {r.key[1]} fused/{r.key[4]}", []).append(f"{mark} {r.ratio:.2f}/{r.best_round_ratio:.2f}")
-    table = Table(title=f"fused op {percent:g}% slower, --against the clean commit: verdict ratio/best-round ratio per run")
-    table.add_column("row")
-    for index in range(runs):
-        table.add_column(f"run {index + 1}")
-    table.add_column("flagged")
-    for row, marks in results.items():
-        table.add_row(row, *marks, f"{sum(m.startswith('FLAGGED') for m in marks)}/{len(marks)}")
-    console.print(table)
+def prepare(workspace: Workspace, console: Console) -> str:
+    """The scratch repository with this checkout as its clean commit, built; returns the commit."""
+    if workspace.root.exists():
+        import shutil
+
+        shutil.rmtree(workspace.root)
+    workspace.repo.mkdir(parents=True)
+    clean = scratch.snapshot(workspace.repo)
+    _build(workspace.tree("clean"), console)
+    return clean
+
+
+def _build(tree: ab.Tree, console: Console) -> None:
+    started = time.perf_counter()
+    scratch.build(tree.root, tree.build, tree.build / "build.log")
+    console.print(f"built {tree.root} in {time.perf_counter() - started:.0f} s (load {_load()})", highlight=False)
+
+
+def add_slowdown(workspace: Workspace, clean: str, percent: float, calibration: Path, console: Console) -> str:
+    """A commit on top of clean whose fused op is ``percent`` % slower, checked out and built apart; returns its name."""
+    name = f"slow{percent:g}"
+    source = scratch.git("show", f"{clean}:{IMPL}", cwd=workspace.repo)
+    text = slowed_impl(source, _spin_table(read_report(calibration), percent))
+    scratch.git("checkout", "--quiet", "-B", name, clean, cwd=workspace.repo)
+    try:
+        sha = scratch.commit_change(workspace.repo, IMPL, text, f"fused op {percent:g}% slower")
+    finally:
+        scratch.git("checkout", "--quiet", "--detach", clean, cwd=workspace.repo)
+    tree = workspace.tree(name)
+    scratch.checkout(sha, tree.root, workspace.repo)
+    _build(tree, console)
+    return name
+
+
+def one_run(workspace: Workspace, kind: str, tree: ab.Tree, ref: str, threshold: float, index: int, options: BenchOptions,
+            console: Console) -> dict:
+    load_before, started_utc, started = _load(), datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), time.perf_counter()
+    quiet = Console(file=io.StringIO(), width=250)
+    result = ab.run_ab(ref, options, quiet, threshold=threshold, new=tree, ref_cache=workspace.ref_cache)
+    wall = time.perf_counter() - started
+    comparison = compare_reports(result.base_csv, result.new_csv, threshold=threshold, paired=True)
+    rows = [r for r in comparison.rows if r.key[0] != LIMIT_WORKLOAD]
+    flagged = [r for r in comparison.regressions]
+    op_rows = [r for r in rows if r.key[3] == OP_BASELINE]
+    top = max(rows, key=lambda r: r.ratio)
+    busy = max(read_report(result.new_csv).other_cpu_share.max(), read_report(result.base_csv).other_cpu_share.max())
+    line = {
+        "kind": kind, "run": index, "threshold": threshold, "exit": result.code, "rows": len(rows), "regressions": len(flagged),
+        "flagged_rows": "; ".join(f"{'/'.join(r.key[3:5])} {r.key[0]} {r.key[1]} {r.ratio:.3f}" for r in flagged),
+        "op_rows": len(op_rows), "op_rows_flagged": sum(r.verdict == REGRESSION for r in op_rows),
+        "other_rows_flagged": sum(r.key[3] != OP_BASELINE for r in flagged),
+        "inconclusive": sum(r.verdict == INCONCLUSIVE for r in rows),
+        "max_ratio": round(top.ratio, 3), "max_ratio_row": f"{'/'.join(top.key[3:5])} {top.key[0]} {top.key[1]}",
+        "median_detectable": round(float(pd.Series([r.detectable for r in rows]).median()), 3),
+        "wall_s": round(wall), "load_before": load_before, "load_after": _load(), "max_other_cpu": round(float(busy), 3),
+        "started_utc": started_utc, "folder": str(result.folder),
+    }
+    console.print(f"{kind} run {index}: exit {result.code}, {len(flagged)} regression(s), op rows flagged "
+                  f"{line['op_rows_flagged']}/{len(op_rows)}, {wall:.0f} s, load {load_before} -> {line['load_after']}", highlight=False)
+    return line
+
+
+def append(out: Path, line: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "results.csv"
+    new = not path.exists()
+    with open(path, "a", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        if new:
+            writer.writeheader()
+        writer.writerow(line)
+    write_markdown(pd.read_csv(path), out / "results.md")
+
+
+def write_markdown(frame: pd.DataFrame, path: Path) -> None:
+    """One line per kind: runs, how many were clean / fully flagged, wall time, load."""
+    lines = [
+        "| kind | threshold | runs | runs with 0 false regressions | runs with every op row flagged | "
+        "op rows flagged | other rows flagged | inconclusive rows (mean) | wall s (median) | load 1-min (range) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for kind, runs in frame.groupby("kind", sort=False):
+        slowdown = kind != "aa"
+        false_free = int((runs.other_rows_flagged == 0).sum()) if slowdown else int((runs.regressions == 0).sum())
+        all_op = int((runs.op_rows_flagged == runs.op_rows).sum()) if slowdown else "-"
+        loads = [float(v.split()[0]) for v in list(runs.load_before) + list(runs.load_after)]
+        lines.append(
+            f"| {kind} | {runs.threshold.iloc[0]:g} | {len(runs)} | {false_free}/{len(runs)} | "
+            f"{f'{all_op}/{len(runs)}' if slowdown else '-'} | {int(runs.op_rows_flagged.sum())}/{int(runs.op_rows.sum())} | "
+            f"{int(runs.other_rows_flagged.sum()) if slowdown else int(runs.regressions.sum())} | {runs.inconclusive.mean():.1f} | "
+            f"{runs.wall_s.median():.0f} | {min(loads):.1f}-{max(loads):.1f} |"
+        )
+    path.write_text("\n".join(lines) + "\n")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=("aa", "slowdown"))
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--percent", type=float, default=20.0)
-    parser.add_argument("--calibrate", type=Path, default=None, help="quick report whose fused medians size the wait")
-    parser.add_argument("--baseline", default="all", help="baselines of the grid (default all; slowdown: fused is enough)")
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--aa", type=int, default=5, help="A/A runs (default 5)")
+    parser.add_argument("--slowdowns", default="10,20", help="injected slowdowns in percent, a comma list (default 10,20)")
+    parser.add_argument("--runs", type=int, default=5, help="runs per slowdown (default 5)")
+    parser.add_argument("--threshold", type=float, default=0.10, help="A/A runs' threshold (default 0.10, as the CI gate)")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "ab_measure")
+    parser.add_argument("--workspace", type=Path, default=REPO_ROOT / "build" / "ab_measure")
     args = parser.parse_args()
+    percents = [float(p) for p in args.slowdowns.split(",") if p.strip()]
     console = Console(width=200)
-    options = BenchOptions(baseline=args.baseline, quick=True, threads=args.threads)
-    if args.what == "aa":
-        aa(args.runs, options, console)
-    else:
-        slowdown(args.runs, args.percent, args.calibrate, options, console)
+    workspace = Workspace(args.workspace.resolve())
+    options = BenchOptions(quick=True, out_dir=workspace.runs)
+    clean = prepare(workspace, console)
+    console.print(f"scratch repository {workspace.repo} at {clean}; load {_load()}", highlight=False)
+    # The first A/A run also builds REF (cached for every later run) and calibrates the injected waits.
+    first = one_run(workspace, "aa", workspace.tree("clean"), "HEAD", args.threshold, 1, options, console)
+    append(args.out, first)
+    calibration = next(Path(first["folder"]).glob("new/pooled.csv"))
+    slowed = {p: add_slowdown(workspace, clean, p, calibration, console) for p in percents}
+    done = {"aa": 1, **{p: 0 for p in percents}}
+    while done["aa"] < args.aa or any(done[p] < args.runs for p in percents):
+        for percent in percents:
+            if done[percent] < args.runs:
+                done[percent] += 1
+                line = one_run(workspace, f"slow{percent:g}", workspace.tree(slowed[percent]), clean, percent / 200, done[percent],
+                               options, console)
+                append(args.out, line)
+        if done["aa"] < args.aa:
+            done["aa"] += 1
+            append(args.out, one_run(workspace, "aa", workspace.tree("clean"), "HEAD", args.threshold, done["aa"], options, console))
 
 
 if __name__ == "__main__":
