@@ -193,10 +193,15 @@ def _environment_changes(base: pd.DataFrame, new: pd.DataFrame) -> list[str]:
     return changes + _differences(base, new, ENVIRONMENT_COLUMNS)
 
 
+def _values(column: pd.Series) -> list[str]:
+    """The distinct values of a column as text; an empty cell (a fact that does not apply to a row) is ""."""
+    return sorted(set(column.astype("string").fillna("").astype(str)))
+
+
 def _differences(base: pd.DataFrame, new: pd.DataFrame, columns: tuple[str, ...]) -> list[str]:
     differences = []
     for column in columns:
-        before, after = sorted(set(base[column].astype(str))), sorted(set(new[column].astype(str)))
+        before, after = _values(base[column]), _values(new[column])
         if before != after:
             differences.append(f"{column}: {', '.join(before)} -> {', '.join(after)}")
     return differences

@@ -1,25 +1,28 @@
 """How often `bench --quick --against HEAD` cries wolf, and how often it catches a real slowdown, on this machine.
 
-    python scripts/ab_measure.py [--aa 5] [--slowdowns 10,20] [--runs 5] [--out reports/ab_measure]
+    invoke bench --quick --baseline fused --out CAL    # the medians that size the injected waits
+    python scripts/ab_measure.py --calibrate CAL/<report>.csv [--aa 5] [--slowdowns 10,20] [--runs 5] [--reuse]
 
 This checkout is copied into a scratch repository (bench/scratch.py) as commit
-"clean", built once, and measured:
+"clean" and measured:
   * A/A: the clean commit `--against HEAD` (itself, built a second time apart):
     every REGRESSION is a false alarm;
   * slowdowns: for each percent P, a commit on top of clean whose fused op
     (the torch adapter's CPU impl) busy-waits P % of the row's median per
     call, measured `--against` clean: every row that runs the op should be
     flagged, and no other row. The wait is sized per case from the fused rows
-    of the first A/A run's NEW report, so the op as called, dispatch included,
-    is P % slower at every shape (an extra pass over the data would add little
-    to a dispatch-bound call). A model row calls the op once per norm
-    (MODEL_NORMS), so each call waits 1/MODEL_NORMS of P % of the model's median.
+    of a quick report of this checkout (--calibrate), so the op as called,
+    dispatch included, is P % slower at every shape (an extra pass over the
+    data would add little to a dispatch-bound call). A model row calls the op once
+    per norm (MODEL_NORMS), so each call waits 1/MODEL_NORMS of P % of the
+    model's median.
     A slowdown of P % is judged at the threshold P/2 %: a verdict needs the
     whole interval beyond the threshold, so a threshold equal to the change
     could flag it only half the time.
-Every build is made once and reused by all runs (REF's build is cached too).
-The runs are interleaved (slowdowns, then an A/A, ...), so results that stop
-early still cover every kind. Each finished run appends a line to
+Every tree is built once, all at once before the first run, and reused by all
+runs (REF's build where `bench --against` looks for it, so no run rebuilds).
+The runs are interleaved (an A/A, then each slowdown, ...), so results that
+stop early still cover every kind. Each finished run appends a line to
 ``results.csv`` and rewrites ``results.md`` under --out, with the load
 (``/proc/loadavg``) before and after it.
 """
@@ -29,8 +32,10 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import shutil
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -120,26 +125,28 @@ class Workspace:
         return ab.Tree(path, path / "build")
 
 
-def prepare(workspace: Workspace, console: Console) -> str:
-    """The scratch repository with this checkout as its clean commit, built; returns the commit."""
-    if workspace.root.exists():
-        import shutil
+def prepare(workspace: Workspace, reuse: bool, console: Console) -> str:
+    """The scratch repository with this checkout as its clean commit; returns the commit.
 
+    ``reuse``: keep a workspace made earlier (its commit and builds), so an
+    interrupted measurement resumes without rebuilding.
+    """
+    if reuse and (workspace.repo / ".git").is_dir():
+        return scratch.git("rev-parse", "HEAD", cwd=workspace.repo)
+    if workspace.root.exists():
         shutil.rmtree(workspace.root)
     workspace.repo.mkdir(parents=True)
-    clean = scratch.snapshot(workspace.repo)
-    _build(workspace.tree("clean"), console)
-    return clean
+    return scratch.snapshot(workspace.repo)
 
 
 def _build(tree: ab.Tree, console: Console) -> None:
     started = time.perf_counter()
-    scratch.build(tree.root, tree.build, tree.build / "build.log")
+    scratch.build(tree.root, tree.build, tree.root.parent / f"{tree.root.name}-build.log")
     console.print(f"built {tree.root} in {time.perf_counter() - started:.0f} s (load {_load()})", highlight=False)
 
 
-def add_slowdown(workspace: Workspace, clean: str, percent: float, calibration: Path, console: Console) -> str:
-    """A commit on top of clean whose fused op is ``percent`` % slower, checked out and built apart; returns its name."""
+def add_slowdown(workspace: Workspace, clean: str, percent: float, calibration: Path) -> str:
+    """A commit on top of clean whose fused op is ``percent`` % slower, checked out apart; returns its tree's name."""
     name = f"slow{percent:g}"
     source = scratch.git("show", f"{clean}:{IMPL}", cwd=workspace.repo)
     text = slowed_impl(source, _spin_table(read_report(calibration), percent))
@@ -148,10 +155,20 @@ def add_slowdown(workspace: Workspace, clean: str, percent: float, calibration: 
         sha = scratch.commit_change(workspace.repo, IMPL, text, f"fused op {percent:g}% slower")
     finally:
         scratch.git("checkout", "--quiet", "--detach", clean, cwd=workspace.repo)
-    tree = workspace.tree(name)
-    scratch.checkout(sha, tree.root, workspace.repo)
-    _build(tree, console)
+    scratch.checkout(sha, workspace.tree(name).root, workspace.repo)
     return name
+
+
+def build_all(workspace: Workspace, clean: str, names: list[str], console: Console) -> None:
+    """Every tree a run needs, built at once: clean, REF (clean again, where `bench --against` expects it), the slowed ones.
+
+    Concurrent builds: on a shared machine they finish sooner together than one after the other.
+    """
+    ref = ab.Tree(scratch.checkout(clean, workspace.ref_cache / clean / "src", workspace.repo), workspace.ref_cache / clean / "build")
+    trees = [workspace.tree("clean"), ref, *(workspace.tree(n) for n in names)]
+    with ThreadPoolExecutor(len(trees)) as pool:
+        for future in [pool.submit(_build, tree, console) for tree in trees]:
+            future.result()
 
 
 def one_run(workspace: Workspace, kind: str, tree: ab.Tree, ref: str, threshold: float, index: int, options: BenchOptions,
@@ -223,29 +240,30 @@ def main() -> None:
     parser.add_argument("--threshold", type=float, default=0.10, help="A/A runs' threshold (default 0.10, as the CI gate)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "ab_measure")
     parser.add_argument("--workspace", type=Path, default=REPO_ROOT / "build" / "ab_measure")
+    parser.add_argument("--calibrate", type=Path, required=True,
+                        help="a quick report of this checkout with the fused rows (`invoke bench --quick --baseline fused`): "
+                        "its medians size the injected waits")
+    parser.add_argument("--reuse", action="store_true", help="resume in an existing workspace (its commit and builds)")
     args = parser.parse_args()
     percents = [float(p) for p in args.slowdowns.split(",") if p.strip()]
     console = Console(width=200)
     workspace = Workspace(args.workspace.resolve())
     options = BenchOptions(quick=True, out_dir=workspace.runs)
-    clean = prepare(workspace, console)
+    clean = prepare(workspace, args.reuse, console)
     console.print(f"scratch repository {workspace.repo} at {clean}; load {_load()}", highlight=False)
-    # The first A/A run also builds REF (cached for every later run) and calibrates the injected waits.
-    first = one_run(workspace, "aa", workspace.tree("clean"), "HEAD", args.threshold, 1, options, console)
-    append(args.out, first)
-    calibration = next(Path(first["folder"]).glob("new/pooled.csv"))
-    slowed = {p: add_slowdown(workspace, clean, p, calibration, console) for p in percents}
-    done = {"aa": 1, **{p: 0 for p in percents}}
+    slowed = {p: add_slowdown(workspace, clean, p, args.calibrate) for p in percents}
+    build_all(workspace, clean, list(slowed.values()), console)
+    done = {"aa": 0, **{p: 0 for p in percents}}
     while done["aa"] < args.aa or any(done[p] < args.runs for p in percents):
+        if done["aa"] < args.aa:
+            done["aa"] += 1
+            append(args.out, one_run(workspace, "aa", workspace.tree("clean"), "HEAD", args.threshold, done["aa"], options, console))
         for percent in percents:
             if done[percent] < args.runs:
                 done[percent] += 1
                 line = one_run(workspace, f"slow{percent:g}", workspace.tree(slowed[percent]), clean, percent / 200, done[percent],
                                options, console)
                 append(args.out, line)
-        if done["aa"] < args.aa:
-            done["aa"] += 1
-            append(args.out, one_run(workspace, "aa", workspace.tree("clean"), "HEAD", args.threshold, done["aa"], options, console))
 
 
 if __name__ == "__main__":
