@@ -41,6 +41,7 @@ import queue
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -375,6 +376,42 @@ def _timestamp() -> str:
     from bench.environment import utc_timestamp
 
     return utc_timestamp()
+
+
+def run_in_processes(options: BenchOptions, processes: int) -> int:
+    """A plain run of this checkout in ``processes`` fresh processes, pooled into one report; prints the summary.
+
+    Returns 1 when a baseline failed (as a plain run does), else 0.
+    """
+    from bench.plot import write_plot
+    from bench.report import ReportPaths, read_report
+    from bench.run import Outcome, _unique_csv
+    from bench.summary import print_summary
+
+    console = Console(width=None if Console().is_terminal else 200)
+    started = time.perf_counter()
+    console.print(f"[bold]fusedbench[/] {options.mode} run in {processes} fresh processes (one round each)", highlight=False)
+    with tempfile.TemporaryDirectory(prefix="fusedbench-processes-") as tmp:
+        try:
+            measured = measure_processes({"RUN": Tree(REPO_ROOT)}, options, processes, Path(tmp), console)
+        except (AbError, Skipped) as error:
+            console.print(f"[red bold]bench: {error}[/]", highlight=False)
+            return 1
+        paths = None
+        frame = None
+        if measured.csv["RUN"] is not None:
+            pooled = ReportPaths.for_csv(measured.csv["RUN"])
+            frame = read_report(pooled.csv)
+            target = _unique_csv(reports_dir(options.out_dir), str(frame.timestamp_utc.iloc[0]), str(frame.host.iloc[0]))
+            paths = ReportPaths.for_csv(target)
+            paths.csv.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(pooled.samples, paths.samples)  # the sidecar first: a reader that finds the CSV finds it
+            shutil.copyfile(pooled.csv, paths.csv)
+            write_plot(frame, paths.plot)
+    failures = measured.failures["RUN"] or ([] if paths else ["nothing was measured"])
+    outcome = Outcome(paths, frame, failures, measured.skipped["RUN"], time.perf_counter() - started)
+    print_summary(outcome, console)
+    return 1 if outcome.failures else 0
 
 
 def main(ref: str, options: BenchOptions) -> int:

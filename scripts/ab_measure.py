@@ -1,21 +1,15 @@
 """How often `bench --quick --against HEAD` cries wolf, and how often it catches a real slowdown, on this machine.
 
-    invoke bench --quick --baseline fused --out CAL    # the medians that size the injected waits
-    python scripts/ab_measure.py --calibrate CAL/<report>.csv [--aa 5] [--slowdowns 10,20] [--runs 5] [--reuse]
+    python scripts/ab_measure.py [--aa 5] [--slowdowns 10,20] [--runs 5] [--reuse]
 
 This checkout is copied into a scratch repository (bench/scratch.py) as commit
 "clean" and measured:
   * A/A: the clean commit `--against HEAD` (itself, built a second time apart):
     every REGRESSION is a false alarm;
   * slowdowns: for each percent P, a commit on top of clean whose fused op
-    (the torch adapter's CPU impl) busy-waits P % of the row's median per
-    call, measured `--against` clean: every row that runs the op should be
-    flagged, and no other row. The wait is sized per case from the fused rows
-    of a quick report of this checkout (--calibrate), so the op as called,
-    dispatch included, is P % slower at every shape (an extra pass over the
-    data would add little to a dispatch-bound call). A model row calls the op once
-    per norm (MODEL_NORMS), so each call waits 1/MODEL_NORMS of P % of the
-    model's median.
+    (the torch adapter's CPU impl) busy-waits, on leaving each call, P % of
+    the time the call took (slowed_impl says what that covers), measured
+    `--against` clean: the op's rows should be flagged, and no other row.
     A slowdown of P % is judged at the threshold P/2 %: a verdict needs the
     whole interval beyond the threshold, so a threshold equal to the change
     could flag it only half the time.
@@ -52,8 +46,6 @@ from bench.run import BenchOptions  # noqa: E402
 from env.paths import REPO_ROOT  # noqa: E402
 
 IMPL = "csrc/torch/torch_cpu_impl.cpp"
-MODEL_NORMS = 5  # ops/model.py's default model: 2 blocks x 2 norms + the final norm
-MODEL_HIDDEN = 128  # its d_model: its norms see [batch, seq, 128]
 OP_BASELINE = "fused"  # the rows that run torch.ops.myops.fused_norm(_out) on the CPU
 FIELDS = (
     "kind", "run", "threshold", "exit", "rows", "regressions", "flagged_rows", "op_rows", "op_rows_flagged", "other_rows_flagged",
@@ -66,40 +58,35 @@ def _load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def _spin_table(calibration: pd.DataFrame, percent: float) -> list[tuple[int, int, bool, int]]:
-    """(numel, hidden, out variant, extra ns) per fused CPU case of the calibration report."""
-    entries = []
-    for r in calibration[(calibration.baseline == OP_BASELINE) & (calibration.device == "cpu")].itertuples():
-        dims = [int(d) for d in r.shape.split("x")]
-        numel = 1
-        for d in dims:
-            numel *= d
-        model = r.workload == "model"
-        share = 1.0 / MODEL_NORMS if model else 1.0
-        entries.append((numel, MODEL_HIDDEN if model else dims[-1], r.variant == "out", round(r.median_us * 1e3 * percent / 100 * share)))
-    return entries
+def slowed_impl(source: str, percent: float) -> str:
+    """The CPU impl with each call made ``percent`` % slower: it busy-waits that share of the time the call took.
 
-
-def slowed_impl(source: str, entries: list[tuple[int, int, bool, int]]) -> str:
-    """The CPU impl with a busy wait of the given length added to each matching call (by numel, hidden, out)."""
-    call_end, out_end = "  return y;\n}", "  run_cpu(x.contiguous(), weight.contiguous(), bias.contiguous(), out, eps);\n}"
-    if call_end not in source or out_end not in source:
+    The wait is measured call by call, inside the call: on a machine whose
+    load changes the op's time, a wait sized beforehand would be another share
+    of it in every run. What gets slower is the time spent inside the C++
+    implementation (checks, allocation, kernel); the dispatcher's and Python's
+    share of a call is not, so a dispatch-bound call slows by less than
+    ``percent`` %, and so does a model, whose other layers are untouched.
+    """
+    entries = ('  check_norm_args("fused_norm", x, weight, bias, eps);\n', '  check_norm_args("fused_norm_out", x, weight, bias, eps);\n')
+    if not all(source.count(entry) == 1 for entry in entries):
         raise SystemExit(f"{IMPL} changed: cannot place the injected wait - update scripts/ab_measure.py")
-    rows = "\n".join(f"    {{{n}, {h}, {'true' if o else 'false'}, {ns}}}," for n, h, o, ns in entries)
     helper = (
-        "#include <chrono>\n#include <cstdint>\nnamespace {\n"
-        "struct InjectedWait { int64_t numel, hidden; bool out; int64_t ns; };\n"
-        f"constexpr InjectedWait kInjected[] = {{\n{rows}\n}};\n"
-        "void injected_wait(const at::Tensor& x, bool out) {  // a deliberate slowdown (scripts/ab_measure.py)\n"
-        "  for (const InjectedWait& w : kInjected) {\n"
-        "    if (w.numel != x.numel() || w.hidden != x.size(-1) || w.out != out) continue;\n"
-        "    const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(w.ns);\n"
+        "#include <chrono>\nnamespace {\n"
+        "// A deliberate slowdown (scripts/ab_measure.py): on leaving the call, busy-wait a share of its time.\n"
+        f"constexpr double kInjectedShare = {percent / 100!r};\n"
+        "struct InjectedWait {\n"
+        "  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();\n"
+        "  ~InjectedWait() {\n"
+        "    const auto now = std::chrono::steady_clock::now();\n"
+        "    const auto until = now + std::chrono::duration_cast<std::chrono::nanoseconds>((now - start) * kInjectedShare);\n"
         "    while (std::chrono::steady_clock::now() < until) {\n    }\n"
-        "  }\n}\n}  // namespace\n"
+        "  }\n};\n}  // namespace\n"
     )
     source = source.replace('#include "torch_adapter.h"\n', '#include "torch_adapter.h"\n' + helper, 1)
-    source = source.replace(call_end, "  injected_wait(x, false);\n" + call_end, 1)
-    return source.replace(out_end, out_end[:-1] + "  injected_wait(x, true);\n}", 1)
+    for entry in entries:
+        source = source.replace(entry, "  const InjectedWait injected_wait;\n" + entry, 1)
+    return source
 
 
 @dataclass
@@ -145,11 +132,11 @@ def _build(tree: ab.Tree, console: Console) -> None:
     console.print(f"built {tree.root} in {time.perf_counter() - started:.0f} s (load {_load()})", highlight=False)
 
 
-def add_slowdown(workspace: Workspace, clean: str, percent: float, calibration: Path) -> str:
+def add_slowdown(workspace: Workspace, clean: str, percent: float) -> str:
     """A commit on top of clean whose fused op is ``percent`` % slower, checked out apart; returns its tree's name."""
     name = f"slow{percent:g}"
     source = scratch.git("show", f"{clean}:{IMPL}", cwd=workspace.repo)
-    text = slowed_impl(source, _spin_table(read_report(calibration), percent))
+    text = slowed_impl(source, percent)
     scratch.git("checkout", "--quiet", "-B", name, clean, cwd=workspace.repo)
     try:
         sha = scratch.commit_change(workspace.repo, IMPL, text, f"fused op {percent:g}% slower")
@@ -240,9 +227,6 @@ def main() -> None:
     parser.add_argument("--threshold", type=float, default=0.10, help="A/A runs' threshold (default 0.10, as the CI gate)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "ab_measure")
     parser.add_argument("--workspace", type=Path, default=REPO_ROOT / "build" / "ab_measure")
-    parser.add_argument("--calibrate", type=Path, required=True,
-                        help="a quick report of this checkout with the fused rows (`invoke bench --quick --baseline fused`): "
-                        "its medians size the injected waits")
     parser.add_argument("--reuse", action="store_true", help="resume in an existing workspace (its commit and builds)")
     args = parser.parse_args()
     percents = [float(p) for p in args.slowdowns.split(",") if p.strip()]
@@ -251,7 +235,7 @@ def main() -> None:
     options = BenchOptions(quick=True, out_dir=workspace.runs)
     clean = prepare(workspace, args.reuse, console)
     console.print(f"scratch repository {workspace.repo} at {clean}; load {_load()}", highlight=False)
-    slowed = {p: add_slowdown(workspace, clean, p, args.calibrate) for p in percents}
+    slowed = {p: add_slowdown(workspace, clean, p) for p in percents}
     build_all(workspace, clean, list(slowed.values()), console)
     done = {"aa": 0, **{p: 0 for p in percents}}
     while done["aa"] < args.aa or any(done[p] < args.runs for p in percents):
