@@ -261,7 +261,7 @@ def _time(case, prepared: Prepared, config: TimingConfig, settings: RunSettings,
     """The host clock on the CPU (or where the call synchronises itself), CUDA events on a GPU."""
     if case.device == "cpu" or prepared.timer == "perf_counter":
         timing = measure(prepared.call, config, settings.resolution_ns, block)
-        return replace(timing, samples_us=timing.samples_us / prepared.calls), "perf_counter"
+        return replace(timing, samples_us=timing.samples_us / prepared.calls, calls=timing.calls * prepared.calls), "perf_counter"
     flush = settings.flush_for(case)
     timing = measure_cuda(prepared.call, config, block, flush, prepared.calls)
     return timing, "cuda_events+l2_flush" if flush is not None else "cuda_events"
