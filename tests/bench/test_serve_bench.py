@@ -175,3 +175,15 @@ def test_the_request_dropped_at_the_deadline_is_not_in_the_window():
     result = drive(slow, bank, clients=1, duration_s=0.22, warmup=0)
     assert result.requests >= 1 and result.wall_s <= 0.22
     assert result.requests_per_s == pytest.approx(result.requests / result.wall_s)
+
+
+def test_a_signal_is_not_an_exception_that_a_broad_handler_swallows():
+    from bench.serve.run import Interrupted
+
+    try:
+        try:
+            raise Interrupted(signal.SIGTERM)
+        except Exception:  # what the pool's session creation catches
+            pytest.fail("SIGTERM was swallowed by `except Exception`")
+    except Interrupted as stopped:
+        assert stopped.code == 128 + signal.SIGTERM
