@@ -97,6 +97,8 @@ def run_command(task: list[str], tag: str = DEFAULT_TAG, reports: Path | None = 
     gpus = host_has_gpu() if gpus is None else gpus
     tty = sys.stdout.isatty() if tty is None else tty
     command = ["docker", "run", "--rm", "--volume", f"{reports}:{IMAGE_REPORTS_DIR}"]
+    # The host's machine id (read-only): reports name the machine by its hash, the same in every container.
+    command += ["--volume", "/etc/machine-id:/etc/machine-id:ro"] if Path("/etc/machine-id").is_file() else []
     if gpus:
         command += ["--gpus", "all"]
     if tty:

@@ -83,3 +83,11 @@ def test_the_image_is_found_in_a_run_line_whatever_the_options():
         for tty in (True, False):
             command = docker.run_command(["bench", "--quick"], "fusedbench:abc", gpus=gpus, tty=tty)
             assert docker._image_of(command) == "fusedbench:abc"
+
+
+def test_run_mounts_the_hosts_machine_id_so_containers_on_one_host_compare(tmp_path):
+    from pathlib import Path
+
+    command = docker.run_command(["bench"], "fusedbench:test", tmp_path, gpus=False, tty=False)
+    mount = "/etc/machine-id:/etc/machine-id:ro"
+    assert (mount in command) == Path("/etc/machine-id").is_file()
