@@ -94,7 +94,9 @@ def resolve(ref: str, repo: Path = REPO_ROOT) -> str:
     try:
         return scratch.git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", cwd=repo)
     except scratch.ScratchError:
-        raise AbError(f"--against {ref!r} is not a commit of {repo} - check the name, or `git fetch` it first") from None
+        raise AbError(
+            f"--against {ref!r} is not a commit of {repo} - check the name, or `git fetch` it first"
+        ) from None
 
 
 def build_ref(src: Path, build: Path, log: Path, console: Console) -> None:
@@ -111,14 +113,26 @@ def build_ref(src: Path, build: Path, log: Path, console: Console) -> None:
 class Worker:
     """One worker process of one build (bench/ab_worker.py), driven request by request, each with a deadline."""
 
-    def __init__(self, label: str, tree: Path, build: Path | None, log: Path, command: list[str] | None = None,
-                 timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        label: str,
+        tree: Path,
+        build: Path | None,
+        log: Path,
+        command: list[str] | None = None,
+        timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> None:
         self.label, self.log, self.timeout_s = label, log, timeout_s
         log.parent.mkdir(parents=True, exist_ok=True)
         self._log_file = open(log, "w")
         self.process = subprocess.Popen(
-            command or [sys.executable, "-m", "bench.ab_worker"], cwd=tree, env=scratch.side_env(build),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log_file, text=True,
+            command or [sys.executable, "-m", "bench.ab_worker"],
+            cwd=tree,
+            env=scratch.side_env(build),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log_file,
+            text=True,
         )
         # A reader thread, so a reply can be waited for with a deadline (a bare readline would wait forever).
         self._lines: queue.Queue[str] = queue.Queue()
@@ -146,11 +160,16 @@ class Worker:
             ) from None
         if not line:
             self.process.wait()
-            raise AbError(f"the {self.label} worker exited (code {self.process.returncode}); last lines of {self.log}:\n{self._tail()}")
+            raise AbError(
+                f"the {self.label} worker exited (code {self.process.returncode}); "
+                f"last lines of {self.log}:\n{self._tail()}"
+            )
         try:
             return json.loads(line)
         except json.JSONDecodeError:
-            raise AbError(f"the {self.label} worker answered {line.strip()[:200]!r}, not a JSON line (its log: {self.log})") from None
+            raise AbError(
+                f"the {self.label} worker answered {line.strip()[:200]!r}, not a JSON line (its log: {self.log})"
+            ) from None
 
     def ask(self, request: dict) -> dict:
         try:
@@ -160,7 +179,9 @@ class Worker:
             pass  # it exited: _read reports how
         reply = self._read(request["do"])
         if "error" in reply:
-            raise AbError(f"the {self.label} worker failed on {request['do']!r}: {reply['error']} (traceback in {self.log})")
+            raise AbError(
+                f"the {self.label} worker failed on {request['do']!r}: {reply['error']} (traceback in {self.log})"
+            )
         return reply
 
     def close(self) -> None:
@@ -208,7 +229,9 @@ def plan_for(options: BenchOptions, known: list[str], label: str) -> dict:
         if name in known:
             plan[name] = value
         elif value != getattr(defaults, name):
-            raise Skipped(f"{label}'s bench has no option {name!r} (set to {value!r} here), so it cannot measure the same grid")
+            raise Skipped(
+                f"{label}'s bench has no option {name!r} (set to {value!r} here), so it cannot measure the same grid"
+            )
     return plan
 
 
@@ -222,7 +245,11 @@ class Measured:
 
 
 def measure_processes(
-    sides: dict[str, Tree], options: BenchOptions, processes: int, folder: Path, console: Console,
+    sides: dict[str, Tree],
+    options: BenchOptions,
+    processes: int,
+    folder: Path,
+    console: Console,
     start: StartWorker = _start,
 ) -> Measured:
     """Measure each side in ``processes`` fresh processes, in pairs, alternating; pool each side's reports.
@@ -249,9 +276,13 @@ def measure_processes(
             for worker in workers:
                 plan = plan_for(options, worker.ask({"do": "fields"})["options"], worker.label)
                 workdir = folder / worker.label.lower() / "cache"
-                reply = worker.ask({"do": "plan", "options": plan, "page_offset": offsets[index], "workdir": str(workdir)})
+                reply = worker.ask(
+                    {"do": "plan", "options": plan, "page_offset": offsets[index], "workdir": str(workdir)}
+                )
                 if jobs is not None and reply["jobs"] != jobs:
-                    raise AbError(f"the sides plan different grids ({jobs} and {reply['jobs']} jobs): their options differ")
+                    raise AbError(
+                        f"the sides plan different grids ({jobs} and {reply['jobs']} jobs): their options differ"
+                    )
                 jobs, pids[worker.label] = reply["jobs"], reply.get("pid")
             seconds = dict.fromkeys(labels, 0.0)
             for job in range(jobs or 0):
@@ -264,14 +295,23 @@ def measure_processes(
                 skipped[worker.label] += record["skipped"]
                 if record["csv"] is not None:
                     reports[worker.label].append(Path(record["csv"]))
-                log_rows.append({"side": worker.label, "process": index, "pid": pids.get(worker.label), "started": order.index(worker.label),
-                                 "page_offset": offsets[index], "seconds": round(seconds[worker.label], 2)})
+                log_rows.append(
+                    {
+                        "side": worker.label,
+                        "process": index,
+                        "pid": pids.get(worker.label),
+                        "started": order.index(worker.label),
+                        "page_offset": offsets[index],
+                        "seconds": round(seconds[worker.label], 2),
+                    }
+                )
         finally:
             for worker in workers:
                 worker.close()
         console.print(
             f"process pair {index + 1}/{processes} (page offset {offsets[index]}): "
-            + ", ".join(f"{label} {seconds[label]:.0f} s" for label in order), highlight=False,
+            + ", ".join(f"{label} {seconds[label]:.0f} s" for label in order),
+            highlight=False,
         )
     _write_process_log(folder / "processes.csv", log_rows)
     for label in labels:
@@ -280,7 +320,11 @@ def measure_processes(
     for label in labels:
         complete = len(reports[label]) == processes
         csvs[label] = pool_reports(reports[label], folder / label.lower() / "pooled.csv") if complete else None
-    return Measured(csvs, {k: list(dict.fromkeys(v)) for k, v in failures.items()}, {k: list(dict.fromkeys(v)) for k, v in skipped.items()})
+    return Measured(
+        csvs,
+        {k: list(dict.fromkeys(v)) for k, v in failures.items()},
+        {k: list(dict.fromkeys(v)) for k, v in skipped.items()},
+    )
 
 
 def _write_process_log(path: Path, rows: list[dict]) -> None:
@@ -302,8 +346,15 @@ class AbResult:
 
 
 def run_ab(
-    ref: str, options: BenchOptions, console: Console, threshold: float = 0.10, alpha: float = compare.DEFAULT_ALPHA,
-    new: Tree | None = None, processes: int | None = None, ref_cache: Path | None = None, start: StartWorker = _start,
+    ref: str,
+    options: BenchOptions,
+    console: Console,
+    threshold: float = 0.10,
+    alpha: float = compare.DEFAULT_ALPHA,
+    new: Tree | None = None,
+    processes: int | None = None,
+    ref_cache: Path | None = None,
+    start: StartWorker = _start,
 ) -> AbResult:
     """Build REF beside NEW (default: this checkout, already built), measure both in alternating processes, compare.
 
@@ -321,7 +372,10 @@ def run_ab(
     except scratch.ScratchError as error:
         raise AbError(str(error)) from None
     new_commit = git_commit(new.root)
-    console.print(f"[bold]A/B[/]: NEW = {new.root} ({new_commit}), BASE = {ref} ({sha}), {processes} processes per side", highlight=False)
+    console.print(
+        f"[bold]A/B[/]: NEW = {new.root} ({new_commit}), BASE = {ref} ({sha}), {processes} processes per side",
+        highlight=False,
+    )
     folder = reports_dir(options.out_dir) / "ab" / f"{_timestamp()}-{new_commit[:12]}-vs-{sha[:12]}"
     folder.mkdir(parents=True, exist_ok=True)
     if not (src / WORKER).is_file():
@@ -390,7 +444,9 @@ def run_in_processes(options: BenchOptions, processes: int) -> int:
 
     console = Console(width=None if Console().is_terminal else 200)
     started = time.perf_counter()
-    console.print(f"[bold]fusedbench[/] {options.mode} run in {processes} fresh processes (one round each)", highlight=False)
+    console.print(
+        f"[bold]fusedbench[/] {options.mode} run in {processes} fresh processes (one round each)", highlight=False
+    )
     with tempfile.TemporaryDirectory(prefix="fusedbench-processes-") as tmp:
         try:
             measured = measure_processes({"RUN": Tree(REPO_ROOT)}, options, processes, Path(tmp), console)
@@ -402,7 +458,9 @@ def run_in_processes(options: BenchOptions, processes: int) -> int:
         if measured.csv["RUN"] is not None:
             pooled = ReportPaths.for_csv(measured.csv["RUN"])
             frame = read_report(pooled.csv)
-            target = _unique_csv(reports_dir(options.out_dir), str(frame.timestamp_utc.iloc[0]), str(frame.host.iloc[0]))
+            target = _unique_csv(
+                reports_dir(options.out_dir), str(frame.timestamp_utc.iloc[0]), str(frame.host.iloc[0])
+            )
             paths = ReportPaths.for_csv(target)
             paths.csv.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(pooled.samples, paths.samples)  # the sidecar first: a reader that finds the CSV finds it

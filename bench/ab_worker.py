@@ -16,7 +16,8 @@ job:
 
 The first line it writes, before any request, says who it is: the protocol
 version, the report schema version and the commit. A reply carrying "error" is
-a failure of that request (the message says what went wrong). ``page_offset`` places the inputs that many bytes into a page
+a failure of that request (the message says what went wrong). ``page_offset``
+places the inputs that many bytes into a page
 (bench/placement.py); ``workdir`` is where setup is cached on disk (default: a
 temporary folder).
 """
@@ -71,7 +72,13 @@ class _Side:
         if not 0 <= index < len(self.jobs):
             raise ValueError(f"job index must be in [0, {len(self.jobs)}), got {index}")
         started = time.perf_counter()
-        run_round([self.jobs[index]], round_index, self.settings, self.results, lambda job: print(f"round {round_index + 1}: {job.label}", file=sys.stderr, flush=True))
+        run_round(
+            [self.jobs[index]],
+            round_index,
+            self.settings,
+            self.results,
+            lambda job: print(f"round {round_index + 1}: {job.label}", file=sys.stderr, flush=True),
+        )
         return {"seconds": time.perf_counter() - started}
 
     def record(self, out_dir: str) -> dict:
@@ -84,7 +91,11 @@ class _Side:
         print_summary(outcome, Console(file=sys.stderr, width=200))
         if self.scratch is not None:
             self.scratch.cleanup()
-        return {"csv": str(outcome.paths.csv) if outcome.paths else None, "failures": outcome.failures, "skipped": outcome.skipped}
+        return {
+            "csv": str(outcome.paths.csv) if outcome.paths else None,
+            "failures": outcome.failures,
+            "skipped": outcome.skipped,
+        }
 
 
 def _hello() -> dict:

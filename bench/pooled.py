@@ -32,13 +32,19 @@ def pool_reports(csvs: list[Path], out_csv: Path) -> Path:
     for key in common:
         parts = [s[key] for s in samples]
         values = np.concatenate([p.values for p in parts])
-        rounds = np.concatenate([p.rounds.astype(np.int16) + index * per_process_rounds for index, p in enumerate(parts)])
+        rounds = np.concatenate(
+            [p.rounds.astype(np.int16) + index * per_process_rounds for index, p in enumerate(parts)]
+        )
         records = [_row(frame, key) for frame in frames]
         row = dict(records[0])
         row.update(vars(summarize(values)))
         row["rounds"] = len(np.unique(rounds))
         row["setup_s"] = float(np.median([r["setup_s"] for r in records]))
-        row["other_cpu_share"] = float(np.nanmean([r["other_cpu_share"] for r in records])) if _any_number(records, "other_cpu_share") else np.nan
+        row["other_cpu_share"] = (
+            float(np.nanmean([r["other_cpu_share"] for r in records]))
+            if _any_number(records, "other_cpu_share")
+            else np.nan
+        )
         row["minor_faults_per_call"] = float(np.mean([r["minor_faults_per_call"] for r in records]))
         row["gbps"] = row["bytes_moved"] / row["median_us"] / 1e3
         rows.append(row)

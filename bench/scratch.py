@@ -20,7 +20,11 @@ from env.paths import REPO_ROOT
 
 # Variables that point a process at one build's outputs or sources: a side's process gets its own, never the caller's.
 BUILD_VARIABLES = (
-    "FUSEDBENCH_BUILD_DIR", "FUSEDBENCH_TORCH_LIBRARY", "FUSEDBENCH_ORT_LIBRARY", "FUSEDBENCH_CSRC_DIR", "PYTHONPATH",
+    "FUSEDBENCH_BUILD_DIR",
+    "FUSEDBENCH_TORCH_LIBRARY",
+    "FUSEDBENCH_ORT_LIBRARY",
+    "FUSEDBENCH_CSRC_DIR",
+    "PYTHONPATH",
 )
 _IDENTITY = ("-c", "user.name=fusedbench", "-c", "user.email=fusedbench@localhost.invalid")
 
@@ -40,7 +44,9 @@ def git(*args: str, cwd: Path = REPO_ROOT) -> str:
 def clean_checkout_of(src: Path, sha: str) -> bool:
     """Whether ``src`` is a checkout of ``sha`` with no change to a tracked file."""
     try:
-        return git("rev-parse", "HEAD", cwd=src) == sha and not git("status", "--porcelain", "--untracked-files=no", cwd=src)
+        return git("rev-parse", "HEAD", cwd=src) == sha and not git(
+            "status", "--porcelain", "--untracked-files=no", cwd=src
+        )
     except ScratchError:
         return False
 
@@ -72,7 +78,9 @@ def snapshot(dest: Path, source: Path = REPO_ROOT, message: str = "clean") -> st
     Tracked and untracked-but-not-ignored files are copied (what a commit of the
     work tree would hold), so uncommitted changes are measured too.
     """
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=source, capture_output=True, check=True).stdout
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=source, capture_output=True, check=True
+    ).stdout
     for name in filter(None, listed.decode().split("\0")):
         path = source / name
         if path.is_file() and not path.is_symlink():
@@ -106,11 +114,16 @@ def side_env(build: Path | None) -> dict[str, str]:
 
 
 def build(tree: Path, build_dir: Path, log: Path) -> None:
-    """``tree``'s own `invoke build` into ``build_dir``, output to ``log``; ScratchError with its last lines on failure."""
+    """``tree``'s own `invoke build` into ``build_dir``, output to ``log``; ScratchError with its tail on failure."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
         result = subprocess.run(
-            [sys.executable, "-m", "invoke", "build"], check=False, cwd=tree, env=side_env(build_dir), stdout=out, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "invoke", "build"],
+            check=False,
+            cwd=tree,
+            env=side_env(build_dir),
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     if result.returncode:
         tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:])

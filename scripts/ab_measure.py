@@ -48,9 +48,26 @@ from env.paths import REPO_ROOT  # noqa: E402
 IMPL = "csrc/torch/torch_cpu_impl.cpp"
 OP_BASELINE = "fused"  # the rows that run torch.ops.myops.fused_norm(_out) on the CPU
 FIELDS = (
-    "kind", "run", "threshold", "exit", "rows", "regressions", "flagged_rows", "op_rows", "op_rows_flagged", "other_rows_flagged",
-    "inconclusive", "max_ratio", "max_ratio_row", "median_detectable", "wall_s", "load_before", "load_after", "max_other_cpu",
-    "started_utc", "folder",
+    "kind",
+    "run",
+    "threshold",
+    "exit",
+    "rows",
+    "regressions",
+    "flagged_rows",
+    "op_rows",
+    "op_rows_flagged",
+    "other_rows_flagged",
+    "inconclusive",
+    "max_ratio",
+    "max_ratio_row",
+    "median_detectable",
+    "wall_s",
+    "load_before",
+    "load_after",
+    "max_other_cpu",
+    "started_utc",
+    "folder",
 )
 
 
@@ -68,7 +85,10 @@ def slowed_impl(source: str, percent: float) -> str:
     share of a call is not, so a dispatch-bound call slows by less than
     ``percent`` %, and so does a model, whose other layers are untouched.
     """
-    entries = ('  check_norm_args("fused_norm", x, weight, bias, eps);\n', '  check_norm_args("fused_norm_out", x, weight, bias, eps);\n')
+    entries = (
+        '  check_norm_args("fused_norm", x, weight, bias, eps);\n',
+        '  check_norm_args("fused_norm_out", x, weight, bias, eps);\n',
+    )
     if not all(source.count(entry) == 1 for entry in entries):
         raise SystemExit(f"{IMPL} changed: cannot place the injected wait - update scripts/ab_measure.py")
     helper = (
@@ -79,7 +99,8 @@ def slowed_impl(source: str, percent: float) -> str:
         "  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();\n"
         "  ~InjectedWait() {\n"
         "    const auto now = std::chrono::steady_clock::now();\n"
-        "    const auto until = now + std::chrono::duration_cast<std::chrono::nanoseconds>((now - start) * kInjectedShare);\n"
+        "    const auto share = std::chrono::duration_cast<std::chrono::nanoseconds>((now - start) * kInjectedShare);\n"
+        "    const auto until = now + share;\n"
         "    while (std::chrono::steady_clock::now() < until) {\n    }\n"
         "  }\n};\n}  // namespace\n"
     )
@@ -147,19 +168,30 @@ def add_slowdown(workspace: Workspace, clean: str, percent: float) -> str:
 
 
 def build_all(workspace: Workspace, clean: str, names: list[str], console: Console) -> None:
-    """Every tree a run needs, built at once: clean, REF (clean again, where `bench --against` expects it), the slowed ones.
+    """Every tree a run needs, built at once: clean, REF (clean again, where `bench --against` looks), the slowed ones.
 
     Concurrent builds: on a shared machine they finish sooner together than one after the other.
     """
-    ref = ab.Tree(scratch.checkout(clean, workspace.ref_cache / clean / "src", workspace.repo), workspace.ref_cache / clean / "build")
+    ref = ab.Tree(
+        scratch.checkout(clean, workspace.ref_cache / clean / "src", workspace.repo),
+        workspace.ref_cache / clean / "build",
+    )
     trees = [workspace.tree("clean"), ref, *(workspace.tree(n) for n in names)]
     with ThreadPoolExecutor(len(trees)) as pool:
         for future in [pool.submit(_build, tree, console) for tree in trees]:
             future.result()
 
 
-def one_run(workspace: Workspace, kind: str, tree: ab.Tree, ref: str, threshold: float, index: int, options: BenchOptions,
-            console: Console) -> dict:
+def one_run(
+    workspace: Workspace,
+    kind: str,
+    tree: ab.Tree,
+    ref: str,
+    threshold: float,
+    index: int,
+    options: BenchOptions,
+    console: Console,
+) -> dict:
     load_before, started_utc, started = _load(), datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), time.perf_counter()
     quiet = Console(file=io.StringIO(), width=250)
     result = ab.run_ab(ref, options, quiet, threshold=threshold, new=tree, ref_cache=workspace.ref_cache)
@@ -171,18 +203,32 @@ def one_run(workspace: Workspace, kind: str, tree: ab.Tree, ref: str, threshold:
     top = max(rows, key=lambda r: r.ratio)
     busy = max(read_report(result.new_csv).other_cpu_share.max(), read_report(result.base_csv).other_cpu_share.max())
     line = {
-        "kind": kind, "run": index, "threshold": threshold, "exit": result.code, "rows": len(rows), "regressions": len(flagged),
+        "kind": kind,
+        "run": index,
+        "threshold": threshold,
+        "exit": result.code,
+        "rows": len(rows),
+        "regressions": len(flagged),
         "flagged_rows": "; ".join(f"{'/'.join(r.key[3:5])} {r.key[0]} {r.key[1]} {r.ratio:.3f}" for r in flagged),
-        "op_rows": len(op_rows), "op_rows_flagged": sum(r.verdict == REGRESSION for r in op_rows),
+        "op_rows": len(op_rows),
+        "op_rows_flagged": sum(r.verdict == REGRESSION for r in op_rows),
         "other_rows_flagged": sum(r.key[3] != OP_BASELINE for r in flagged),
         "inconclusive": sum(r.verdict == INCONCLUSIVE for r in rows),
-        "max_ratio": round(top.ratio, 3), "max_ratio_row": f"{'/'.join(top.key[3:5])} {top.key[0]} {top.key[1]}",
+        "max_ratio": round(top.ratio, 3),
+        "max_ratio_row": f"{'/'.join(top.key[3:5])} {top.key[0]} {top.key[1]}",
         "median_detectable": round(float(pd.Series([r.detectable for r in rows]).median()), 3),
-        "wall_s": round(wall), "load_before": load_before, "load_after": _load(), "max_other_cpu": round(float(busy), 3),
-        "started_utc": started_utc, "folder": str(result.folder),
+        "wall_s": round(wall),
+        "load_before": load_before,
+        "load_after": _load(),
+        "max_other_cpu": round(float(busy), 3),
+        "started_utc": started_utc,
+        "folder": str(result.folder),
     }
-    console.print(f"{kind} run {index}: exit {result.code}, {len(flagged)} regression(s), op rows flagged "
-                  f"{line['op_rows_flagged']}/{len(op_rows)}, {wall:.0f} s, load {load_before} -> {line['load_after']}", highlight=False)
+    console.print(
+        f"{kind} run {index}: exit {result.code}, {len(flagged)} regression(s), op rows flagged "
+        f"{line['op_rows_flagged']}/{len(op_rows)}, {wall:.0f} s, load {load_before} -> {line['load_after']}",
+        highlight=False,
+    )
     return line
 
 
@@ -212,8 +258,10 @@ def write_markdown(frame: pd.DataFrame, path: Path) -> None:
         loads = [float(v.split()[0]) for v in list(runs.load_before) + list(runs.load_after)]
         lines.append(
             f"| {kind} | {runs.threshold.iloc[0]:g} | {len(runs)} | {false_free}/{len(runs)} | "
-            f"{f'{all_op}/{len(runs)}' if slowdown else '-'} | {int(runs.op_rows_flagged.sum())}/{int(runs.op_rows.sum())} | "
-            f"{int(runs.other_rows_flagged.sum()) if slowdown else int(runs.regressions.sum())} | {runs.inconclusive.mean():.1f} | "
+            f"{f'{all_op}/{len(runs)}' if slowdown else '-'} | "
+            f"{int(runs.op_rows_flagged.sum())}/{int(runs.op_rows.sum())} | "
+            f"{int(runs.other_rows_flagged.sum()) if slowdown else int(runs.regressions.sum())} | "
+            f"{runs.inconclusive.mean():.1f} | "
             f"{runs.wall_s.median():.0f} | {min(loads):.1f}-{max(loads):.1f} |"
         )
     path.write_text("\n".join(lines) + "\n")
@@ -222,9 +270,13 @@ def write_markdown(frame: pd.DataFrame, path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--aa", type=int, default=5, help="A/A runs (default 5)")
-    parser.add_argument("--slowdowns", default="10,20", help="injected slowdowns in percent, a comma list (default 10,20)")
+    parser.add_argument(
+        "--slowdowns", default="10,20", help="injected slowdowns in percent, a comma list (default 10,20)"
+    )
     parser.add_argument("--runs", type=int, default=5, help="runs per slowdown (default 5)")
-    parser.add_argument("--threshold", type=float, default=0.10, help="A/A runs' threshold (default 0.10, as the CI gate)")
+    parser.add_argument(
+        "--threshold", type=float, default=0.10, help="A/A runs' threshold (default 0.10, as the CI gate)"
+    )
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "ab_measure")
     parser.add_argument("--workspace", type=Path, default=REPO_ROOT / "build" / "ab_measure")
     parser.add_argument("--reuse", action="store_true", help="resume in an existing workspace (its commit and builds)")
@@ -241,12 +293,23 @@ def main() -> None:
     while done["aa"] < args.aa or any(done[p] < args.runs for p in percents):
         if done["aa"] < args.aa:
             done["aa"] += 1
-            append(args.out, one_run(workspace, "aa", workspace.tree("clean"), "HEAD", args.threshold, done["aa"], options, console))
+            append(
+                args.out,
+                one_run(workspace, "aa", workspace.tree("clean"), "HEAD", args.threshold, done["aa"], options, console),
+            )
         for percent in percents:
             if done[percent] < args.runs:
                 done[percent] += 1
-                line = one_run(workspace, f"slow{percent:g}", workspace.tree(slowed[percent]), clean, percent / 200, done[percent],
-                               options, console)
+                line = one_run(
+                    workspace,
+                    f"slow{percent:g}",
+                    workspace.tree(slowed[percent]),
+                    clean,
+                    percent / 200,
+                    done[percent],
+                    options,
+                    console,
+                )
                 append(args.out, line)
 
 
