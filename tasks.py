@@ -100,14 +100,15 @@ def bench(c, baseline="all", quick=False, warmup="50", threads="", out="", dtype
     help={
         "base": "the earlier report CSV",
         "new": "the later report CSV",
-        "threshold": "slowdown that counts as a regression when significant, in (0, 1) (default 0.10 = 10%)",
-        "alpha": "significance level of the one-sided Mann-Whitney U test, in (0, 1) (default 0.002, as asv)",
+        "threshold": "slowdown that counts as a regression when the whole confidence interval is above it, in (0, 1) "
+        "(default 0.10 = 10%)",
+        "alpha": "1 - the confidence of the ratio's bootstrap interval, in (0, 1) (default 0.05: a 95% interval)",
         "allow_different_machines": "compare reports from different machines anyway (printed under a warning; "
         "without it they are refused with exit code 3)",
     },
 )
-def compare(c, base, new, threshold="0.10", alpha="0.002", allow_different_machines=False):
-    """Compare two bench reports row by row; exit 1 on a significant regression, 3 if the machines differ."""
+def compare(c, base, new, threshold="0.10", alpha="0.05", allow_different_machines=False):
+    """Compare two bench reports row by row; exit 1 on a regression (interval above threshold), 3 if machines differ."""
     from bench.compare import main
 
     threshold, alpha = cli.fraction("--threshold", threshold), cli.fraction("--alpha", alpha)

@@ -1,65 +1,74 @@
 """``invoke bench --against REF``: this checkout and REF, built apart, measured interleaved in one run.
 
 Reports from two machines measure the machines; so do two runs on one machine
-minutes apart, when its neighbours or its page-fault costs drift. The answer
-(asv's ``continuous``) is to measure both builds in one run, taking turns:
+minutes apart, when its neighbours or its page-fault costs drift. So both
+builds are measured in one run, taking turns (asv's ``continuous``); and since
+whatever differs between two processes - buffer addresses and their 4 KiB
+aliasing, the cores a thread pool lands on, the allocator's state - would read
+as a difference of the builds if each build ran in one process, the unit of
+measurement is the process:
 
-  1. REF is resolved to a commit and checked out into ``<build>/ab/<sha>/src``:
-     a ``git clone --shared`` (objects borrowed from this repository, nothing
-     written into it - unlike ``git worktree add``, which registers the tree in
-     this repository and leaves a stale entry when a run is interrupted). It is
-     cloned to a temporary name and renamed, so a half clone is never reused.
-  2. REF is built there by its own ``invoke build`` (its own tasks and code, as
-     of REF) into ``<build>/ab/<sha>/build`` (FUSEDBENCH_BUILD_DIR), so neither
-     build can touch the other's files. This checkout was built by the task.
-  3. One worker process per build (bench/ab_worker.py, run from that build's
-     tree, importing its code and loading its libraries: two builds of one
-     extension cannot share a process) is started and plans the same grid.
-     The parent then drives them over pipes round by round, alternating which
-     goes first (NEW BASE, BASE NEW, ...), so drift hits both builds equally;
-     the worker not measuring waits on its pipe and uses no CPU. Persistent
-     workers rather than a process per round: each build's setup (inputs,
-     exports, compiles, allocator warm-up) happens once, as in a plain run,
-     instead of once per round.
-  4. Each worker writes its report; the parent compares them with
-     ``invoke compare``'s code, prints the table, saves it as ``compare.txt``
-     beside the reports and returns compare's exit code.
+  1. REF is resolved to a commit and checked out into ``<build>/ab/<sha>/src``
+     (bench/scratch.py: a shared clone, nothing written into this repository),
+     then built there by its own ``invoke build`` into ``<build>/ab/<sha>/build``,
+     so neither build can touch the other's files. This checkout was built by
+     the task. A REF that cannot take part (no worker, another protocol or
+     report schema, no field for an option set here) is skipped with the
+     reason (exit 0): its numbers could not be compared with this checkout's.
+  2. Each build runs in PROCESSES fresh worker processes (bench/ab_worker.py,
+     run from that build's tree). They come in pairs, one of each build, with
+     the order of starting alternating (NEW BASE, BASE NEW, ...); within a pair
+     the jobs alternate too (job 1 NEW then BASE, job 2 BASE then NEW, ...), so
+     the two sides of one job are measured seconds apart and drift hits both.
+     Each process measures one round of the whole grid; each pair gets its own
+     offset of the inputs into a page (bench/placement.py), recorded in
+     ``processes.csv``. Setup is cached on disk by content (ONNX exports,
+     Inductor's FX graph cache), so the later processes of a build start fast.
+  3. Each side's processes are pooled into one report (bench/pooled.py): the
+     samples of process k are round k, so `invoke compare` sees one unit per
+     process, and pairs round k of NEW with round k of BASE. The table is
+     printed, saved as ``compare.txt`` and compare's exit code returned.
 
-When REF cannot take part - it predates this A/B support (no
-bench/ab_worker.py), its worker speaks another protocol, or it writes another
-report schema - the run is skipped with the reason (exit 0): its numbers could
-not be compared with this checkout's anyway.
+Every request to a worker has a deadline (REQUEST_TIMEOUT_S): a hung worker is
+killed and the run fails with its log, instead of hanging the run.
 """
 
 from __future__ import annotations
 
+import csv
 import json
-import os
+import queue
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
 
-from bench import compare
+from bench import compare, scratch
 from bench.ab_worker import PROTOCOL
+from bench.placement import spread_offsets
+from bench.pooled import pool_reports
 from bench.report import SCHEMA_VERSION
 from bench.run import BenchOptions, reports_dir
 from env.files import write_text_atomic
 from env.paths import REPO_ROOT, build_dir
 from env.repo import git_commit
 
-# Exit code when the A/B run could not be set up (bad ref, REF failed to build, a worker died).
+# Exit code when the A/B run could not be set up (bad ref, REF failed to build, a worker died or hung).
 EXIT_SETUP_FAILED = 4
-# More, shorter rounds than a plain run (same total budget per variant): each build's rounds
-# then sit closer in time to the other's, and each build gets more chances at a quiet round.
-AB_ROUNDS = 6
+# Worker processes per build (one round each). Chosen by measurement (docs/comparisons.md): with fewer,
+# one process's layout weighs too much in the interval; each more costs one process start and setup.
+PROCESSES = {"quick": 4, "full": 6}
 WORKER = "bench/ab_worker.py"
-# Variables that point a process at one build's outputs: each side gets its own.
-_BUILD_VARIABLES = ("FUSEDBENCH_BUILD_DIR", "FUSEDBENCH_TORCH_LIBRARY", "FUSEDBENCH_ORT_LIBRARY", "PYTHONPATH")
+# Longest a worker may take to answer one request (one job of the full grid takes seconds to a minute;
+# its first job in a process may compile). Past it, the worker is taken as hung.
+REQUEST_TIMEOUT_S = 900.0
 
 
 class AbError(RuntimeError):
@@ -78,96 +87,101 @@ class Tree:
     build: Path | None = None
 
 
-def _git(*args: str, cwd: Path = REPO_ROOT) -> str:
-    result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
-    if result.returncode:
-        raise AbError(f"`git {' '.join(args)}` in {cwd} failed: {result.stderr.strip()}")
-    return result.stdout.strip()
-
-
 def resolve(ref: str, repo: Path = REPO_ROOT) -> str:
     """REF -> the full hash of the commit it names (clear error for anything else)."""
     if not ref or ref.startswith("-"):
         raise AbError(f"--against must name a commit (a branch, tag, hash, HEAD~1, ...), got {ref!r}")
     try:
-        return _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", cwd=repo)
-    except AbError:
-        raise AbError(f"--against {ref!r} is not a commit of {repo} - check the name, or `git fetch` it first") from None
-
-
-def checkout(sha: str, root: Path, repo: Path = REPO_ROOT) -> Path:
-    """REF's source tree at ``root/src``: reused when it is that commit, untouched; else cloned afresh."""
-    src = root / "src"
-    if src.is_dir():
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=src, capture_output=True, text=True)
-        if head == sha and dirty.returncode == 0 and not dirty.stdout.strip():
-            return src
-        shutil.rmtree(src)
-    partial = root / "src.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    root.mkdir(parents=True, exist_ok=True)
-    _git("clone", "--quiet", "--shared", "--no-checkout", str(repo), str(partial))
-    _git("checkout", "--quiet", "--detach", sha, cwd=partial)
-    partial.rename(src)
-    return src
-
-
-def _side_env(build: Path | None) -> dict[str, str]:
-    """The environment of a process working on one side's tree.
-
-    With ``build``, only that build is visible (no library or build folder of the
-    caller's leaks in); without, the caller's environment as it is (this checkout,
-    run as a plain `invoke bench` would run).
-    """
-    env = dict(os.environ)
-    if build is not None:
-        env = {k: v for k, v in env.items() if k not in _BUILD_VARIABLES}
-        env["FUSEDBENCH_BUILD_DIR"] = str(build)
-    return env
+        return scratch.git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", cwd=repo)
+    except scratch.ScratchError:
+        raise AbError(
+            f"--against {ref!r} is not a commit of {repo} - check the name, or `git fetch` it first"
+        ) from None
 
 
 def build_ref(src: Path, build: Path, log: Path, console: Console) -> None:
-    """REF's own `invoke build`, into its own build folder; its output goes to ``log``."""
+    """REF's own `invoke build`, into its own build folder (reused when its record is there); output to ``log``."""
     console.print(f"building BASE in {src} (its own `invoke build`, into {build}; log {log})", highlight=False)
     started = time.perf_counter()
-    with open(log, "w") as out:
-        result = subprocess.run([sys.executable, "-m", "invoke", "build"], cwd=src, env=_side_env(build), stdout=out, stderr=subprocess.STDOUT)
-    if result.returncode:
-        tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:])
-        raise AbError(f"building REF failed (exit {result.returncode}); last lines of {log}:\n{tail}")
+    try:
+        scratch.build(src, build, log)
+    except scratch.ScratchError as error:
+        raise AbError(str(error)) from None
     console.print(f"BASE built in {time.perf_counter() - started:.0f} s", highlight=False)
 
 
 class Worker:
-    """One build's worker process (bench/ab_worker.py), driven request by request."""
+    """One worker process of one build (bench/ab_worker.py), driven request by request, each with a deadline."""
 
-    def __init__(self, label: str, tree: Path, build: Path | None, log: Path) -> None:
-        self.label, self.log = label, log
+    def __init__(
+        self,
+        label: str,
+        tree: Path,
+        build: Path | None,
+        log: Path,
+        command: list[str] | None = None,
+        timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> None:
+        self.label, self.log, self.timeout_s = label, log, timeout_s
+        log.parent.mkdir(parents=True, exist_ok=True)
         self._log_file = open(log, "w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench.ab_worker"], cwd=tree, env=_side_env(build),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log_file, text=True,
+            command or [sys.executable, "-m", "bench.ab_worker"],
+            cwd=tree,
+            env=scratch.side_env(build),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log_file,
+            text=True,
         )
-        self.hello = self._read()
+        # A reader thread, so a reply can be waited for with a deadline (a bare readline would wait forever).
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+        self.hello = self._read("hello")
 
-    def _read(self) -> dict:
-        line = self.process.stdout.readline()
+    def _pump(self) -> None:
+        for line in self.process.stdout:
+            self._lines.put(line)
+        self._lines.put("")  # end of output: the process exited
+
+    def _tail(self) -> str:
+        self._log_file.flush()
+        return "".join(self.log.read_text(errors="replace").splitlines(keepends=True)[-15:])
+
+    def _read(self, what: str) -> dict:
+        try:
+            line = self._lines.get(timeout=self.timeout_s)
+        except queue.Empty:
+            self.process.kill()
+            self.process.wait()
+            raise AbError(
+                f"the {self.label} worker did not answer {what!r} within {self.timeout_s:g} s and was stopped; "
+                f"last lines of {self.log}:\n{self._tail()}"
+            ) from None
         if not line:
             self.process.wait()
-            tail = "".join(self.log.read_text(errors="replace").splitlines(keepends=True)[-15:])
-            raise AbError(f"the {self.label} worker exited (code {self.process.returncode}); last lines of {self.log}:\n{tail}")
+            raise AbError(
+                f"the {self.label} worker exited (code {self.process.returncode}); "
+                f"last lines of {self.log}:\n{self._tail()}"
+            )
         try:
             return json.loads(line)
         except json.JSONDecodeError:
-            raise AbError(f"the {self.label} worker answered {line.strip()[:200]!r}, not a JSON line (its log: {self.log})") from None
+            raise AbError(
+                f"the {self.label} worker answered {line.strip()[:200]!r}, not a JSON line (its log: {self.log})"
+            ) from None
 
     def ask(self, request: dict) -> dict:
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        reply = self._read()
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+        except OSError:
+            pass  # it exited: _read reports how
+        reply = self._read(request["do"])
         if "error" in reply:
-            raise AbError(f"the {self.label} worker failed on {request['do']!r}: {reply['error']} (traceback in {self.log})")
+            raise AbError(
+                f"the {self.label} worker failed on {request['do']!r}: {reply['error']} (traceback in {self.log})"
+            )
         return reply
 
     def close(self) -> None:
@@ -182,6 +196,13 @@ class Worker:
         self._log_file.close()
 
 
+StartWorker = Callable[[str, Tree, Path], Worker]
+
+
+def _start(label: str, tree: Tree, log: Path) -> Worker:
+    return Worker(label, tree.root, tree.build, log)
+
+
 def check_compatible(hello: dict, sha: str) -> None:
     """Raise Skipped when REF's worker cannot be driven or its report could not be compared."""
     if hello.get("protocol") != PROTOCOL:
@@ -191,6 +212,128 @@ def check_compatible(hello: dict, sha: str) -> None:
             f"REF {sha[:12]} writes report schema {hello.get('schema_version')}, this checkout reads {SCHEMA_VERSION}: "
             "its rows have other columns, so the two reports cannot be compared"
         )
+
+
+def plan_for(options: BenchOptions, known: list[str], label: str) -> dict:
+    """The options a side's worker is sent: only the fields its BenchOptions has.
+
+    A field it lacks is dropped when it holds its default (the side behaves as
+    before that option existed); set to anything else, the side cannot measure
+    what was asked, and the run is skipped naming the option.
+    """
+    defaults = BenchOptions()
+    plan = {}
+    for name, value in asdict(options).items():
+        if name == "out_dir":
+            continue
+        if name in known:
+            plan[name] = value
+        elif value != getattr(defaults, name):
+            raise Skipped(
+                f"{label}'s bench has no option {name!r} (set to {value!r} here), so it cannot measure the same grid"
+            )
+    return plan
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Per side label: the pooled report, and every process's skipped rows and failures."""
+
+    csv: dict[str, Path | None]
+    failures: dict[str, list[str]]
+    skipped: dict[str, list[str]]
+
+
+def measure_processes(
+    sides: dict[str, Tree],
+    options: BenchOptions,
+    processes: int,
+    folder: Path,
+    console: Console,
+    start: StartWorker = _start,
+) -> Measured:
+    """Measure each side in ``processes`` fresh processes, in pairs, alternating; pool each side's reports.
+
+    ``sides`` maps a label to its tree (one side: a plain run over several
+    processes; two: an A/B run). Process k of every side gets the same page
+    offset, so a pair differs only in its build.
+    """
+    labels = list(sides)
+    options = replace(options, rounds=processes)  # each process takes 1/processes of every variant's budget
+    offsets = spread_offsets(processes)
+    reports: dict[str, list[Path]] = {label: [] for label in labels}
+    failures: dict[str, list[str]] = {label: [] for label in labels}
+    skipped: dict[str, list[str]] = {label: [] for label in labels}
+    log_rows = []
+    for index in range(processes):
+        order = labels if index % 2 == 0 else labels[::-1]
+        workers: list[Worker] = []
+        try:
+            for label in order:
+                workers.append(start(label, sides[label], folder / label.lower() / f"process{index}.log"))
+            jobs = None
+            pids = {}
+            for worker in workers:
+                plan = plan_for(options, worker.ask({"do": "fields"})["options"], worker.label)
+                workdir = folder / worker.label.lower() / "cache"
+                reply = worker.ask(
+                    {"do": "plan", "options": plan, "page_offset": offsets[index], "workdir": str(workdir)}
+                )
+                if jobs is not None and reply["jobs"] != jobs:
+                    raise AbError(
+                        f"the sides plan different grids ({jobs} and {reply['jobs']} jobs): their options differ"
+                    )
+                jobs, pids[worker.label] = reply["jobs"], reply.get("pid")
+            seconds = dict.fromkeys(labels, 0.0)
+            for job in range(jobs or 0):
+                for worker in workers if job % 2 == 0 else workers[::-1]:
+                    seconds[worker.label] += worker.ask({"do": "job", "round": 0, "index": job})["seconds"]
+            for worker in workers:
+                out = folder / worker.label.lower() / f"process{index}"
+                record = worker.ask({"do": "record", "out_dir": str(out)})
+                failures[worker.label] += record["failures"]
+                skipped[worker.label] += record["skipped"]
+                if record["csv"] is not None:
+                    reports[worker.label].append(Path(record["csv"]))
+                log_rows.append(
+                    {
+                        "side": worker.label,
+                        "process": index,
+                        "pid": pids.get(worker.label),
+                        "started": order.index(worker.label),
+                        "page_offset": offsets[index],
+                        "seconds": round(seconds[worker.label], 2),
+                    }
+                )
+        finally:
+            for worker in workers:
+                worker.close()
+        console.print(
+            f"process pair {index + 1}/{processes} (page offset {offsets[index]}): "
+            + ", ".join(f"{label} {seconds[label]:.0f} s" for label in order),
+            highlight=False,
+        )
+    _write_process_log(folder / "processes.csv", log_rows)
+    for label in labels:
+        shutil.rmtree(folder / label.lower() / "cache", ignore_errors=True)  # setup cached for this run only
+    csvs = {}
+    for label in labels:
+        complete = len(reports[label]) == processes
+        csvs[label] = pool_reports(reports[label], folder / label.lower() / "pooled.csv") if complete else None
+    return Measured(
+        csvs,
+        {k: list(dict.fromkeys(v)) for k, v in failures.items()},
+        {k: list(dict.fromkeys(v)) for k, v in skipped.items()},
+    )
+
+
+def _write_process_log(path: Path, rows: list[dict]) -> None:
+    """One line per process: its side, index, pid, start order in its pair, page offset and measuring time."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["side", "process", "pid", "started", "page_offset", "seconds"])
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 @dataclass(frozen=True)
@@ -203,66 +346,75 @@ class AbResult:
 
 
 def run_ab(
-    ref: str, options: BenchOptions, console: Console, threshold: float = 0.10, alpha: float = 0.002, new: Tree | None = None
+    ref: str,
+    options: BenchOptions,
+    console: Console,
+    threshold: float = 0.10,
+    alpha: float = compare.DEFAULT_ALPHA,
+    new: Tree | None = None,
+    processes: int | None = None,
+    ref_cache: Path | None = None,
+    start: StartWorker = _start,
 ) -> AbResult:
-    """Build REF beside NEW (default: this checkout, already built), measure both interleaved, compare.
+    """Build REF beside NEW (default: this checkout, already built), measure both in alternating processes, compare.
 
-    ``options.rounds`` is raised to AB_ROUNDS; see the module docstring for the rest.
+    ``ref_cache``: where REF's checkout and build live (default ``<NEW's build>/ab``);
+    see the module docstring for the rest.
     """
     new = new or Tree(REPO_ROOT)
-    options = replace(options, rounds=max(options.rounds, AB_ROUNDS))
+    processes = processes or PROCESSES[options.mode]
+    if processes < 2:
+        raise AbError(f"an A/B run needs at least 2 processes per side (an interval needs 2 units), got {processes}")
     sha = resolve(ref, new.root)
-    root = (new.build or build_dir()) / "ab" / sha
-    src = checkout(sha, root, new.root)
+    root = (ref_cache or (new.build or build_dir()) / "ab") / sha
+    try:
+        src = scratch.checkout(sha, root / "src", new.root)
+    except scratch.ScratchError as error:
+        raise AbError(str(error)) from None
     new_commit = git_commit(new.root)
-    console.print(f"[bold]A/B[/]: NEW = {new.root} ({new_commit}), BASE = {ref} ({sha})", highlight=False)
+    console.print(
+        f"[bold]A/B[/]: NEW = {new.root} ({new_commit}), BASE = {ref} ({sha}), {processes} processes per side",
+        highlight=False,
+    )
     folder = reports_dir(options.out_dir) / "ab" / f"{_timestamp()}-{new_commit[:12]}-vs-{sha[:12]}"
     folder.mkdir(parents=True, exist_ok=True)
     if not (src / WORKER).is_file():
         return _skip(f"REF {sha[:12]} predates A/B runs (it has no {WORKER})", console, folder)
-    workers: list[Worker] = []
+    # REF's worker says who it is before anything is built (it loads no library until asked to plan).
+    probe = Worker("BASE", src, root / "build", folder / "base" / "hello.log")
     try:
-        # REF's worker says who it is before anything is built (it loads no library until 'plan').
-        base = Worker("BASE", src, root / "build", folder / "base.log")
-        workers.append(base)
-        try:
-            check_compatible(base.hello, sha)
-        except Skipped as reason:
-            return _skip(str(reason), console, folder)
-        build_ref(src, root / "build", root / "build.log", console)
-        new_worker = Worker("NEW", new.root, new.build, folder / "new.log")
-        workers.insert(0, new_worker)
-        plan = {k: v for k, v in asdict(options).items() if k != "out_dir"}
-        for worker in workers:
-            worker.ask({"do": "plan", "options": plan})
-        rounds = options.rounds
-        for index in range(rounds):
-            order = (new_worker, base) if index % 2 == 0 else (base, new_worker)
-            seconds = {w.label: w.ask({"do": "round", "index": index})["seconds"] for w in order}
-            console.print(f"round {index + 1}/{rounds}: " + ", ".join(f"{label} {s:.0f} s" for label, s in seconds.items()), highlight=False)
-        records = {w.label: w.ask({"do": "record", "out_dir": str(folder / w.label.lower())}) for w in workers}
+        check_compatible(probe.hello, sha)
+    except Skipped as reason:
+        return _skip(str(reason), console, folder)
     finally:
-        for worker in workers:
-            worker.close()
-    return _compare(records, folder, console, threshold, alpha)
+        probe.close()
+    build_ref(src, root / "build", root / "build.log", console)
+    sides = {"NEW": new, "BASE": Tree(src, root / "build")}
+    started = time.perf_counter()
+    try:
+        measured = measure_processes(sides, options, processes, folder, console, start)
+    except Skipped as reason:
+        return _skip(str(reason), console, folder)
+    console.print(f"measured in {time.perf_counter() - started:.0f} s", highlight=False)
+    return _compare(measured, folder, console, threshold, alpha)
 
 
-def _compare(records: dict[str, dict], folder: Path, console: Console, threshold: float, alpha: float) -> AbResult:
-    for label, record in records.items():
-        for line in record["skipped"]:
+def _compare(measured: Measured, folder: Path, console: Console, threshold: float, alpha: float) -> AbResult:
+    for label in measured.csv:
+        for line in measured.skipped[label]:
             console.print(f"[yellow]{label} skipped[/] {line}", highlight=False)
-        for line in record["failures"]:
+        for line in measured.failures[label]:
             console.print(f"[red bold]{label} FAILED[/] {line}", highlight=False)
-    if records["NEW"]["csv"] is None or records["BASE"]["csv"] is None:
-        raise AbError(f"a side measured nothing (see {folder}/new.log and base.log)")
-    new_csv, base_csv = Path(records["NEW"]["csv"]), Path(records["BASE"]["csv"])
+    new_csv, base_csv = measured.csv["NEW"], measured.csv["BASE"]
+    if new_csv is None or base_csv is None:
+        raise AbError(f"a side measured nothing in some process (see the logs under {folder})")
     # Printed as usual and recorded, to save the same table.
     recorder = Console(record=True, file=console.file, width=console.width, force_terminal=console.is_terminal)
-    code = compare.main(str(base_csv), str(new_csv), threshold=threshold, alpha=alpha, console=recorder)
+    code = compare.main(str(base_csv), str(new_csv), threshold=threshold, alpha=alpha, console=recorder, paired=True)
     text = recorder.export_text()
     saved = write_text_atomic(folder / "compare.txt", f"BASE {base_csv}\nNEW  {new_csv}\n\n{text}")
     console.print(f"reports  BASE {base_csv}\n         NEW  {new_csv}\ncompare  {saved}", highlight=False)
-    if records["NEW"]["failures"] and code == compare.EXIT_OK:
+    if measured.failures["NEW"] and code == compare.EXIT_OK:
         code = compare.EXIT_REGRESSION  # a wrong output is a failure, as in a plain run
     return AbResult(code, folder, new_csv, base_csv)
 
@@ -278,6 +430,46 @@ def _timestamp() -> str:
     from bench.environment import utc_timestamp
 
     return utc_timestamp()
+
+
+def run_in_processes(options: BenchOptions, processes: int) -> int:
+    """A plain run of this checkout in ``processes`` fresh processes, pooled into one report; prints the summary.
+
+    Returns 1 when a baseline failed (as a plain run does), else 0.
+    """
+    from bench.plot import write_plot
+    from bench.report import ReportPaths, read_report
+    from bench.run import Outcome, _unique_csv
+    from bench.summary import print_summary
+
+    console = Console(width=None if Console().is_terminal else 200)
+    started = time.perf_counter()
+    console.print(
+        f"[bold]fusedbench[/] {options.mode} run in {processes} fresh processes (one round each)", highlight=False
+    )
+    with tempfile.TemporaryDirectory(prefix="fusedbench-processes-") as tmp:
+        try:
+            measured = measure_processes({"RUN": Tree(REPO_ROOT)}, options, processes, Path(tmp), console)
+        except (AbError, Skipped) as error:
+            console.print(f"[red bold]bench: {error}[/]", highlight=False)
+            return 1
+        paths = None
+        frame = None
+        if measured.csv["RUN"] is not None:
+            pooled = ReportPaths.for_csv(measured.csv["RUN"])
+            frame = read_report(pooled.csv)
+            target = _unique_csv(
+                reports_dir(options.out_dir), str(frame.timestamp_utc.iloc[0]), str(frame.host.iloc[0])
+            )
+            paths = ReportPaths.for_csv(target)
+            paths.csv.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(pooled.samples, paths.samples)  # the sidecar first: a reader that finds the CSV finds it
+            shutil.copyfile(pooled.csv, paths.csv)
+            write_plot(frame, paths.plot)
+    failures = measured.failures["RUN"] or ([] if paths else ["nothing was measured"])
+    outcome = Outcome(paths, frame, failures, measured.skipped["RUN"], time.perf_counter() - started)
+    print_summary(outcome, console)
+    return 1 if outcome.failures else 0
 
 
 def main(ref: str, options: BenchOptions) -> int:

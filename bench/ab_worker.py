@@ -1,19 +1,25 @@
-"""One build's side of an A/B run (bench/ab.py): runs this tree's benchmark one round at a time, on request.
+"""One process of one build's side of an A/B run (bench/ab.py): runs this tree's benchmark job by job, on request.
 
 Started as ``python -m bench.ab_worker`` with this tree as the working
 directory, so it imports this tree's code and (through its build record) this
 tree's libraries. It speaks JSON lines: requests on stdin, one reply per
 request on the original stdout; everything else the benchmark prints goes to
-stderr (the side's log). The requests are the three steps of bench/run.py:
+stderr (the process's log). The requests are the three steps of bench/run.py,
+the second one job at a time so the driver can alternate the two builds job by
+job:
 
-  {"do": "plan", "options": {...}}   -> {"jobs": N, "rounds": R}
-  {"do": "round", "index": i}        -> {"seconds": s}
-  {"do": "record", "out_dir": "..."} -> {"csv": path or null, "failures": [...], "skipped": [...]}
+  {"do": "fields"}                                   -> {"options": [BenchOptions field names]}
+  {"do": "plan", "options": {...}, "page_offset": b, "workdir": d} -> {"jobs": N, "rounds": R, "pid": p}
+  {"do": "job", "round": r, "index": j}              -> {"seconds": s}
+  {"do": "record", "out_dir": "..."}                 -> {"csv": path or null, "failures": [...], "skipped": [...]}
   {"do": "quit"}
 
 The first line it writes, before any request, says who it is: the protocol
 version, the report schema version and the commit. A reply carrying "error" is
-a failure of that request (the message says what went wrong).
+a failure of that request (the message says what went wrong). ``page_offset``
+places the inputs that many bytes into a page
+(bench/placement.py); ``workdir`` is where setup is cached on disk (default: a
+temporary folder).
 """
 
 from __future__ import annotations
@@ -28,16 +34,17 @@ from pathlib import Path
 from typing import TextIO
 
 # Bump when a request or reply changes: the driver skips a build that speaks another version.
-PROTOCOL = 1
+PROTOCOL = 2
 
 
 class _Side:
     """The state of one run between requests: its jobs, settings, results and scratch folder."""
 
-    def __init__(self, options: dict) -> None:
+    def __init__(self, options: dict, page_offset: int = 0, workdir: str | None = None) -> None:
         import torch
 
         from bench.environment import environment_columns, utc_timestamp
+        from bench.placement import set_page_offset
         from bench.run import BenchOptions, Results, default_threads, plan_jobs, run_settings
 
         if options.get("op_shapes") is not None:
@@ -45,20 +52,33 @@ class _Side:
         if options.get("model_batches") is not None:
             options["model_batches"] = tuple(tuple(b) for b in options["model_batches"])
         self.options = BenchOptions(**options)
+        set_page_offset(page_offset)
         self.started = time.perf_counter()
         threads = self.options.threads or default_threads()
         torch.set_num_threads(threads)
         self.settings = run_settings(self.options)
         self.env = environment_columns(threads, "cpu", utc_timestamp())
-        self.scratch = tempfile.TemporaryDirectory(prefix="fusedbench-ab-")
-        self.jobs = plan_jobs(self.options, Path(self.scratch.name))
+        # The workdir holds the setup that is cached on disk (ONNX exports, Inductor's FX graph cache): the
+        # driver gives every process of one build the same one, so the later processes find it there.
+        self.scratch = None if workdir else tempfile.TemporaryDirectory(prefix="fusedbench-ab-")
+        self.workdir = Path(workdir) if workdir else Path(self.scratch.name)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.jobs = plan_jobs(self.options, self.workdir)
         self.results = Results()
 
-    def round(self, index: int) -> dict:
+    def job(self, round_index: int, index: int) -> dict:
         from bench.run import run_round
 
+        if not 0 <= index < len(self.jobs):
+            raise ValueError(f"job index must be in [0, {len(self.jobs)}), got {index}")
         started = time.perf_counter()
-        run_round(self.jobs, index, self.settings, self.results, lambda job: print(f"round {index + 1}: {job.label}", file=sys.stderr, flush=True))
+        run_round(
+            [self.jobs[index]],
+            round_index,
+            self.settings,
+            self.results,
+            lambda job: print(f"round {round_index + 1}: {job.label}", file=sys.stderr, flush=True),
+        )
         return {"seconds": time.perf_counter() - started}
 
     def record(self, out_dir: str) -> dict:
@@ -69,16 +89,30 @@ class _Side:
 
         outcome = record_results(self.results, self.settings, self.env, Path(out_dir), self.started)
         print_summary(outcome, Console(file=sys.stderr, width=200))
-        self.scratch.cleanup()
-        return {"csv": str(outcome.paths.csv) if outcome.paths else None, "failures": outcome.failures, "skipped": outcome.skipped}
+        if self.scratch is not None:
+            self.scratch.cleanup()
+        return {
+            "csv": str(outcome.paths.csv) if outcome.paths else None,
+            "failures": outcome.failures,
+            "skipped": outcome.skipped,
+        }
 
 
 def _hello() -> dict:
+    # Nothing that loads a library: the driver asks a REF's worker who it is before building REF.
     from bench.report import SCHEMA_VERSION
     from env.paths import REPO_ROOT
     from env.repo import git_commit
 
     return {"protocol": PROTOCOL, "schema_version": SCHEMA_VERSION, "commit": git_commit(), "root": str(REPO_ROOT)}
+
+
+def _option_fields() -> dict:
+    from dataclasses import fields
+
+    from bench.run import BenchOptions
+
+    return {"options": [f.name for f in fields(BenchOptions)]}
 
 
 def serve(requests: TextIO, replies: TextIO) -> None:
@@ -94,13 +128,15 @@ def serve(requests: TextIO, replies: TextIO) -> None:
         try:
             if what == "quit":
                 return
-            if what == "plan":
-                side = _Side(dict(request["options"]))
-                reply({"jobs": len(side.jobs), "rounds": side.settings.rounds})
+            if what == "fields":
+                reply(_option_fields())
+            elif what == "plan":
+                side = _Side(dict(request["options"]), int(request.get("page_offset", 0)), request.get("workdir"))
+                reply({"jobs": len(side.jobs), "rounds": side.settings.rounds, "pid": os.getpid()})
             elif side is None:
                 reply({"error": f"{what!r} before 'plan'"})
-            elif what == "round":
-                reply(side.round(int(request["index"])))
+            elif what == "job":
+                reply(side.job(int(request["round"]), int(request["index"])))
             elif what == "record":
                 reply(side.record(request["out_dir"]))
             else:

@@ -1,35 +1,39 @@
 """``invoke bench.compare BASE NEW``: did NEW get slower than BASE, row by row?
 
-Rows are joined on the key columns (workload, shape, dtype, baseline, variant).
-For each row present in both reports:
-  * ratio = median(NEW) / median(BASE) of the raw per-call samples;
-  * a 95 % bootstrap interval of that ratio (percentile method): timings are
-    right-skewed with long tails, the median is what the report shows, and the
-    bootstrap needs no assumption about the distribution. (Hodges-Lehmann
-    estimates a shift, not a ratio, and needs all n1*n2 pairwise differences.)
-    The resampled medians are drawn exactly from their binomial distribution
-    (see bootstrap_medians), so 20 000-sample rows cost no more than small ones;
-  * a one-sided Mann-Whitney U test on the raw samples (as asv does, with its
-    default significance level 0.002): is NEW stochastically slower?
-  * the best-round ratio = min over NEW's rounds of the round median / the same
-    for BASE: each report spreads a row over ROUNDS passes of the whole run
-    (bench/run.py), and a real slowdown is in every round, whereas a stretch
-    of seconds in which the machine was slow (seen on this VM with no other
-    process running) is in some rounds only. Noise only ever adds time, so the
-    best round is the least disturbed estimate (timeit's "min of repeats").
+Rows are joined on the key columns (KEY_COLUMNS). The statistics stand on
+independent units, never on the raw per-call samples: consecutive samples of
+one process share its state (buffer addresses and their 4 KiB aliasing, the
+cores its threads landed on, the allocator's layout, a noisy neighbour's few
+seconds), so thousands of them are not thousands of observations, and any test
+on them calls every shift significant. A unit is one round of a row: in an A/B
+run (`invoke bench --against REF`) each round is a fresh worker process, in a
+plain run a pass over the grid. For each row present in both reports:
+  * unit value = the median of that round's samples;
+  * ratio = geometric mean of NEW's unit values / that of BASE's. When the two
+    reports are paired (an A/B run: round k of NEW and round k of BASE ran
+    side by side, job by job), it is the geometric mean of the per-pair
+    ratios, which cancels what the pair shared (drift, a busy minute);
+  * its confidence interval (default 95 %) is a percentile bootstrap over the
+    units (scipy.stats.bootstrap, resampling pairs when paired);
+  * the verdict reads the interval against the threshold t:
+      REGRESSION    the lower bound is above 1 + t;
+      IMPROVEMENT   the upper bound is below 1 / (1 + t);
+      SAME          the whole interval lies within [1 / (1 + t), 1 + t];
+      INCONCLUSIVE  the interval straddles a bound (or fewer than 2 units a side):
+                    too noisy to tell; it does not fail the comparison;
+  * detectable = the smallest slowdown this row could have flagged with its
+    noise: a ratio whose lower bound just reaches 1 + t.
+Limit rows (a copy, an empty call) measure the machine: a change in them is
+shown, never counted.
+
 Reports from different machines are not compared: the ratios would measure the
 machines (seen: 34 of 35 rows "regressed" by 1.08-7.7x between two VMs of one
-kind running the same code, mostly in how their kernels served page faults).
-When a machine fact (MACHINE_COLUMNS) differs, compare names each one and exits
+kind running the same code). When a machine fact (MACHINE_COLUMNS: the machine
+id, CPU, power policy, runtimes, ...) differs, compare names each one and exits
 with MACHINES_DIFFER, unless allow_different_machines: then the table is printed
-under a warning. Measure two builds on one machine with `invoke bench --against REF`.
-
-A row is a regression only when ALL hold: the slowdown is beyond the threshold
-(ratio > 1 + threshold), it is significant (p < alpha), and it is in every
-round (best-round ratio > 1 + threshold); and it is not a limit row (a copy or
-an empty call: those measure the machine and are shown, not counted). A row that fails only the last test
-is marked "transient" (re-run it on a quiet machine) and does not fail the
-comparison. Improvements are judged the same way the other way round.
+under a warning. The device is not a machine fact: it is part of the row key,
+so two reports over different device sets compare on the devices they share.
+Measure two builds on one machine with `invoke bench --against REF`.
 
 Exit codes: 0 no regression; 1 a row regressed; 2 an input is not a report of
 this schema version; 3 the reports come from different machines (refused).
@@ -38,6 +42,7 @@ this schema version; 3 the reports come from different machines (refused).
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,16 +50,19 @@ import numpy as np
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
-from scipy.stats import binom, mannwhitneyu
+from scipy.stats import bootstrap
 
 from bench.report import KEY_COLUMNS, ReportError, RowSamples, read_report, read_samples
 
 BOOTSTRAP_RESAMPLES = 4000
-CONFIDENCE = 0.95
-# Facts of the machine and runtime a timing depends on: reports differing in any are refused.
-MACHINE_COLUMNS = ("host", "cpu_model", "threads", "device", "cpu_allocator", "thp", "torch", "onnxruntime")
+DEFAULT_ALPHA = 0.05  # 1 - the confidence of the ratio's interval
+# Facts of the machine, its power policy and the runtime a timing depends on: reports differing in any are refused.
+MACHINE_COLUMNS = (
+    "machine_id", "cpu_model", "threads", "cpu_allocator", "thp", "torch", "onnxruntime",
+    "cpu_governor", "cpu_epp", "cpu_boost", "cpu_freq_range_mhz", "gpu_policy",
+)
 # Columns whose difference between the two reports a reader must know about (expected between two builds).
-ENVIRONMENT_COLUMNS = ("git_commit", "onnx", "compiler", "cxx11_abi")
+ENVIRONMENT_COLUMNS = ("git_commit", "onnx", "compiler", "cxx11_abi", "host")
 EXIT_OK, EXIT_REGRESSION, EXIT_NOT_A_REPORT, EXIT_MACHINES_DIFFER = 0, 1, 2, 3
 
 # Rows of this workload are the machine's limits (bench/limits.py), measured for reference: a change in
@@ -64,20 +72,21 @@ LIMIT_WORKLOAD = "limit"
 
 BUSY_SHARE = 0.10  # other processes above this share of the CPU make a row suspect
 
-REGRESSION, IMPROVEMENT, SAME, NOT_SIGNIFICANT, TRANSIENT = "REGRESSION", "improvement", "same", "not significant", "transient"
+REGRESSION, IMPROVEMENT, SAME, INCONCLUSIVE = "REGRESSION", "IMPROVEMENT", "SAME", "INCONCLUSIVE"
+MIN_UNITS = 2  # per side: one unit has no spread, so no interval
 
 
 @dataclass(frozen=True)
 class RowComparison:
     key: tuple[str, ...]
-    base_median_us: float
+    base_median_us: float  # the pooled samples' medians, for reading
     new_median_us: float
-    ratio: float
+    ratio: float  # from the units (see the module docstring)
     ci_low: float
     ci_high: float
-    best_round_ratio: float
-    p_slower: float
-    p_faster: float
+    units: int  # independent units the interval stands on (pairs when paired, else the smaller side's count)
+    paired: bool
+    detectable: float  # smallest slowdown (a fraction) this row could have flagged; NaN without an interval
     verdict: str
 
 
@@ -99,58 +108,77 @@ class Comparison:
         return [r for r in self.rows if r.verdict == REGRESSION and r.key[0] == LIMIT_WORKLOAD]
 
 
-def bootstrap_medians(samples: np.ndarray, rng: np.random.Generator, resamples: int = BOOTSTRAP_RESAMPLES) -> np.ndarray:
-    """Medians of ``resamples`` bootstrap resamples of ``samples``, drawn exactly without building them.
+def unit_medians(samples: RowSamples) -> dict[int, float]:
+    """The median of each round's samples, by round number: the units of the statistics."""
+    return {int(r): float(np.median(samples.values[samples.rounds == r])) for r in np.unique(samples.rounds)}
 
-    The median of a resample of size n is the order statistic x_(j) for which
-    at least m = ceil(n/2) resampled values are <= x_(j); that count is
-    Binomial(n, j/n). So P(median <= x_(j)) = P(Binomial(n, j/n) >= m), and the
-    medians are drawn by inverting that distribution: O(n) per row instead of
-    O(resamples * n), with no subsampling of long runs.
+
+def _mean_difference(new: np.ndarray, base: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(new, axis=axis) - np.mean(base, axis=axis)
+
+
+def ratio_interval(
+    base: np.ndarray, new: np.ndarray, paired: bool, alpha: float, rng: np.random.Generator
+) -> tuple[float, float, float]:
+    """(ratio, low, high): geometric-mean ratio of NEW's units to BASE's and its percentile-bootstrap interval.
+
+    Paired: ``base[k]`` and ``new[k]`` ran side by side; the pairs are resampled
+    (their log ratios). Unpaired: each side is resampled on its own. The
+    percentile method rather than BCa: with a handful of units BCa's
+    acceleration estimate is itself unstable, and a constant log ratio (a
+    report against itself) is a degenerate sample BCa cannot handle.
     """
-    x = np.sort(np.asarray(samples, dtype=np.float64))
-    n = len(x)
-    m = (n + 1) // 2
-    cdf = binom.sf(m - 1, n, np.arange(1, n + 1) / n)
-    return x[np.minimum(np.searchsorted(cdf, rng.random(resamples)), n - 1)]
+    log_base, log_new = np.log(np.asarray(base, dtype=np.float64)), np.log(np.asarray(new, dtype=np.float64))
+    if paired:
+        data, statistic = (log_new - log_base,), np.mean
+        estimate = float(np.mean(log_new - log_base))
+    else:
+        data, statistic = (log_new, log_base), _mean_difference
+        estimate = float(np.mean(log_new) - np.mean(log_base))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a degenerate resample distribution is a valid, zero-width interval here
+        result = bootstrap(
+            data, statistic, n_resamples=BOOTSTRAP_RESAMPLES, confidence_level=1 - alpha, method="percentile",
+            vectorized=True, paired=False, rng=rng,
+        )
+    low, high = result.confidence_interval
+    if math.isnan(low) or math.isnan(high):  # all resamples equal: no spread
+        low = high = estimate
+    return math.exp(estimate), math.exp(low), math.exp(high)
 
 
-def bootstrap_ratio_interval(
-    base: np.ndarray, new: np.ndarray, rng: np.random.Generator, resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = CONFIDENCE
-) -> tuple[float, float]:
-    """Percentile-bootstrap interval of median(new) / median(base) (the two resampled independently)."""
-    ratios = bootstrap_medians(new, rng, resamples) / bootstrap_medians(base, rng, resamples)
-    low, high = np.quantile(ratios, [(1 - confidence) / 2, (1 + confidence) / 2])
-    return float(low), float(high)
-
-
-def _p_value(a: np.ndarray, b: np.ndarray, alternative: str) -> float:
-    if len(a) < 2 or len(b) < 2:
-        return math.nan
-    return float(mannwhitneyu(a, b, alternative=alternative).pvalue)
+def verdict_of(low: float, high: float, threshold: float) -> str:
+    if low > 1 + threshold:
+        return REGRESSION
+    if high < 1 / (1 + threshold):
+        return IMPROVEMENT
+    if low >= 1 / (1 + threshold) and high <= 1 + threshold:
+        return SAME
+    return INCONCLUSIVE
 
 
 def compare_samples(
-    key: tuple[str, ...], base: RowSamples, new: RowSamples, threshold: float, alpha: float, rng: np.random.Generator
+    key: tuple[str, ...], base: RowSamples, new: RowSamples, threshold: float, alpha: float, rng: np.random.Generator,
+    paired: bool = False,
 ) -> RowComparison:
     base_median, new_median = float(np.median(base.values)), float(np.median(new.values))
-    ratio = new_median / base_median
-    best_round_ratio = float(new.round_medians().min() / base.round_medians().min())
-    ci_low, ci_high = bootstrap_ratio_interval(base.values, new.values, rng)
-    p_slower, p_faster = _p_value(new.values, base.values, "greater"), _p_value(new.values, base.values, "less")
-    if ratio > 1 + threshold:
-        if not p_slower < alpha:
-            verdict = NOT_SIGNIFICANT
-        else:
-            verdict = REGRESSION if best_round_ratio > 1 + threshold else TRANSIENT
-    elif ratio < 1 / (1 + threshold):
-        if not p_faster < alpha:
-            verdict = NOT_SIGNIFICANT
-        else:
-            verdict = IMPROVEMENT if best_round_ratio < 1 / (1 + threshold) else TRANSIENT
+    base_units, new_units = unit_medians(base), unit_medians(new)
+    paired = paired and base_units.keys() == new_units.keys()
+    if paired:
+        rounds = sorted(base_units)
+        base_values, new_values = [base_units[r] for r in rounds], [new_units[r] for r in rounds]
     else:
-        verdict = SAME
-    return RowComparison(key, base_median, new_median, ratio, ci_low, ci_high, best_round_ratio, p_slower, p_faster, verdict)
+        base_values, new_values = list(base_units.values()), list(new_units.values())
+    units = min(len(base_values), len(new_values))
+    if units < MIN_UNITS:
+        ratio = float(np.exp(np.mean(np.log(new_values)) - np.mean(np.log(base_values))))
+        nan = math.nan
+        return RowComparison(key, base_median, new_median, ratio, nan, nan, units, paired, nan, INCONCLUSIVE)
+    ratio, low, high = ratio_interval(np.array(base_values), np.array(new_values), paired, alpha, rng)
+    # The lower bound sits ratio/low below the estimate; a slowdown is flagged once that bound passes 1 + t.
+    detectable = (1 + threshold) * ratio / low - 1
+    verdict = verdict_of(low, high, threshold)
+    return RowComparison(key, base_median, new_median, ratio, low, high, units, paired, detectable, verdict)
 
 
 def _environment_changes(base: pd.DataFrame, new: pd.DataFrame) -> list[str]:
@@ -165,16 +193,25 @@ def _environment_changes(base: pd.DataFrame, new: pd.DataFrame) -> list[str]:
     return changes + _differences(base, new, ENVIRONMENT_COLUMNS)
 
 
+def _values(column: pd.Series) -> list[str]:
+    """The distinct values of a column as text; an empty cell (a fact that does not apply to a row) is ""."""
+    return sorted(set(column.astype("string").fillna("").astype(str)))
+
+
 def _differences(base: pd.DataFrame, new: pd.DataFrame, columns: tuple[str, ...]) -> list[str]:
     differences = []
     for column in columns:
-        before, after = sorted(set(base[column].astype(str))), sorted(set(new[column].astype(str)))
+        before, after = _values(base[column]), _values(new[column])
         if before != after:
             differences.append(f"{column}: {', '.join(before)} -> {', '.join(after)}")
     return differences
 
 
-def compare_reports(base_csv: Path | str, new_csv: Path | str, threshold: float = 0.10, alpha: float = 0.002, seed: int = 0) -> Comparison:
+def compare_reports(
+    base_csv: Path | str, new_csv: Path | str, threshold: float = 0.10, alpha: float = DEFAULT_ALPHA, seed: int = 0,
+    paired: bool = False,
+) -> Comparison:
+    """Every row of both reports judged (see the module docstring); ``paired``: round k of each ran side by side."""
     if not threshold >= 0:
         raise ValueError(f"threshold must be >= 0 (a fraction: 0.10 = 10%), got {threshold}")
     if not 0 < alpha < 1:
@@ -189,38 +226,52 @@ def compare_reports(base_csv: Path | str, new_csv: Path | str, threshold: float 
             raise ReportError(f"{csv}: samples sidecar lacks rows {missing[:3]}{' ...' if len(missing) > 3 else ''}")
     rng = np.random.default_rng(seed)  # a fixed seed: the same two reports always give the same table
     in_both = [k for k in base_keys if k in set(new_keys)]
-    rows = [compare_samples(k, base_samples[k], new_samples[k], threshold, alpha, rng) for k in in_both]
+    rows = [compare_samples(k, base_samples[k], new_samples[k], threshold, alpha, rng, paired) for k in in_both]
     return Comparison(
         rows=rows,
         only_in_base=[k for k in base_keys if k not in set(new_keys)],
         only_in_new=[k for k in new_keys if k not in set(base_keys)],
         environment_changes=_environment_changes(base, new),
-        machine_differences=_differences(base, new, MACHINE_COLUMNS),
+        machine_differences=_machine_differences(base, new),
     )
+
+
+def _machine_differences(base: pd.DataFrame, new: pd.DataFrame) -> list[str]:
+    """The machine facts that differ, over the devices both reports measured (a GPU fact of a device only one
+    report has is no difference: its rows are simply not compared)."""
+    shared = set(base.device.astype(str)) & set(new.device.astype(str))
+    if not shared:
+        return [f"device: {', '.join(sorted(set(base.device.astype(str))))} -> {', '.join(sorted(set(new.device.astype(str))))}"]
+    return _differences(base[base.device.isin(shared)], new[new.device.isin(shared)], MACHINE_COLUMNS)
 
 
 def comparison_table(comparison: Comparison, threshold: float, alpha: float) -> Table:
+    confidence = f"{100 * (1 - alpha):g}%"
     table = Table(
-        title=f"NEW / BASE median per call; regression = ratio and best-round ratio > {1 + threshold:.2f} and Mann-Whitney p < {alpha:g}"
+        title=f"NEW / BASE per unit (a round; an A/B run's rounds are processes, paired); {confidence} bootstrap interval: "
+        f"REGRESSION when above {1 + threshold:.2f}, SAME when within [{1 / (1 + threshold):.3f}, {1 + threshold:.2f}]"
     )
-    numeric = ("base µs", "new µs", "ratio", "95% CI", "best round", "p(slower)")
+    numeric = ("base µs", "new µs", "ratio", f"{confidence} CI", "units", "detectable")
     for name in (*KEY_COLUMNS, *numeric, "verdict"):
         table.add_column(name, justify="right" if name in numeric else "left")
-    styles = {REGRESSION: "bold red", IMPROVEMENT: "green", NOT_SIGNIFICANT: "yellow", TRANSIENT: "yellow", SAME: ""}
+    styles = {REGRESSION: "bold red", IMPROVEMENT: "green", INCONCLUSIVE: "yellow", SAME: ""}
     for r in comparison.rows:
         table.add_row(
-            *r.key, f"{r.base_median_us:.2f}", f"{r.new_median_us:.2f}", f"{r.ratio:.3f}", f"{r.ci_low:.3f}-{r.ci_high:.3f}", f"{r.best_round_ratio:.3f}",
-            "-" if math.isnan(r.p_slower) else f"{r.p_slower:.2g}", f"[{styles[r.verdict]}]{r.verdict}[/]" if styles[r.verdict] else r.verdict,
+            *r.key, f"{r.base_median_us:.2f}", f"{r.new_median_us:.2f}", f"{r.ratio:.3f}",
+            "-" if math.isnan(r.ci_low) else f"{r.ci_low:.3f}-{r.ci_high:.3f}",
+            f"{r.units}{' pairs' if r.paired else ''}", "-" if math.isnan(r.detectable) else f">= {100 * r.detectable:.0f}%",
+            f"[{styles[r.verdict]}]{r.verdict}[/]" if styles[r.verdict] else r.verdict,
         )
     return table
 
 
 def main(
-    base: str, new: str, threshold: float = 0.10, alpha: float = 0.002, console: Console | None = None, allow_different_machines: bool = False
+    base: str, new: str, threshold: float = 0.10, alpha: float = DEFAULT_ALPHA, console: Console | None = None,
+    allow_different_machines: bool = False, paired: bool = False,
 ) -> int:
     console = console or Console(width=None if Console().is_terminal else 200)
     try:
-        comparison = compare_reports(base, new, threshold=float(threshold), alpha=float(alpha))
+        comparison = compare_reports(base, new, threshold=float(threshold), alpha=float(alpha), paired=paired)
     except (ReportError, ValueError) as error:
         console.print(f"[red bold]compare: {error}[/]", highlight=False)
         return EXIT_NOT_A_REPORT
@@ -251,8 +302,11 @@ def main(
     if comparison.limit_changes:
         rows = ", ".join(f"{r.key[3]}/{r.key[4]} {r.key[1]}" for r in comparison.limit_changes)
         console.print(f"[yellow]limit rows slower in NEW (the machine or the process, not the code; not counted):[/] {rows}", highlight=False)
-    transient = sum(r.verdict == TRANSIENT for r in comparison.rows)
-    if transient:
-        console.print(f"[yellow]{transient} row(s) changed in some rounds only (machine noise): not counted; re-run on a quiet machine to be sure[/]")
+    inconclusive = sum(r.verdict == INCONCLUSIVE for r in comparison.rows)
+    if inconclusive:
+        console.print(
+            f"[yellow]{inconclusive} row(s) INCONCLUSIVE: their interval straddles a bound, too noisy to tell at this "
+            "threshold (not counted; more rounds or a quieter machine narrow it)[/]"
+        )
     console.print(f"{len(comparison.rows)} rows compared, {count} regression(s)" + ("" if count else " - OK"))
     return EXIT_REGRESSION if count else EXIT_OK

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import torch
 
-from bench.machine import transparent_huge_pages
+from bench.machine import cpu_power, machine_id, transparent_huge_pages
 from env.paths import toolchain_record_path
 from env.repo import git_commit
 from env.build.toolchain import cpu_model, package_version
@@ -41,6 +41,8 @@ def environment_columns(threads: int, device: str, timestamp: str) -> dict[str, 
         "device": device,
         "cpu_allocator": cpu_allocator(),
         "thp": transparent_huge_pages(),
+        "machine_id": machine_id(),
+        **cpu_power().columns(),
     }
 
 

@@ -84,6 +84,7 @@ def measurement_row(
         "timer": timer,
         **env,
         "device": case.device,
+        **machine.gpu_columns(case.device),
         "other_cpu_share": machine.other_cpu_share(timing.other_cpu_s, timing.wall_s),
         "minor_faults_per_call": timing.minor_faults_per_call,
         "page_fault_share": math.nan,
@@ -119,7 +120,9 @@ def add_ratios(frame: pd.DataFrame) -> pd.DataFrame:
         copy_gbps.get((r.shape, r.dtype, r.device, limit), math.nan) if limit else math.nan for r, limit in zip(frame.itertuples(), limits)
     ]
     frame["copy_share"] = frame["gbps"] / frame["copy_gbps"]
-    frame["page_fault_share"] = (frame["minor_faults_per_call"] * fault_cost_us(frame) / frame["median_us"]).clip(upper=1.0)
+    share = (frame["minor_faults_per_call"] * fault_cost_us(frame) / frame["median_us"]).clip(upper=1.0)
+    # Host faults x the CPU's cost per fault: meaningful for host-clock CPU rows only, not for CUDA-event times.
+    frame["page_fault_share"] = share.where(frame["device"] == "cpu")
     reference = {(r.workload, r.shape, r.dtype, r.device): r.median_us for r in rows(None, *SPEEDUP_REFERENCE).itertuples()}
     frame["speedup_vs_unfused"] = [
         reference.get((r.workload, r.shape, r.dtype, r.device), math.nan) / r.median_us for r in frame.itertuples()

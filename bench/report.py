@@ -21,8 +21,9 @@ from env.files import atomic_path
 # Bump on any change of COLUMNS: compare refuses to join reports of different versions.
 # 2: cpu_allocator column. 3: serving columns (clients ... errors). 4: device joins the key (one run
 # measures every device), timer and vs_launch_floor columns; copy_limit, minor_faults_per_call,
-# page_fault_share, thp columns; limit/copy/fresh_output rows.
-SCHEMA_VERSION = 4
+# page_fault_share, thp columns; limit/copy/fresh_output rows. 5: machine_id and the power-policy columns
+# (cpu_governor ... gpu_clocks).
+SCHEMA_VERSION = 5
 
 # (column, pandas dtype, meaning) - field order = column order. The one declaration
 # of the format: writing, reading, validation and the tests all use this table.
@@ -72,6 +73,14 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("minor_faults_per_call", "float64", "minor page faults of the process per call while timing (getrusage, all threads)"),
     ("page_fault_share", "float64", "est. share of the median spent serving page faults: faults/call x this run's µs per fault / median"),
     ("thp", "string", "transparent huge pages as the kernel reports them: enabled=<mode> defrag=<mode>"),
+    ("machine_id", "string", "hash of /etc/machine-id (one per host, containers included; FUSEDBENCH_MACHINE_ID overrides)"),
+    ("cpu_governor", "string", "cpufreq scaling governor, or 'not exposed'"),
+    ("cpu_epp", "string", "cpufreq energy_performance_preference, or 'not exposed'"),
+    ("cpu_boost", "string", "boost/turbo: on | off | not exposed"),
+    ("cpu_freq_range_mhz", "string", "cpufreq scaling min-max, MHz, or 'not exposed'"),
+    ("cpu_cur_mhz", "string", "cpufreq current frequency when the run started, MHz (a state, not compared)"),
+    ("gpu_policy", "string", "CUDA rows (NVML): application clocks, power limit, persistence, compute mode, ECC; empty on CPU"),
+    ("gpu_clocks", "string", "CUDA rows (NVML): SM and memory clocks when the run started (a state, not compared)"),
     ("note", "string", "what else a reader needs (fused ORT nodes, compile mode, ...)"),
     # Serving rows (workload "serve", bench/serve): one row per configuration, samples = per-request latency.
     ("clients", "Int64", "serve: concurrent client threads; empty for other workloads"),

@@ -56,6 +56,7 @@ REPORTS_ENV = "FUSEDBENCH_REPORTS_DIR"
 BUDGET_S = {"full": 1.0, "quick": 0.25}
 MIN_SAMPLES = 20  # per variant, over all rounds
 ROUNDS = 3
+FULL_RUN_PROCESSES = 3  # a full `invoke bench`: one round in each of this many fresh processes (see main)
 REWARM_CALLS = 5  # warm-up before rounds 2..: caches only; the allocator and lazy init were warmed in round 1
 
 
@@ -261,7 +262,7 @@ def _time(case, prepared: Prepared, config: TimingConfig, settings: RunSettings,
     """The host clock on the CPU (or where the call synchronises itself), CUDA events on a GPU."""
     if case.device == "cpu" or prepared.timer == "perf_counter":
         timing = measure(prepared.call, config, settings.resolution_ns, block)
-        return replace(timing, samples_us=timing.samples_us / prepared.calls), "perf_counter"
+        return replace(timing, samples_us=timing.samples_us / prepared.calls, calls=timing.calls * prepared.calls), "perf_counter"
     flush = settings.flush_for(case)
     timing = measure_cuda(prepared.call, config, block, flush, prepared.calls)
     return timing, "cuda_events+l2_flush" if flush is not None else "cuda_events"
@@ -368,6 +369,15 @@ def run_settings(options: BenchOptions) -> RunSettings:
     return RunSettings(config=config, rounds=options.rounds, resolution_ns=timer_resolution_ns(), l2_flush=options.l2_flush)
 
 
+def validate(options: BenchOptions) -> tuple[list[Baseline], list[str]]:
+    """The baselines and devices ``options`` name; ValueError (naming the option) for a bad name, dtype or device."""
+    baselines = select(options.baseline)
+    devices = resolve_devices(options.device)
+    for device in devices:
+        parse_dtypes(options.dtype or GRIDS[device].dtypes)
+    return baselines, devices
+
+
 def run_bench(options: BenchOptions, console: Console | None = None) -> Outcome:
     """Measure, write the report (CSV, samples, plot) and return it; the caller prints the summary."""
     threads_before = torch.get_num_threads()
@@ -382,10 +392,7 @@ def _run_bench(options: BenchOptions, console: Console) -> Outcome:
     started = time.perf_counter()
     threads = options.threads or default_threads()
     torch.set_num_threads(threads)
-    baselines = select(options.baseline)  # before anything is measured: a bad name, dtype or device fails at once
-    devices = resolve_devices(options.device)
-    for device in devices:
-        parse_dtypes(options.dtype or GRIDS[device].dtypes)
+    baselines, devices = validate(options)  # before anything is measured: a bad name, dtype or device fails at once
     settings = run_settings(options)
     # Each measurement starts with a full collection (bench/timing.py). Once
     # the baselines are imported (torch's compiler stack among them) the heap
@@ -425,8 +432,19 @@ def _run_bench(options: BenchOptions, console: Console) -> Outcome:
 
 
 def main(options: BenchOptions) -> int:
-    """Run, print the summary and where the files are; return the process exit code."""
+    """Run, print the summary and where the files are; return the process exit code.
+
+    A full run measures in FULL_RUN_PROCESSES fresh processes, one round each
+    (bench/ab.py, as an A/B run does): its rows then carry the spread between
+    processes (buffer layout, thread placement), not one process's luck.
+    """
     from bench.summary import print_summary
+
+    if not options.quick:
+        from bench.ab import run_in_processes
+
+        validate(options)
+        return run_in_processes(options, FULL_RUN_PROCESSES)
 
     console = Console(width=None if Console().is_terminal else 200)  # logs and CI: wide enough for the table
     outcome = run_bench(options, console)

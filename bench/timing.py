@@ -62,8 +62,12 @@ class Timing:
         return self.minor_faults / self.calls if self.calls else math.nan
 
     @classmethod
-    def sampled(cls, samples_us: np.ndarray, block: int, warmup: int, before, after) -> Timing:
-        """A timing whose machine load is read from snapshots before and after its sampling loop."""
+    def sampled(cls, samples_us: np.ndarray, block: int, warmup: int, before, after, calls_per_call: int = 1) -> Timing:
+        """A timing whose machine load is read from snapshots before and after its sampling loop.
+
+        ``calls_per_call``: calls each call of the sampled callable makes (a CUDA graph replays several), so
+        that faults per call are per call of the op, not per replay.
+        """
         return cls(
             samples_us,
             block,
@@ -71,7 +75,7 @@ class Timing:
             other_cpu_s=machine.other_cpu_seconds(before, after),
             wall_s=after.wall_s - before.wall_s,
             minor_faults=machine.minor_faults(before, after),
-            calls=len(samples_us) * block,
+            calls=len(samples_us) * block * calls_per_call,
         )
 
 
@@ -286,7 +290,8 @@ def measure_cuda(
             clock.synchronize()
             samples += [start.elapsed_time(end) * 1e3 / (block * calls_per_call) for start, end in events]
         cpu_after = machine.snapshot()
-    return Timing.sampled(np.asarray(samples[: config.max_samples], dtype=np.float64), block, config.warmup, cpu_before, cpu_after)
+    samples_us = np.asarray(samples[: config.max_samples], dtype=np.float64)
+    return Timing.sampled(samples_us, block, config.warmup, cpu_before, cpu_after, calls_per_call)
 
 
 def capture_cuda_graph(call: Callable[[], object], calls: int = GRAPH_CALLS, poison: bool = True) -> Callable[[], object]:

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from bench.placement import placed
 from ops.model import SequenceModel, build_model, example_input
 from ops.reference import COMPOSITION_TOLERANCES, EPS, Tolerance, make_inputs, model_tolerance, reference_norm
 
@@ -87,6 +88,7 @@ class OpCase:
     def create(cls, shape: Shape, dtype: torch.dtype, workdir: Path, seed: int = 0, device: str = "cpu") -> OpCase:
         # Residual-stream activations; weight and bias depend on the hidden size only (exports can be shared).
         x, weight, bias = make_inputs(tuple(shape), dtype, seed=seed, device=device, distribution="features")
+        x = placed(x)  # at this process's offset into a page (bench/placement.py)
         return cls(shape=tuple(shape), dtype=dtype, x=x, weight=weight, bias=bias, workdir=workdir, device=device)
 
     @property
@@ -128,6 +130,7 @@ class ModelCase:
     def create(cls, label: str, batch: int, seq: int, dtype: torch.dtype, workdir: Path, seed: int = 0, device: str = "cpu") -> ModelCase:
         d_model = build_model("unfused").config.d_model
         x = example_input(batch, seq, d_model, generator=torch.Generator().manual_seed(seed), dtype=dtype).to(device)
+        x = placed(x)
         return cls(label=label, shape=(batch, seq, d_model), dtype=dtype, x=x, workdir=workdir, device=device)
 
     @property

@@ -1,166 +1,316 @@
-"""How well `bench --against` tells noise from a slowdown on this machine: repeated A/A and injected-slowdown runs.
+"""How often `bench --quick --against HEAD` cries wolf, and how often it catches a real slowdown, on this machine.
 
-    python scripts/ab_measure.py aa --runs 5                  # this checkout against HEAD, quick grid
-    python scripts/ab_measure.py slowdown --percent 20 --runs 5 [--calibrate NEW.csv] [--baseline fused]
+    python scripts/ab_measure.py [--aa 5] [--slowdowns 10,20] [--runs 5] [--reuse]
 
-``aa`` runs `bench --quick --against HEAD` RUNS times and prints, per run, the
-regressions and the largest ratios (median and best round) with the load.
-
-``slowdown`` makes the fused op PERCENT % slower in a temporary commit and runs
-it `--against` the clean commit RUNS times, printing per fused row whether it
-was flagged. The slowdown is a wait added inside the op's CPU impl (torch
-adapter), sized per case as PERCENT % of the row's median per call in a quick
-report of this machine (``--calibrate``; default the newest NEW report of an
-A/B run under reports/ab): so the op as called, dispatch included, is PERCENT %
-slower at every shape, where an extra pass over the row would add little to a
-dispatch-bound call. A model row calls the op once per norm (5 norms), so each
-of those calls waits 1/5 of PERCENT % of the model's median.
+This checkout is copied into a scratch repository (bench/scratch.py) as commit
+"clean" and measured:
+  * A/A: the clean commit `--against HEAD` (itself, built a second time apart):
+    every REGRESSION is a false alarm;
+  * slowdowns: for each percent P, a commit on top of clean whose fused op
+    (the torch adapter's CPU impl) busy-waits, on leaving each call, P % of
+    the time the call took (slowed_impl says what that covers), measured
+    `--against` clean: the op's rows should be flagged, and no other row.
+    A slowdown of P % is judged at the threshold P/2 %: a verdict needs the
+    whole interval beyond the threshold, so a threshold equal to the change
+    could flag it only half the time.
+Every tree is built once, all at once before the first run, and reused by all
+runs (REF's build where `bench --against` looks for it, so no run rebuilds).
+The runs are interleaved (an A/A, then each slowdown, ...), so results that
+stop early still cover every kind. Each finished run appends a line to
+``results.csv`` and rewrites ``results.md`` under --out, with the load
+(``/proc/loadavg``) before and after it.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import csv
+import io
 import shutil
-import subprocess
 import sys
-import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pandas as pd  # noqa: E402
 from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
 
-from bench import ab  # noqa: E402
-from bench.compare import REGRESSION, compare_reports  # noqa: E402
+from bench import ab, scratch  # noqa: E402
+from bench.compare import INCONCLUSIVE, LIMIT_WORKLOAD, REGRESSION, compare_reports  # noqa: E402
 from bench.report import read_report  # noqa: E402
-from bench.run import BenchOptions, reports_dir  # noqa: E402
+from bench.run import BenchOptions  # noqa: E402
 from env.paths import REPO_ROOT  # noqa: E402
 
 IMPL = "csrc/torch/torch_cpu_impl.cpp"
-MODEL_NORMS = 5  # ops/model.py's default model: 2 blocks x 2 norms + the final norm
+OP_BASELINE = "fused"  # the rows that run torch.ops.myops.fused_norm(_out) on the CPU
+FIELDS = (
+    "kind",
+    "run",
+    "threshold",
+    "exit",
+    "rows",
+    "regressions",
+    "flagged_rows",
+    "op_rows",
+    "op_rows_flagged",
+    "other_rows_flagged",
+    "inconclusive",
+    "max_ratio",
+    "max_ratio_row",
+    "median_detectable",
+    "wall_s",
+    "load_before",
+    "load_after",
+    "max_other_cpu",
+    "started_utc",
+    "folder",
+)
 
 
-def _largest(comparison) -> tuple[str, float, float]:
-    top = max(comparison.rows, key=lambda r: r.ratio)
-    best = max(comparison.rows, key=lambda r: r.best_round_ratio)
-    return f"{'/'.join(top.key[3:])} {top.key[1]}", top.ratio, best.best_round_ratio
+def _load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def aa(runs: int, options: BenchOptions, console: Console) -> None:
-    table = Table(title=f"A/A: this checkout --against HEAD, {runs} run(s)")
-    for name in ("run", "exit", "regressions", "largest ratio (row)", "largest best-round ratio", "max other CPU"):
-        table.add_column(name)
-    for index in range(runs):
-        result = ab.run_ab("HEAD", options, console)
-        comparison = compare_reports(result.base_csv, result.new_csv)
-        row, ratio, best = _largest(comparison)
-        busy = max(read_report(result.new_csv).other_cpu_share.max(), read_report(result.base_csv).other_cpu_share.max())
-        table.add_row(str(index + 1), str(result.code), str(len(comparison.regressions)), f"{ratio:.3f} ({row})", f"{best:.3f}", f"{100 * busy:.0f}%")
-    console.print(table)
+def slowed_impl(source: str, percent: float) -> str:
+    """The CPU impl with each call made ``percent`` % slower: it busy-waits that share of the time the call took.
 
-
-def _spin_table(calibration: pd.DataFrame, percent: float) -> list[tuple[int, int, bool, int]]:
-    """(numel, hidden, out variant, extra ns) per fused case of the calibration report."""
-    entries = []
-    for r in calibration[calibration.baseline == "fused"].itertuples():
-        dims = [int(d) for d in r.shape.split("x")]
-        numel, hidden = 1, dims[-1]
-        for d in dims:
-            numel *= d
-        share = 1.0 / MODEL_NORMS if r.workload == "model" else 1.0
-        if r.workload == "model":
-            hidden = 128  # the model's d_model: its norms see [batch, seq, 128]
-        entries.append((numel, hidden, r.variant == "out", round(r.median_us * 1e3 * percent / 100 * share)))
-    return entries
-
-
-def _slowed_impl(source: str, entries: list[tuple[int, int, bool, int]]) -> str:
-    call_end, out_end = "  return y;\n}", "  run_cpu(x.contiguous(), weight.contiguous(), bias.contiguous(), out, eps);\n}"
-    if call_end not in source or out_end not in source:
+    The wait is measured call by call, inside the call: on a machine whose
+    load changes the op's time, a wait sized beforehand would be another share
+    of it in every run. What gets slower is the time spent inside the C++
+    implementation (checks, allocation, kernel); the dispatcher's and Python's
+    share of a call is not, so a dispatch-bound call slows by less than
+    ``percent`` %, and so does a model, whose other layers are untouched.
+    """
+    entries = (
+        '  check_norm_args("fused_norm", x, weight, bias, eps);\n',
+        '  check_norm_args("fused_norm_out", x, weight, bias, eps);\n',
+    )
+    if not all(source.count(entry) == 1 for entry in entries):
         raise SystemExit(f"{IMPL} changed: cannot place the injected wait - update scripts/ab_measure.py")
-    rows = "\n".join(f"    {{{n}, {h}, {'true' if o else 'false'}, {ns}}}," for n, h, o, ns in entries)
     helper = (
-        "#include <chrono>\n#include <cstdint>\nnamespace {\n"
-        "struct InjectedWait { int64_t numel, hidden; bool out; int64_t ns; };\n"
-        f"constexpr InjectedWait kInjected[] = {{\n{rows}\n}};\n"
-        "void injected_wait(const at::Tensor& x, bool out) {  // a deliberate slowdown (scripts/ab_measure.py)\n"
-        "  for (const InjectedWait& w : kInjected) {\n"
-        "    if (w.numel != x.numel() || w.hidden != x.size(-1) || w.out != out) continue;\n"
-        "    const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(w.ns);\n"
+        "#include <chrono>\nnamespace {\n"
+        "// A deliberate slowdown (scripts/ab_measure.py): on leaving the call, busy-wait a share of its time.\n"
+        f"constexpr double kInjectedShare = {percent / 100!r};\n"
+        "struct InjectedWait {\n"
+        "  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();\n"
+        "  ~InjectedWait() {\n"
+        "    const auto now = std::chrono::steady_clock::now();\n"
+        "    const auto share = std::chrono::duration_cast<std::chrono::nanoseconds>((now - start) * kInjectedShare);\n"
+        "    const auto until = now + share;\n"
         "    while (std::chrono::steady_clock::now() < until) {\n    }\n"
-        "  }\n}\n}  // namespace\n"
+        "  }\n};\n}  // namespace\n"
     )
     source = source.replace('#include "torch_adapter.h"\n', '#include "torch_adapter.h"\n' + helper, 1)
-    source = source.replace(call_end, "  injected_wait(x, false);\n" + call_end, 1)
-    return source.replace(out_end, out_end[:-1] + "  injected_wait(x, true);\n}", 1)
+    for entry in entries:
+        source = source.replace(entry, "  const InjectedWait injected_wait;\n" + entry, 1)
+    return source
 
 
-def _git(repo: Path, *args: str) -> str:
-    command = ["git", "-c", "user.name=ab_measure", "-c", "user.email=ab@fusedbench.invalid", *args]
-    return subprocess.run(command, cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+@dataclass
+class Workspace:
+    """The scratch repository, its builds and where A/B folders go; kept between invocations under build/."""
+
+    root: Path
+
+    @property
+    def repo(self) -> Path:
+        return self.root / "repo"
+
+    @property
+    def ref_cache(self) -> Path:
+        return self.root / "ref"
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "runs"
+
+    def tree(self, name: str) -> ab.Tree:
+        path = self.repo if name == "clean" else self.root / name
+        return ab.Tree(path, path / "build")
 
 
-def slowdown(runs: int, percent: float, calibrate: Path | None, options: BenchOptions, console: Console) -> None:
-    if calibrate is None:
-        found = sorted(reports_dir().glob("ab/*/new/*.csv"))
-        if not found:
-            raise SystemExit("no A/B report to calibrate with: run `aa` first or pass --calibrate REPORT.csv")
-        calibrate = found[-1]
-    entries = _spin_table(read_report(calibrate), percent)
-    console.print(f"calibrated from {calibrate}: " + ", ".join(f"numel {n} hidden {h} {'out' if o else 'call'} +{ns} ns" for n, h, o, ns in entries))
-    with tempfile.TemporaryDirectory(prefix="fusedbench-slowdown-") as tmp:
-        repo = Path(tmp) / "repo"
-        listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO_ROOT, capture_output=True, check=True).stdout
-        for name in filter(None, listed.decode().split("\0")):
-            source = REPO_ROOT / name
-            if source.is_file() and not source.is_symlink():
-                (repo / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(source, repo / name)
-        _git(repo, "init", "--quiet")
-        _git(repo, "add", "--force", "-A")
-        _git(repo, "commit", "--quiet", "-m", "clean")
-        clean = _git(repo, "rev-parse", "HEAD")
-        impl = repo / IMPL
-        impl.write_text(_slowed_impl(impl.read_text(), entries))
-        _git(repo, "commit", "--quiet", "-am", f"fused op {percent:g}% slower")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEDBENCH_") and k != "PYTHONPATH"}
-        env["FUSEDBENCH_BUILD_DIR"] = str(repo / "build")
-        subprocess.run([sys.executable, "-m", "invoke", "build"], cwd=repo, env=env, check=True, stdout=subprocess.DEVNULL)
-        results: dict[str, list[str]] = {}
-        for _ in range(runs):
-            result = ab.run_ab(clean, options, console, new=ab.Tree(repo, repo / "build"))
-            for r in compare_reports(result.base_csv, result.new_csv).rows:
-                if r.key[3] == "fused":
-                    mark = "FLAGGED" if r.verdict == REGRESSION else r.verdict
-                    results.setdefault(f"{r.key[0]} {r.key[1]} fused/{r.key[4]}", []).append(f"{mark} {r.ratio:.2f}/{r.best_round_ratio:.2f}")
-    table = Table(title=f"fused op {percent:g}% slower, --against the clean commit: verdict ratio/best-round ratio per run")
-    table.add_column("row")
-    for index in range(runs):
-        table.add_column(f"run {index + 1}")
-    table.add_column("flagged")
-    for row, marks in results.items():
-        table.add_row(row, *marks, f"{sum(m.startswith('FLAGGED') for m in marks)}/{len(marks)}")
-    console.print(table)
+def prepare(workspace: Workspace, reuse: bool, console: Console) -> str:
+    """The scratch repository with this checkout as its clean commit; returns the commit.
+
+    ``reuse``: keep a workspace made earlier (its commit and builds), so an
+    interrupted measurement resumes without rebuilding.
+    """
+    if reuse and (workspace.repo / ".git").is_dir():
+        return scratch.git("rev-parse", "HEAD", cwd=workspace.repo)
+    if workspace.root.exists():
+        shutil.rmtree(workspace.root)
+    workspace.repo.mkdir(parents=True)
+    return scratch.snapshot(workspace.repo)
+
+
+def _build(tree: ab.Tree, console: Console) -> None:
+    started = time.perf_counter()
+    scratch.build(tree.root, tree.build, tree.root.parent / f"{tree.root.name}-build.log")
+    console.print(f"built {tree.root} in {time.perf_counter() - started:.0f} s (load {_load()})", highlight=False)
+
+
+def add_slowdown(workspace: Workspace, clean: str, percent: float) -> str:
+    """A commit on top of clean whose fused op is ``percent`` % slower, checked out apart; returns its tree's name."""
+    name = f"slow{percent:g}"
+    source = scratch.git("show", f"{clean}:{IMPL}", cwd=workspace.repo)
+    text = slowed_impl(source, percent)
+    scratch.git("checkout", "--quiet", "-B", name, clean, cwd=workspace.repo)
+    try:
+        sha = scratch.commit_change(workspace.repo, IMPL, text, f"fused op {percent:g}% slower")
+    finally:
+        scratch.git("checkout", "--quiet", "--detach", clean, cwd=workspace.repo)
+    scratch.checkout(sha, workspace.tree(name).root, workspace.repo)
+    return name
+
+
+def build_all(workspace: Workspace, clean: str, names: list[str], console: Console) -> None:
+    """Every tree a run needs, built at once: clean, REF (clean again, where `bench --against` looks), the slowed ones.
+
+    Concurrent builds: on a shared machine they finish sooner together than one after the other.
+    """
+    ref = ab.Tree(
+        scratch.checkout(clean, workspace.ref_cache / clean / "src", workspace.repo),
+        workspace.ref_cache / clean / "build",
+    )
+    trees = [workspace.tree("clean"), ref, *(workspace.tree(n) for n in names)]
+    with ThreadPoolExecutor(len(trees)) as pool:
+        for future in [pool.submit(_build, tree, console) for tree in trees]:
+            future.result()
+
+
+def one_run(
+    workspace: Workspace,
+    kind: str,
+    tree: ab.Tree,
+    ref: str,
+    threshold: float,
+    index: int,
+    options: BenchOptions,
+    console: Console,
+) -> dict:
+    load_before, started_utc, started = _load(), datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), time.perf_counter()
+    quiet = Console(file=io.StringIO(), width=250)
+    result = ab.run_ab(ref, options, quiet, threshold=threshold, new=tree, ref_cache=workspace.ref_cache)
+    wall = time.perf_counter() - started
+    comparison = compare_reports(result.base_csv, result.new_csv, threshold=threshold, paired=True)
+    rows = [r for r in comparison.rows if r.key[0] != LIMIT_WORKLOAD]
+    flagged = [r for r in comparison.regressions]
+    op_rows = [r for r in rows if r.key[3] == OP_BASELINE]
+    top = max(rows, key=lambda r: r.ratio)
+    busy = max(read_report(result.new_csv).other_cpu_share.max(), read_report(result.base_csv).other_cpu_share.max())
+    line = {
+        "kind": kind,
+        "run": index,
+        "threshold": threshold,
+        "exit": result.code,
+        "rows": len(rows),
+        "regressions": len(flagged),
+        "flagged_rows": "; ".join(f"{'/'.join(r.key[3:5])} {r.key[0]} {r.key[1]} {r.ratio:.3f}" for r in flagged),
+        "op_rows": len(op_rows),
+        "op_rows_flagged": sum(r.verdict == REGRESSION for r in op_rows),
+        "other_rows_flagged": sum(r.key[3] != OP_BASELINE for r in flagged),
+        "inconclusive": sum(r.verdict == INCONCLUSIVE for r in rows),
+        "max_ratio": round(top.ratio, 3),
+        "max_ratio_row": f"{'/'.join(top.key[3:5])} {top.key[0]} {top.key[1]}",
+        "median_detectable": round(float(pd.Series([r.detectable for r in rows]).median()), 3),
+        "wall_s": round(wall),
+        "load_before": load_before,
+        "load_after": _load(),
+        "max_other_cpu": round(float(busy), 3),
+        "started_utc": started_utc,
+        "folder": str(result.folder),
+    }
+    console.print(
+        f"{kind} run {index}: exit {result.code}, {len(flagged)} regression(s), op rows flagged "
+        f"{line['op_rows_flagged']}/{len(op_rows)}, {wall:.0f} s, load {load_before} -> {line['load_after']}",
+        highlight=False,
+    )
+    return line
+
+
+def append(out: Path, line: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "results.csv"
+    new = not path.exists()
+    with open(path, "a", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        if new:
+            writer.writeheader()
+        writer.writerow(line)
+    write_markdown(pd.read_csv(path), out / "results.md")
+
+
+def write_markdown(frame: pd.DataFrame, path: Path) -> None:
+    """One line per kind: runs, how many were clean / fully flagged, wall time, load."""
+    lines = [
+        "| kind | threshold | runs | runs with 0 false regressions | runs with every op row flagged | "
+        "op rows flagged | other rows flagged | inconclusive rows (mean) | wall s (median) | load 1-min (range) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for kind, runs in frame.groupby("kind", sort=False):
+        slowdown = kind != "aa"
+        false_free = int((runs.other_rows_flagged == 0).sum()) if slowdown else int((runs.regressions == 0).sum())
+        all_op = int((runs.op_rows_flagged == runs.op_rows).sum()) if slowdown else "-"
+        loads = [float(v.split()[0]) for v in list(runs.load_before) + list(runs.load_after)]
+        lines.append(
+            f"| {kind} | {runs.threshold.iloc[0]:g} | {len(runs)} | {false_free}/{len(runs)} | "
+            f"{f'{all_op}/{len(runs)}' if slowdown else '-'} | "
+            f"{int(runs.op_rows_flagged.sum())}/{int(runs.op_rows.sum())} | "
+            f"{int(runs.other_rows_flagged.sum()) if slowdown else int(runs.regressions.sum())} | "
+            f"{runs.inconclusive.mean():.1f} | "
+            f"{runs.wall_s.median():.0f} | {min(loads):.1f}-{max(loads):.1f} |"
+        )
+    path.write_text("\n".join(lines) + "\n")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=("aa", "slowdown"))
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--percent", type=float, default=20.0)
-    parser.add_argument("--calibrate", type=Path, default=None, help="quick report whose fused medians size the wait")
-    parser.add_argument("--baseline", default="all", help="baselines of the grid (default all; slowdown: fused is enough)")
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--aa", type=int, default=5, help="A/A runs (default 5)")
+    parser.add_argument(
+        "--slowdowns", default="10,20", help="injected slowdowns in percent, a comma list (default 10,20)"
+    )
+    parser.add_argument("--runs", type=int, default=5, help="runs per slowdown (default 5)")
+    parser.add_argument(
+        "--threshold", type=float, default=0.10, help="A/A runs' threshold (default 0.10, as the CI gate)"
+    )
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "ab_measure")
+    parser.add_argument("--workspace", type=Path, default=REPO_ROOT / "build" / "ab_measure")
+    parser.add_argument("--reuse", action="store_true", help="resume in an existing workspace (its commit and builds)")
     args = parser.parse_args()
+    percents = [float(p) for p in args.slowdowns.split(",") if p.strip()]
     console = Console(width=200)
-    options = BenchOptions(baseline=args.baseline, quick=True, threads=args.threads)
-    if args.what == "aa":
-        aa(args.runs, options, console)
-    else:
-        slowdown(args.runs, args.percent, args.calibrate, options, console)
+    workspace = Workspace(args.workspace.resolve())
+    options = BenchOptions(quick=True, out_dir=workspace.runs)
+    clean = prepare(workspace, args.reuse, console)
+    console.print(f"scratch repository {workspace.repo} at {clean}; load {_load()}", highlight=False)
+    slowed = {p: add_slowdown(workspace, clean, p) for p in percents}
+    build_all(workspace, clean, list(slowed.values()), console)
+    done = {"aa": 0, **{p: 0 for p in percents}}
+    while done["aa"] < args.aa or any(done[p] < args.runs for p in percents):
+        if done["aa"] < args.aa:
+            done["aa"] += 1
+            append(
+                args.out,
+                one_run(workspace, "aa", workspace.tree("clean"), "HEAD", args.threshold, done["aa"], options, console),
+            )
+        for percent in percents:
+            if done[percent] < args.runs:
+                done[percent] += 1
+                line = one_run(
+                    workspace,
+                    f"slow{percent:g}",
+                    workspace.tree(slowed[percent]),
+                    clean,
+                    percent / 200,
+                    done[percent],
+                    options,
+                    console,
+                )
+                append(args.out, line)
 
 
 if __name__ == "__main__":

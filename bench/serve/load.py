@@ -82,6 +82,7 @@ def drive(
                 return
         latency, answers = record["latency"], record["answers"]
         deadline = window["deadline"]
+        record["end"] = window["began"]  # the window ends at this client's last counted request, not a dropped one
         k = 0
         while not stop.is_set() and (quota is None or k < quota[c]):
             index = (c + k * clients) % len(bank)
@@ -93,13 +94,14 @@ def drive(
                 record["errors"] += 1
                 if len(record["messages"]) < MAX_ERROR_MESSAGES:
                     record["messages"].append(f"{type(error).__name__}: {error}")
+                record["end"] = time.perf_counter()
                 continue
             t1 = time.perf_counter_ns()
             if quota is None and t1 / 1e9 > deadline:
-                break
+                break  # answered after the deadline: neither counted nor in the window
             latency.append((t1 - t0) / 1e3)
             answers.append((index, output))
-        record["end"] = time.perf_counter()
+            record["end"] = t1 / 1e9
 
     threads = [threading.Thread(target=client, args=(c,), daemon=True, name=f"serve-client-{c}") for c in range(clients)]
     try:

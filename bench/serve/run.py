@@ -48,8 +48,12 @@ ROUNDS = {"full": 3, "quick": 1}
 WARMUP_REQUESTS = 20  # per client, before the window
 
 
-class Interrupted(Exception):
-    """SIGINT or SIGTERM arrived; ``code`` is the conventional exit status."""
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived; ``code`` is the conventional exit status.
+
+    A BaseException, as KeyboardInterrupt is: no ``except Exception`` on the way (a failing session's
+    creation, one configuration that cannot run) may swallow it.
+    """
 
     def __init__(self, signum: int):
         super().__init__(f"stopped by {signal.Signals(signum).name}")

@@ -158,6 +158,8 @@ def run_command(task: list[str], tag: str = DEFAULT_TAG, reports: Path | None = 
     tty = sys.stdout.isatty() if tty is None else tty
     command = ["docker", "run"] if engine == DOCKER else list(PODMAN_RUN)
     command += ["--rm", "--volume", f"{reports}:{IMAGE_REPORTS_DIR}"]
+    # The host's machine id (read-only): reports name the machine by its hash, the same in every container.
+    command += ["--volume", "/etc/machine-id:/etc/machine-id:ro"] if Path("/etc/machine-id").is_file() else []
     if gpus:
         command += ["--gpus", "all"]
     if tty:

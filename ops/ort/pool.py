@@ -217,8 +217,17 @@ class _FairSlots:
                 return self._free.popleft()
             waiter = [threading.Event(), None]
             self._waiters.append(waiter)
-        if waiter[0].wait(timeout):
-            return waiter[1]
+        try:
+            if waiter[0].wait(timeout):
+                return waiter[1]
+        except BaseException:  # a signal handler raised while waiting: leave no dead waiter queued
+            with self._lock:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+                slot = waiter[1]
+            if slot is not None:  # it was handed a slot it will never use: pass it on
+                self.put(slot)
+            raise
         with self._lock:
             if waiter[1] is not None:  # handed a slot just as the wait ran out
                 return waiter[1]

@@ -1,42 +1,186 @@
-"""`bench --against REF` end to end: a deliberately slowed op is flagged (exit 1), the same commit twice is not.
+"""`bench --against REF`: process design and statistics with fake workers (fast); the real two-build path (slow).
 
-A temporary repository holds this checkout as commit "clean" and, on top, a
-"slow" commit whose CPU kernel computes every row SLOW_PASSES times (same
-result, more time). Each side is built by its own `invoke build` and measured
-by its own worker, interleaved, on a small grid (the fused op at one shape, one
-thread) so that the test stays cheap on a 2-core CI machine.
+Fast tier: a fake worker answers the driver as bench/ab_worker.py does and
+writes a real report whose samples come from a known distribution; each of its
+processes carries its own offset (the bias a process's buffer layout or thread
+placement gives it), so whether a process-level bias reads as a build effect is
+tested directly. The driver's guards (deadlines, options a REF lacks, the
+environment a side's process gets) are tested on their own.
+
+Slow tier: one scratch repository (this checkout as commit "clean", a "slow"
+commit whose CPU kernel computes every row SLOW_PASSES times, a commit without
+the A/B worker) and its two builds, made once per session and shared by every
+test that needs them.
 """
 
 from __future__ import annotations
 
 import io
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from rich.console import Console
 
-from bench import ab
-from bench.compare import REGRESSION, compare_reports
-from bench.report import SCHEMA_VERSION
+from bench import ab, scratch
+from bench.ab_worker import PROTOCOL
+from bench.compare import INCONCLUSIVE, REGRESSION, SAME, compare_reports
+from bench.report import SCHEMA_VERSION, RowSamples, read_samples
 from bench.run import BenchOptions
 from env.paths import REPO_ROOT
+from tests.helpers.bench_synthetic import make_key, synthetic_report
 
-pytestmark = pytest.mark.slow
+KEYS = [make_key(shape=s, baseline=b) for s in ("1x8x512", "8x128x1024") for b in ("fused", "unfused")]
+MEDIANS = {k: 10.0 * (i + 1) for i, k in enumerate(KEYS)}
+JOBS = 3
+
+
+class FakeWorker:
+    """Speaks the worker protocol in-process; samples = median x the process's offset x lognormal noise."""
+
+    def __init__(self, label: str, log: Path, offset: float, rng: np.random.Generator, fields=None) -> None:
+        self.label, self.log, self.offset, self.rng = label, log, offset, rng
+        self.fields = fields or list(vars(BenchOptions()))
+        self.hello = {"protocol": PROTOCOL, "schema_version": SCHEMA_VERSION}
+        self.jobs_run: list[int] = []
+        self.plan: dict = {}
+
+    def ask(self, request: dict) -> dict:
+        what = request["do"]
+        if what == "fields":
+            return {"options": self.fields}
+        if what == "plan":
+            self.plan = request
+            return {"jobs": JOBS, "rounds": request["options"]["rounds"], "pid": 0}
+        if what == "job":
+            self.jobs_run.append(request["index"])
+            return {"seconds": 0.01}
+        if what == "record":
+            assert self.jobs_run == list(range(JOBS))  # every job, once, in order
+            noise = {k: self.rng.lognormal(0, 0.05, 200) for k in MEDIANS}
+            samples = {k: RowSamples.single_round(m * self.offset * noise[k]) for k, m in MEDIANS.items()}
+            csv = synthetic_report(Path(request["out_dir"]) / "report.csv", samples)
+            return {"csv": str(csv), "failures": [], "skipped": []}
+        raise AssertionError(what)
+
+    def close(self) -> None:
+        pass
+
+
+def _measure(tmp_path: Path, offsets: dict[str, list[float]], seed: int, processes: int = 4):
+    rng = np.random.default_rng(seed)
+    started: list[FakeWorker] = []
+
+    def start(label: str, tree: ab.Tree, log: Path) -> FakeWorker:
+        worker = FakeWorker(label, log, offsets[label][len([w for w in started if w.label == label])], rng)
+        started.append(worker)
+        return worker
+
+    sides = {"NEW": ab.Tree(tmp_path / "new"), "BASE": ab.Tree(tmp_path / "base")}
+    console = Console(file=io.StringIO(), width=200)
+    measured = ab.measure_processes(sides, BenchOptions(quick=True), processes, tmp_path / f"run{seed}", console, start)
+    return measured, started
+
+
+def test_processes_start_in_alternating_pairs_with_their_own_page_offsets(tmp_path):
+    measured, started = _measure(tmp_path, {"NEW": [1.0] * 4, "BASE": [1.0] * 4}, seed=1)
+    assert [w.label for w in started] == ["NEW", "BASE", "BASE", "NEW", "NEW", "BASE", "BASE", "NEW"]
+    offsets = [w.plan["page_offset"] for w in started]
+    assert offsets == [0, 0, 1024, 1024, 2048, 2048, 3072, 3072]  # one per pair, spread over the page
+    assert all(w.plan["options"]["rounds"] == 4 for w in started)  # each process takes 1/4 of the budget
+    log = pd.read_csv(tmp_path / "run1" / "processes.csv")
+    assert list(log.page_offset) == offsets and list(log.side) == [w.label for w in started]
+    # Pooled: one round per process, so compare sees 4 units a side.
+    for label in ("NEW", "BASE"):
+        samples = read_samples(measured.csv[label])
+        assert sorted(samples) == sorted(KEYS)
+        assert all(sorted(np.unique(s.rounds)) == [0, 1, 2, 3] and len(s.values) == 800 for s in samples.values())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_20_percent_offset_of_one_process_is_never_a_regression(tmp_path, seed):
+    # One of NEW's processes is 20 % slower, as a process with an unlucky layout is; the builds are the same.
+    measured, _ = _measure(tmp_path, {"NEW": [1.2, 1.0, 1.0, 1.0], "BASE": [1.0] * 4}, seed)
+    comparison = compare_reports(measured.csv["BASE"], measured.csv["NEW"], paired=True)
+    verdicts = {r.verdict for r in comparison.rows}
+    assert verdicts <= {SAME, INCONCLUSIVE} and not comparison.regressions
+    assert all(r.units == 4 and r.paired for r in comparison.rows)
+
+
+def test_a_20_percent_slowdown_in_every_process_is_a_regression(tmp_path):
+    measured, _ = _measure(tmp_path, {"NEW": [1.2] * 4, "BASE": [1.0] * 4}, seed=7)
+    comparison = compare_reports(measured.csv["BASE"], measured.csv["NEW"], paired=True)
+    assert [r.verdict for r in comparison.rows] == [REGRESSION] * len(KEYS)
+    assert all(1.15 < r.ratio < 1.25 for r in comparison.rows)
+
+
+def test_the_same_offset_in_one_process_of_the_old_single_process_design_was_a_regression(tmp_path):
+    # Why processes are the unit: with one process a side, the same process bias is in every sample.
+    measured, _ = _measure(tmp_path, {"NEW": [1.2, 1.2], "BASE": [1.0, 1.0]}, seed=3, processes=2)
+    comparison = compare_reports(measured.csv["BASE"], measured.csv["NEW"], paired=True)
+    assert {r.verdict for r in comparison.rows} == {REGRESSION}
+
+
+# --- the driver's guards (fast) -------------------------------------------------------------
+
+
+def test_a_worker_that_hangs_is_stopped_at_the_deadline_with_its_log(tmp_path):
+    hello = f'{{"protocol": {PROTOCOL}, "schema_version": {SCHEMA_VERSION}}}'
+    script = (
+        f"import sys, time; print({hello!r}, flush=True); print('stuck', file=sys.stderr, flush=True); time.sleep(60)"
+    )
+    command = [sys.executable, "-c", script]
+    worker = ab.Worker("BASE", tmp_path, None, tmp_path / "base.log", command=command, timeout_s=2.0)
+    try:
+        with pytest.raises(ab.AbError, match=r"did not answer 'plan' within 2 s and was stopped(.|\n)*stuck"):
+            worker.ask({"do": "plan"})
+        assert worker.process.poll() is not None  # killed, not left running
+    finally:
+        worker.close()
+
+
+def test_a_worker_that_dies_is_reported_with_its_exit_code(tmp_path):
+    command = [sys.executable, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"]
+    with pytest.raises(ab.AbError, match=r"exited \(code 3\)(.|\n)*boom"):
+        ab.Worker("NEW", tmp_path, None, tmp_path / "new.log", command=command, timeout_s=60.0)
+
+
+def test_an_option_a_ref_lacks_skips_the_run_when_set_and_is_dropped_at_its_default():
+    known = [name for name in vars(BenchOptions()) if name != "l2_flush"]  # a REF from before --l2-flush
+    plan = ab.plan_for(BenchOptions(quick=True), known, "BASE")
+    assert "l2_flush" not in plan and plan["quick"] is True and "out_dir" not in plan
+    with pytest.raises(ab.Skipped, match="BASE's bench has no option 'l2_flush' \\(set to True here\\)"):
+        ab.plan_for(BenchOptions(l2_flush=True), known, "BASE")
+
+
+def test_a_side_sees_only_its_own_build_and_sources(monkeypatch, tmp_path):
+    # With FUSEDBENCH_CSRC_DIR inherited, REF's build would compile the caller's sources.
+    for name in scratch.BUILD_VARIABLES:
+        monkeypatch.setenv(name, f"/caller/{name}")
+    env = scratch.side_env(tmp_path / "build")
+    assert env["FUSEDBENCH_BUILD_DIR"] == str(tmp_path / "build")
+    assert not {"FUSEDBENCH_CSRC_DIR", "FUSEDBENCH_TORCH_LIBRARY", "FUSEDBENCH_ORT_LIBRARY", "PYTHONPATH"} & set(env)
+    assert scratch.side_env(None)["FUSEDBENCH_CSRC_DIR"] == "/caller/FUSEDBENCH_CSRC_DIR"  # this checkout: as it is
+
+
+def test_an_incompatible_ref_is_skipped_with_the_reason():
+    with pytest.raises(ab.Skipped, match="speaks protocol 1"):
+        ab.check_compatible({"protocol": 1, "schema_version": SCHEMA_VERSION}, "a" * 40)
+    with pytest.raises(ab.Skipped, match=f"writes report schema {SCHEMA_VERSION - 1}"):
+        ab.check_compatible({"protocol": PROTOCOL, "schema_version": SCHEMA_VERSION - 1}, "a" * 40)
+
+
+# --- the real two-build path (slow) ---------------------------------------------------------
 
 KERNEL = "csrc/core/fused_norm_cpu.cpp"
 ENTRY = "void cpu_forward_rows(const NormProblem& p, int64_t row_begin, int64_t row_end) {"
 SLOW_PASSES = 16
-SMALL_GRID = BenchOptions(baseline="fused", op_shapes=((1, 8, 512),), model_batches=(), threads=1, warmup=20, budget_s=0.6)
-
-
-def _git(repo: Path, *args: str) -> str:
-    command = ["git", "-c", "user.name=fusedbench test", "-c", "user.email=test@fusedbench.invalid", *args]
-    return subprocess.run(command, cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+SMALL_GRID = BenchOptions(
+    baseline="fused", op_shapes=((1, 8, 512),), model_batches=(), threads=1, warmup=20, budget_s=0.6
+)
+PROCESSES = 2  # the fewest an interval needs; the statistics of more are the fast tier's
 
 
 def _slowed(source: str) -> str:
@@ -44,84 +188,73 @@ def _slowed(source: str) -> str:
     wrapper = (
         "void forward_rows_once(const NormProblem& p, int64_t row_begin, int64_t row_end);\n"
         f"{ENTRY}\n"
-        f"  for (int pass = 0; pass < {SLOW_PASSES}; ++pass) forward_rows_once(p, row_begin, row_end);  // deliberately slow\n"
+        f"  for (int pass = 0; pass < {SLOW_PASSES}; ++pass) forward_rows_once(p, row_begin, row_end);  // slow\n"
         "}\n"
         "void forward_rows_once(const NormProblem& p, int64_t row_begin, int64_t row_end) {"
     )
     return source.replace(ENTRY, wrapper)
 
 
-def _build(tree: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEDBENCH_") and k != "PYTHONPATH"}
-    env["FUSEDBENCH_BUILD_DIR"] = str(tree / "build")
-    result = subprocess.run([sys.executable, "-m", "invoke", "build"], cwd=tree, env=env, capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-
-
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def repo(tmp_path_factory) -> dict:
-    """A repository with this checkout as "clean", a "slow" commit on top, and a commit without the A/B worker."""
+    """The scratch repository and its two builds: NEW = "slow" (the work tree), REF = "clean" where runs look for it."""
     root = tmp_path_factory.mktemp("ab") / "repo"
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO_ROOT, capture_output=True, check=True).stdout
-    for name in filter(None, listed.decode().split("\0")):
-        source = REPO_ROOT / name
-        if source.is_file() and not source.is_symlink():
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, root / name)
-    _git(root, "init", "--quiet")
-    _git(root, "add", "--force", "-A")  # -f: env/build/ is tracked although .gitignore names build/
-    _git(root, "commit", "--quiet", "-m", "clean")
-    clean = _git(root, "rev-parse", "HEAD")
-    _git(root, "rm", "--quiet", ab.WORKER)
-    _git(root, "commit", "--quiet", "-m", "before A/B runs")
-    old = _git(root, "rev-parse", "HEAD")
-    _git(root, "checkout", "--quiet", clean)
-    kernel = root / KERNEL
-    kernel.write_text(_slowed(kernel.read_text()))
-    _git(root, "commit", "--quiet", "-am", "slow")
-    slow = _git(root, "rev-parse", "HEAD")
-    _build(root)
-    return {"root": root, "clean": clean, "slow": slow, "old": old}
+    root.mkdir()
+    clean = scratch.snapshot(root)
+    scratch.git("rm", "--quiet", ab.WORKER, cwd=root)
+    scratch.git("commit", "--quiet", "-m", "before A/B runs", cwd=root)
+    old = scratch.git("rev-parse", "HEAD", cwd=root)
+    scratch.git("checkout", "--quiet", clean, cwd=root)
+    slow = scratch.commit_change(root, KERNEL, _slowed((root / KERNEL).read_text()), "slow")
+    ref = root / "build" / "ab" / clean  # where `bench --against clean` finds REF's checkout and build
+    scratch.checkout(clean, ref / "src", root)
+    scratch.build(root, root / "build", root / "build.log")
+    scratch.build(ref / "src", ref / "build", ref / "build.log")
+    return {"root": root, "clean": clean, "slow": slow, "old": old, "ref": ref}
 
 
-def _run(repo: dict, ref: str, tmp_path: Path) -> tuple[ab.AbResult, str]:
+def _run(repo: dict, ref: str, tmp_path: Path, new: ab.Tree | None = None) -> tuple[ab.AbResult, str]:
     console = Console(file=io.StringIO(), width=250)
     options = BenchOptions(**{**vars(SMALL_GRID), "out_dir": tmp_path})
-    result = ab.run_ab(ref, options, console, new=ab.Tree(repo["root"], repo["root"] / "build"))
+    new = new or ab.Tree(repo["root"], repo["root"] / "build")
+    result = ab.run_ab(ref, options, console, new=new, processes=PROCESSES)
     return result, console.file.getvalue()
 
 
+@pytest.mark.slow
 def test_a_slowed_op_is_flagged_against_the_clean_commit(repo, tmp_path):
     result, text = _run(repo, repo["clean"], tmp_path)
     assert result.code == 1, text
-    comparison = compare_reports(result.base_csv, result.new_csv)
+    comparison = compare_reports(result.base_csv, result.new_csv, paired=True)
     flagged = {r.key[3:5] for r in comparison.regressions}  # (baseline, variant); the device follows
     assert flagged == {("fused", "call"), ("fused", "out")}, text  # the op's two rows, nothing else
     for row in comparison.regressions:
-        assert row.ratio > 2 and row.best_round_ratio > 2  # 16 passes over each row instead of 1
-    # Each side is its own build of its own commit, in its own folder.
-    base_build = repo["root"] / "build" / "ab" / repo["clean"] / "build"
-    assert (base_build / "toolchain.json").is_file() and (repo["root"] / "build" / "toolchain.json").is_file()
-    assert (repo["root"] / "build" / "ab" / repo["clean"] / "src" / KERNEL).read_text() != (repo["root"] / KERNEL).read_text()
-    commits = {p.parent.name: set(pd.read_csv(p).git_commit) for p in result.folder.glob("*/*.csv")}
+        assert row.ratio > 2 and row.ci_low > 2 and row.units == PROCESSES and row.paired  # 16 passes instead of 1
+    # Each side is its own build of its own commit, in its own folder, measured in its own processes.
+    assert (repo["ref"] / "build" / "toolchain.json").is_file() and (
+        repo["root"] / "build" / "toolchain.json"
+    ).is_file()
+    assert (repo["ref"] / "src" / KERNEL).read_text() != (repo["root"] / KERNEL).read_text()
+    commits = {p.parent.parent.name: set(pd.read_csv(p).git_commit) for p in result.folder.glob("*/process*/*.csv")}
     assert commits == {"new": {repo["slow"]}, "base": {repo["clean"]}}
-    assert (result.folder / "compare.txt").read_text().count("REGRESSION") == 2
-    assert "round 6/6" in text and "2 regression(s)" in text
+    processes = pd.read_csv(result.folder / "processes.csv")
+    assert len(processes) == 2 * PROCESSES and processes.pid.nunique() == 2 * PROCESSES  # a fresh process each
+    assert list(processes.page_offset) == [0, 0, 2048, 2048]
+    assert (result.folder / "compare.txt").read_text().count("REGRESSION") >= 2
+    assert f"process pair {PROCESSES}/{PROCESSES}" in text and "2 regression(s)" in text
 
 
+@pytest.mark.slow
 def test_the_same_commit_against_itself_has_no_regression(repo, tmp_path):
-    _git(repo["root"], "checkout", "--quiet", repo["clean"])
-    try:
-        _build(repo["root"])  # the clean kernel into the NEW build folder; BASE's build is reused
-        result, text = _run(repo, "HEAD", tmp_path)
-    finally:
-        _git(repo["root"], "checkout", "--quiet", repo["slow"])
+    # NEW is REF's own checkout and build: identical code, measured through the whole path.
+    result, text = _run(repo, repo["clean"], tmp_path, new=ab.Tree(repo["ref"] / "src", repo["ref"] / "build"))
     assert result.code == 0, text
-    comparison = compare_reports(result.base_csv, result.new_csv)
-    assert len(comparison.rows) == 6 and not [r for r in comparison.rows if r.verdict == REGRESSION], text
+    comparison = compare_reports(result.base_csv, result.new_csv, paired=True)
+    assert len(comparison.rows) == 6 and not comparison.regressions, text
     assert "0 regression(s) - OK" in (result.folder / "compare.txt").read_text()
 
 
+@pytest.mark.slow
 def test_a_ref_before_ab_support_is_skipped_with_the_reason(repo, tmp_path):
     result, text = _run(repo, repo["old"], tmp_path)
     assert result.code == 0 and result.new_csv is None
@@ -129,24 +262,25 @@ def test_a_ref_before_ab_support_is_skipped_with_the_reason(repo, tmp_path):
     assert not (repo["root"] / "build" / "ab" / repo["old"] / "build").exists()  # skipped before building
 
 
+@pytest.mark.slow
 def test_a_ref_of_another_report_schema_is_skipped_with_the_reason(repo, tmp_path):
     root = repo["root"]
-    _git(root, "checkout", "--quiet", repo["clean"])
+    scratch.git("checkout", "--quiet", repo["clean"], cwd=root)
     try:
-        report = root / "bench" / "report.py"
-        report.write_text(report.read_text().replace(f"SCHEMA_VERSION = {SCHEMA_VERSION}", f"SCHEMA_VERSION = {SCHEMA_VERSION + 1}"))
-        _git(root, "commit", "--quiet", "-am", "another schema")
-        other = _git(root, "rev-parse", "HEAD")
+        report = (root / "bench" / "report.py").read_text()
+        changed = report.replace(f"SCHEMA_VERSION = {SCHEMA_VERSION}", f"SCHEMA_VERSION = {SCHEMA_VERSION + 1}")
+        other = scratch.commit_change(root, "bench/report.py", changed, "another schema")
     finally:
-        _git(root, "checkout", "--quiet", repo["slow"])
+        scratch.git("checkout", "--quiet", repo["slow"], cwd=root)
     result, text = _run(repo, other, tmp_path)
     assert result.code == 0 and result.new_csv is None
     assert f"writes report schema {SCHEMA_VERSION + 1}, this checkout reads {SCHEMA_VERSION}" in text
     assert f"schema {SCHEMA_VERSION + 1}" in (result.folder / "compare.txt").read_text()
 
 
-def test_a_ref_that_is_not_a_commit_is_a_clear_error(repo, tmp_path):
+def test_a_ref_that_is_not_a_commit_is_a_clear_error(tmp_path):
+    options = BenchOptions(**{**vars(SMALL_GRID), "out_dir": tmp_path})
     with pytest.raises(ab.AbError, match="'no-such-branch' is not a commit of"):
-        _run(repo, "no-such-branch", tmp_path)
+        ab.run_ab("no-such-branch", options, Console(file=io.StringIO()), new=ab.Tree(REPO_ROOT))
     with pytest.raises(ab.AbError, match="must name a commit"):
-        _run(repo, "--help", tmp_path)
+        ab.run_ab("--help", options, Console(file=io.StringIO()), new=ab.Tree(REPO_ROOT))

@@ -17,8 +17,10 @@ from env.paths import REPO_ROOT
 from tests.helpers.bench_synthetic import lognormal, make_key, synthetic_report
 
 HERE = {
-    "host": "vm-a", "cpu_model": "AMD EPYC 9B14", "threads": 2, "device": "cpu", "cpu_allocator": "default",
+    "machine_id": "3f2a9c0d1e4b5a6c", "cpu_model": "AMD EPYC 9B14", "threads": 2, "cpu_allocator": "default",
     "thp": "enabled=madvise defrag=madvise", "torch": "2.13.0+cpu", "onnxruntime": "1.31.1",
+    "cpu_governor": "performance", "cpu_epp": "performance", "cpu_boost": "on", "cpu_freq_range_mhz": "1500-3700",
+    "gpu_policy": "",
 }
 
 
@@ -46,17 +48,56 @@ def test_every_machine_fact_is_checked():
     assert set(MACHINE_COLUMNS) == set(HERE)
 
 
+def test_two_containers_on_one_host_compare_although_their_hostnames_differ(tmp_path, rng):
+    # Each `docker run` gets a random hostname; the machine id is the host's.
+    base, new = _pair(tmp_path, rng, {"host": "4f9a1b2c3d4e"})
+    code, text = _run(base, new)
+    assert code == 0 and "different machines" not in text and "host:" in text  # shown as an environment change
+
+
+def test_a_governor_change_is_refused_and_named(tmp_path, rng):
+    base, new = _pair(tmp_path, rng, {"cpu_governor": "powersave"})
+    code, text = _run(base, new)
+    assert code == EXIT_MACHINES_DIFFER and "cpu_governor: performance -> powersave" in text
+
+
+def test_states_read_at_run_time_are_not_machine_facts(tmp_path, rng):
+    # The current CPU frequency and GPU clocks are states: recorded, never a reason to refuse.
+    base, new = _pair(tmp_path, rng, {"cpu_cur_mhz": "2200", "gpu_clocks": "sm_mhz=1410 mem_mhz=1593"})
+    assert _run(base, new)[0] == 0
+
+
+def test_reports_over_different_device_sets_compare_on_the_devices_they_share(tmp_path, rng):
+    cpu, gpu = make_key(), make_key(device="NVIDIA H100")
+    policy = {gpu: {"gpu_policy": "app_sm_mhz=1980 power_limit_w=700 persistence=on compute_mode=0 ecc=on"}}
+    base = synthetic_report(tmp_path / "base.csv", {cpu: lognormal(rng, 10.0, 600)}, environment=HERE)
+    both = synthetic_report(tmp_path / "both.csv", {cpu: lognormal(rng, 10.0, 600), gpu: lognormal(rng, 3.0, 600)},
+                            environment=HERE, row_environment=policy)
+    comparison = compare_reports(base, both)
+    # The GPU rows' policy is no difference (BASE has no GPU rows): the CPU rows are compared, the GPU rows listed.
+    assert comparison.machine_differences == [] and [r.key for r in comparison.rows] == [cpu]
+    assert comparison.only_in_new == [gpu]
+    lower_limit = {gpu: {"gpu_policy": "app_sm_mhz=1980 power_limit_w=500 persistence=on compute_mode=0 ecc=on"}}
+    other_gpu = synthetic_report(tmp_path / "other.csv", {cpu: lognormal(rng, 10.0, 600), gpu: lognormal(rng, 3.0, 600)},
+                                 environment=HERE, row_environment=lower_limit)
+    differences = compare_reports(both, other_gpu).machine_differences
+    assert len(differences) == 1 and differences[0].startswith("gpu_policy:") and "power_limit_w=500" in differences[0]
+
+
 @pytest.mark.parametrize(
     "there",
     [
         {"cpu_model": "Intel Xeon Platinum 8481C"},
         {"threads": 4},
-        {"device": "NVIDIA H100"},
         {"cpu_allocator": "thp"},
         {"thp": "enabled=always defrag=madvise"},
         {"torch": "2.12.0+cpu"},
         {"onnxruntime": "1.30.0"},
-        {"host": "vm-b"},
+        {"machine_id": "77e0b1c2d3f4a5b6"},
+        {"cpu_governor": "powersave"},
+        {"cpu_epp": "balance_power"},
+        {"cpu_boost": "off"},
+        {"cpu_freq_range_mhz": "1500-2200"},
     ],
 )
 def test_a_differing_machine_fact_is_refused_and_named(tmp_path, rng, there):

@@ -174,6 +174,8 @@ def test_cuda_timing_of_a_graph_divides_by_the_calls_it_replays():
     device = _FakeDevice(call_us=60.0)  # one replay of 20 captured calls of 3 us
     timing = measure_cuda(device.call, TimingConfig(warmup=1, budget_s=0.001, min_samples=5), calls_per_call=20, clock=device)
     assert np.allclose(timing.samples_us, 3.0)
+    # Calls (for faults per call) count the captured calls, not the replays.
+    assert timing.calls == 20 * len(timing.samples_us) * timing.block
 
 
 def test_cuda_timing_respects_the_time_budget():

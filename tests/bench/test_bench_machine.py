@@ -44,3 +44,68 @@ def test_a_busy_neighbour_is_counted_as_other():
     assert child_s > 0.05  # the neighbour did run (however busy the machine is)
     # Everything the neighbour burned is attributed to others (give or take clock-tick rounding).
     assert others_s >= child_s - 0.05
+
+
+# --- machine id and power policy ------------------------------------------------------------
+
+
+def _write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+
+
+def test_machine_id_is_a_stable_hash_of_the_file_not_the_id_itself(tmp_path, monkeypatch):
+    import hashlib
+
+    from bench.machine import MACHINE_ID_ENV, machine_id
+
+    monkeypatch.delenv(MACHINE_ID_ENV, raising=False)
+    _write(tmp_path / "machine-id", "3d1219c7c4c5404aaa1f6d2a48adfda4")
+    expected = hashlib.sha256(b"3d1219c7c4c5404aaa1f6d2a48adfda4").hexdigest()[:16]
+    assert machine_id((tmp_path / "missing", tmp_path / "machine-id")) == expected
+    assert "3d1219c7" not in expected
+    assert machine_id((tmp_path / "missing",)) == "unknown"
+    monkeypatch.setenv(MACHINE_ID_ENV, "given-id")
+    assert machine_id((tmp_path / "machine-id",)) == "given-id"
+
+
+def test_cpu_power_reads_cpufreq_and_says_what_is_not_exposed(tmp_path):
+    from bench.machine import NOT_EXPOSED, cpu_power
+
+    for index in (0, 1):
+        policy = tmp_path / "cpufreq" / f"policy{index}"
+        _write(policy / "scaling_governor", "powersave")
+        _write(policy / "energy_performance_preference", "balance_performance")
+        _write(policy / "scaling_min_freq", "400000")
+        _write(policy / "scaling_max_freq", "3700000" if index == 0 else "3500000")
+        _write(policy / "scaling_cur_freq", "2900123")
+    _write(tmp_path / "intel_pstate" / "no_turbo", "1")
+    power = cpu_power(tmp_path)
+    assert power.columns() == {
+        "cpu_governor": "powersave", "cpu_epp": "balance_performance", "cpu_boost": "off",
+        "cpu_freq_range_mhz": "400-3500,400-3700", "cpu_cur_mhz": "2900",
+    }
+    _write(tmp_path / "cpufreq" / "boost", "1")  # acpi-cpufreq / amd_pstate's switch wins where present
+    assert cpu_power(tmp_path).boost == "on"
+    bare = cpu_power(tmp_path / "nothing")  # a VM without cpufreq
+    assert set(bare.columns().values()) == {NOT_EXPOSED}
+
+
+def test_this_machine_is_described_in_every_report_row():
+    from bench.environment import environment_columns
+    from bench.machine import cpu_power
+
+    env = environment_columns(1, "cpu", "20260101T000000Z")
+    assert env["machine_id"] and env["machine_id"] != "unknown" or not os.path.exists("/etc/machine-id")
+    assert {k: env[k] for k in cpu_power().columns()} == cpu_power().columns()
+
+
+def test_gpu_facts_are_empty_for_the_cpu_and_not_exposed_without_nvml(monkeypatch):
+    from bench import machine
+
+    assert machine.gpu_columns("cpu") == {"gpu_policy": "", "gpu_clocks": ""}
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # as on the CPU variant, where nvidia-ml-py is not installed
+    machine._nvml_columns.cache_clear()
+    columns = machine.gpu_columns("NVIDIA H100")
+    machine._nvml_columns.cache_clear()
+    assert columns == {"gpu_policy": "not exposed (nvidia-ml-py not installed)", "gpu_clocks": "not exposed (nvidia-ml-py not installed)"}

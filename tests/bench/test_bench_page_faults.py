@@ -124,3 +124,16 @@ def test_page_fault_share_and_the_flag(run_frame):
     text = console.export_text()
     assert "faults/call" in text and text.count("PF 62%") == 1 and "PF 94%" not in text
     assert page_fault_line(run_frame[run_frame.variant != "call"].pipe(lambda f: f[f.variant != "fresh_output"])) is None
+
+
+def test_cuda_rows_get_no_page_fault_share():
+    # Host page faults x the CPU's cost per fault says nothing about a time measured by CUDA events.
+    rows = [
+        _row("limit", "big", "copy", "into_preallocated", 500.0, 0.0),
+        _row("limit", "big", "copy", "fresh_output", 1500.0, 2000.0),
+        {**_row("op", "big", "fused", "call", 40.0, 30.0), "device": "NVIDIA H100"},
+        _row("op", "big", "fused", "call", 1600.0, 2000.0),
+    ]
+    frame = to_frame(add_ratios(to_frame(rows))).set_index(["device", "baseline", "variant"])
+    assert math.isnan(frame.loc[("NVIDIA H100", "fused", "call")].page_fault_share)
+    assert frame.loc[("cpu", "fused", "call")].page_fault_share == pytest.approx(1000.0 / 1600.0)

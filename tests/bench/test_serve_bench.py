@@ -163,3 +163,29 @@ def test_a_signal_during_the_sweep_stops_it_promptly_and_writes_nothing(tmp_path
     assert stopped_after < 2.0
     assert "no report written" in rest
     assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_the_request_dropped_at_the_deadline_is_not_in_the_window():
+    # A request that ends after the deadline is not counted, so its time must not be in the window either:
+    # the window then ends at the last counted answer, never after the deadline.
+    bank = make_bank(SMALL, size=8)
+
+    def slow(x: np.ndarray) -> np.ndarray:
+        time.sleep(0.05)
+        return bank.references[next(i for i, b in enumerate(bank.inputs) if b is x)]
+
+    result = drive(slow, bank, clients=1, duration_s=0.22, warmup=0)
+    assert result.requests >= 1 and result.wall_s <= 0.22
+    assert result.requests_per_s == pytest.approx(result.requests / result.wall_s)
+
+
+def test_a_signal_is_not_an_exception_that_a_broad_handler_swallows():
+    from bench.serve.run import Interrupted
+
+    try:
+        try:
+            raise Interrupted(signal.SIGTERM)
+        except Exception:  # what the pool's session creation catches
+            pytest.fail("SIGTERM was swallowed by `except Exception`")
+    except Interrupted as stopped:
+        assert stopped.code == 128 + signal.SIGTERM

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 
+from pathlib import Path
 import pytest
 
 from env.lock import docker
@@ -195,3 +196,10 @@ def test_toolchain_record_is_held_against_the_lock(tmp_path, capsys):
     path.write_text(json.dumps(_record()))
     assert docker.main([str(path), "cpu"]) == 0
     assert "matches the lock" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("engine", [docker.DOCKER, docker.PODMAN])
+def test_run_mounts_the_hosts_machine_id_so_containers_on_one_host_compare(tmp_path, engine):
+    command = docker.run_command(["bench"], "fusedbench:test", tmp_path, gpus=False, tty=False, engine=engine)
+    mount = "/etc/machine-id:/etc/machine-id:ro"
+    assert (mount in command) == Path("/etc/machine-id").is_file()

@@ -29,8 +29,10 @@ def synthetic_report(
     samples: dict[tuple[str, ...], np.ndarray | RowSamples],
     schema_version: int = SCHEMA_VERSION,
     environment: dict[str, object] | None = None,
+    row_environment: dict[tuple[str, ...], dict[str, object]] | None = None,
 ) -> Path:
-    """A report file with these samples (arrays are spread over 3 rounds); ``environment`` sets columns of every row."""
+    """A report file with these samples (arrays are spread over 3 rounds); ``environment`` sets columns of every row,
+    ``row_environment`` columns of the rows it names."""
     samples = {k: v if isinstance(v, RowSamples) else in_rounds(v) for k, v in samples.items()}
     rows = []
     for key, row_samples in samples.items():
@@ -40,6 +42,7 @@ def synthetic_report(
         row["rounds"] = len(np.unique(row_samples.rounds))
         row["schema_version"] = schema_version
         row.update(environment or {})
+        row.update((row_environment or {}).get(key, {}))
         rows.append(row)
     return write_report(path, to_frame(rows), samples).csv
 

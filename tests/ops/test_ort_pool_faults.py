@@ -150,3 +150,26 @@ def test_a_library_built_for_a_newer_runtime_is_named_with_the_versions(files, t
     with pytest.raises(SessionCreationError, match=f"custom-op library {library} could not be registered: .*"
                                                    r"built against ONNX Runtime C API version 99.*rebuild it"):
         SessionPool.create(files["custom"], OrtConfig(threads=1))
+
+
+def test_a_wait_interrupted_by_a_signal_leaves_no_dead_waiter_to_take_a_slot(monkeypatch):
+    # A signal handler raising in a waiting client: the slot given back afterwards must go to a live client.
+    import threading as real_threading
+
+    from ops.ort import pool as pool_module
+
+    class Signalled(BaseException):  # what a signal handler raises (bench/serve/run.py's Interrupted)
+        pass
+
+    class InterruptedEvent(real_threading.Event):
+        def wait(self, timeout=None):
+            raise Signalled
+
+    slots = pool_module._FairSlots()
+    monkeypatch.setattr(pool_module.threading, "Event", InterruptedEvent)
+    with pytest.raises(Signalled):
+        slots.get(timeout=5.0)
+    monkeypatch.setattr(pool_module.threading, "Event", real_threading.Event)
+    slot = object()
+    slots.put(slot)
+    assert slots.get(timeout=0.1) is slot
