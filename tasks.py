@@ -17,10 +17,12 @@ _BUILD_ERRORS = ("env.build.commands:BuildError", "env.lock.lockfile:LockError")
 _EXPORT_ERRORS = (ValueError, "ops.onnx.export:ExportError", "ops.onnx.checks:ExportCheckError")
 
 
-@task(help={
-    "aot": "ahead-of-time build with setup.py (delivery) instead of the JIT build (default)",
-    "verbose": "also print the toolchain table and the CUDA kernels' ptxas resource table",
-})
+@task(
+    help={
+        "aot": "ahead-of-time build with setup.py (delivery) instead of the JIT build (default)",
+        "verbose": "also print the toolchain table and the CUDA kernels' ptxas resource table",
+    }
+)
 @cli.fails_with("build", *_BUILD_ERRORS)
 def build(c, aot=False, verbose=False):
     """Record the toolchain, then rebuild each library and check whose inputs changed (else: up to date)."""
@@ -55,8 +57,9 @@ def test(c, k="", args="", all_=False, slow_only=False, workers="1"):
 
     from env.tiers import pytest_command, tier_of
 
-    command = pytest_command(tier_of(all_, slow_only), k=k, workers=cli.integer("--workers", workers, minimum=1),
-                             extra=args)
+    command = pytest_command(
+        tier_of(all_, slow_only), k=k, workers=cli.integer("--workers", workers, minimum=1), extra=args
+    )
     c.run(shlex.join(command), pty=False)
 
 
@@ -78,14 +81,21 @@ def test(c, k="", args="", all_=False, slow_only=False, workers="1"):
     },
 )
 @cli.fails_with("bench", ValueError)
-def bench(c, baseline="all", quick=False, warmup="50", threads="", out="", dtype="", device="all", l2_flush=False, against=""):
+def bench(
+    c, baseline="all", quick=False, warmup="50", threads="", out="", dtype="", device="all", l2_flush=False, against=""
+):
     """Benchmark the baselines; write reports/<UTC time>-<host>.csv (+ samples, plot) and print a summary."""
     from bench.run import BenchOptions, main
 
     options = BenchOptions(
-        baseline=baseline, quick=quick, warmup=cli.integer("--warmup", warmup, minimum=0),
-        threads=cli.integer("--threads", threads, minimum=1) if threads else None, out_dir=out or None, dtype=dtype,
-        device=device, l2_flush=l2_flush,
+        baseline=baseline,
+        quick=quick,
+        warmup=cli.integer("--warmup", warmup, minimum=0),
+        threads=cli.integer("--threads", threads, minimum=1) if threads else None,
+        out_dir=out or None,
+        dtype=dtype,
+        device=device,
+        l2_flush=l2_flush,
     )
     if against:
         from bench import ab
@@ -142,8 +152,13 @@ def export(c, route="all", out="", torchscript=False):
         "dtype": "op-level dtypes, comma list of float32, float16, float64 (default float32,float16)",
     },
 )
-@cli.fails_with("align", *_EXPORT_ERRORS, "ops.alignment.check:AlignmentError", "ops._library:LibraryNotBuiltError",
-                "ops.ort.session:CustomOpsNotRegisteredError")
+@cli.fails_with(
+    "align",
+    *_EXPORT_ERRORS,
+    "ops.alignment.check:AlignmentError",
+    "ops._library:LibraryNotBuiltError",
+    "ops.ort.session:CustomOpsNotRegisteredError",
+)
 def align(c, route="all", out="", layers=False, optimization="all", dtype="float32,float16"):
     """Align PyTorch and ONNX Runtime per route (op alone and model); fail past the dtype's tolerance."""
     from ops.alignment.check import check_alignment
@@ -163,7 +178,9 @@ def env_check(c):
     print(check())
 
 
-@task(name="lock", help={"upgrade": "move every pin to the newest version requirements/*.in allow (default: keep them)"})
+@task(
+    name="lock", help={"upgrade": "move every pin to the newest version requirements/*.in allow (default: keep them)"}
+)
 @cli.fails_with("env.lock", "env.lock.lockfile:LockError")
 def env_lock(c, upgrade=False):
     """Compile requirements/{cpu,cuda}.in into hashed requirements/{cpu,cuda}.txt (uv pip compile)."""
@@ -193,8 +210,17 @@ def docker_build(c, tag="", variant="cuda", max_jobs="", base_digest="", torch_f
     from env.lock import docker
 
     jobs = cli.integer("--max-jobs", max_jobs, minimum=1) if max_jobs else None
-    _docker(docker.build_command(tag or docker.DEFAULT_TAG, jobs, base_digest or None, variant,
-                                 torch_find_links or None, docker.choose_engine(), local_base))
+    _docker(
+        docker.build_command(
+            tag or docker.DEFAULT_TAG,
+            jobs,
+            base_digest or None,
+            variant,
+            torch_find_links or None,
+            docker.choose_engine(),
+            local_base,
+        )
+    )
 
 
 @task(
@@ -213,8 +239,15 @@ def docker_run(c, tag="", reports="", gpus=None):
 
     from env.lock import docker
 
-    _docker(docker.run_command(shlex.split(c.remainder), tag or docker.DEFAULT_TAG, Path(reports) if reports else None,
-                               gpus, engine=docker.choose_engine()))
+    _docker(
+        docker.run_command(
+            shlex.split(c.remainder),
+            tag or docker.DEFAULT_TAG,
+            Path(reports) if reports else None,
+            gpus,
+            engine=docker.choose_engine(),
+        )
+    )
 
 
 def _docker(command: list[str]) -> None:
@@ -237,8 +270,9 @@ def _docker(command: list[str]) -> None:
         "models": "folder for the exported model files, reused by later runs of the same model (default: temporary)",
     },
 )
-@cli.fails_with("bench.serve", ValueError, *_EXPORT_ERRORS, "ops._library:LibraryNotBuiltError",
-                "ops.ort.pool:SessionCreationError")
+@cli.fails_with(
+    "bench.serve", ValueError, *_EXPORT_ERRORS, "ops._library:LibraryNotBuiltError", "ops.ort.pool:SessionCreationError"
+)
 def bench_serve(c, quick=False, duration="", out="", models=""):
     """Serve the exported model to concurrent clients: req/s, P50-P99, mismatches; sessions x threads x clients."""
     from pathlib import Path
@@ -246,8 +280,10 @@ def bench_serve(c, quick=False, duration="", out="", models=""):
     from bench.serve.run import ServeOptions, main
 
     options = ServeOptions(
-        quick=quick, duration_s=cli.positive("--duration", duration, " (seconds)") if duration else None,
-        out_dir=Path(out) if out else None, models_dir=Path(models) if models else None,
+        quick=quick,
+        duration_s=cli.positive("--duration", duration, " (seconds)") if duration else None,
+        out_dir=Path(out) if out else None,
+        models_dir=Path(models) if models else None,
     )
     if code := main(options):
         raise Exit("bench.serve: interrupted, or a configuration failed or mismatched (listed above)", code=code)
@@ -256,16 +292,21 @@ def bench_serve(c, quick=False, duration="", out="", models=""):
 # --- ort: the ONNX Runtime custom-op library's tools ---------------------------------------
 
 
-@task(name="dump-replay", pre=[build],
-      help={"folder": "the dump folder (session config myops.fused_norm.dump_dir / FUSEDBENCH_ORT_DUMP_DIR)"})
+@task(
+    name="dump-replay",
+    pre=[build],
+    help={"folder": "the dump folder (session config myops.fused_norm.dump_dir / FUSEDBENCH_ORT_DUMP_DIR)"},
+)
 @cli.fails_with("ort.dump-replay", "ops.ort.dump_replay:DumpError", "ops._library:LibraryNotBuiltError")
 def ort_dump_replay(c, folder):
     """Replay a debug dump of the ORT custom op through the PyTorch op; report elementwise differences."""
     from ops.ort.dump_replay import print_replay, replay
 
     if disagree := print_replay(replay(folder)):
-        raise Exit(f"ort.dump-replay: {disagree} call(s) disagree with the PyTorch op - the first listed is where to look",
-                   code=1)
+        raise Exit(
+            f"ort.dump-replay: {disagree} call(s) disagree with the PyTorch op - the first listed is where to look",
+            code=1,
+        )
 
 
 @task(name="client", help={"force": "rebuild even when the binary is newer than its source"})
@@ -317,16 +358,30 @@ def cuda_check(c, out=""):
         "test_timeout": "limit for each pytest run in seconds, an integer >= 1 (default 900)",
     },
 )
-def gpu_check(c, out="", dry_run=False, baseline="all", quick=False, skip_build=False, no_tests=False, ort_headers="",
-              test_timeout="900"):
+def gpu_check(
+    c,
+    out="",
+    dry_run=False,
+    baseline="all",
+    quick=False,
+    skip_build=False,
+    no_tests=False,
+    ort_headers="",
+    test_timeout="900",
+):
     """On a CUDA machine: build, GPU tests (+ compute-sanitizer), `bench --device cuda`; every file in one folder."""
     from pathlib import Path
 
     from env.gpu_check import GpuCheckOptions, main
 
     options = GpuCheckOptions(
-        out=Path(out) if out else None, dry_run=dry_run, baseline=baseline, quick=quick, skip_build=skip_build,
-        no_tests=no_tests, ort_headers=Path(ort_headers) if ort_headers else None,
+        out=Path(out) if out else None,
+        dry_run=dry_run,
+        baseline=baseline,
+        quick=quick,
+        skip_build=skip_build,
+        no_tests=no_tests,
+        ort_headers=Path(ort_headers) if ort_headers else None,
         test_timeout_s=cli.integer("--test-timeout", test_timeout, minimum=1),
     )
     if main(options):

@@ -25,7 +25,7 @@ measurement is the process:
      ``processes.csv``. Setup is cached on disk by content (ONNX exports,
      Inductor's FX graph cache), so the later processes of a build start fast.
   3. Each side's processes are pooled into one report (bench/pooled.py): the
-     samples of process k are round k, so `invoke compare` sees one unit per
+     samples of process k are round k, so `invoke bench.compare` sees one unit per
      process, and pairs round k of NEW with round k of BASE. The table is
      printed, saved as ``compare.txt`` and compare's exit code returned.
 

@@ -58,8 +58,18 @@ BOOTSTRAP_RESAMPLES = 4000
 DEFAULT_ALPHA = 0.05  # 1 - the confidence of the ratio's interval
 # Facts of the machine, its power policy and the runtime a timing depends on: reports differing in any are refused.
 MACHINE_COLUMNS = (
-    "machine_id", "cpu_model", "threads", "cpu_allocator", "thp", "torch", "onnxruntime",
-    "cpu_governor", "cpu_epp", "cpu_boost", "cpu_freq_range_mhz", "gpu_policy",
+    "machine_id",
+    "cpu_model",
+    "threads",
+    "cpu_allocator",
+    "thp",
+    "torch",
+    "onnxruntime",
+    "cpu_governor",
+    "cpu_epp",
+    "cpu_boost",
+    "cpu_freq_range_mhz",
+    "gpu_policy",
 )
 # Columns whose difference between the two reports a reader must know about (expected between two builds).
 ENVIRONMENT_COLUMNS = ("git_commit", "onnx", "compiler", "cxx11_abi", "host")
@@ -138,8 +148,14 @@ def ratio_interval(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a degenerate resample distribution is a valid, zero-width interval here
         result = bootstrap(
-            data, statistic, n_resamples=BOOTSTRAP_RESAMPLES, confidence_level=1 - alpha, method="percentile",
-            vectorized=True, paired=False, rng=rng,
+            data,
+            statistic,
+            n_resamples=BOOTSTRAP_RESAMPLES,
+            confidence_level=1 - alpha,
+            method="percentile",
+            vectorized=True,
+            paired=False,
+            rng=rng,
         )
     low, high = result.confidence_interval
     if math.isnan(low) or math.isnan(high):  # all resamples equal: no spread
@@ -158,7 +174,12 @@ def verdict_of(low: float, high: float, threshold: float) -> str:
 
 
 def compare_samples(
-    key: tuple[str, ...], base: RowSamples, new: RowSamples, threshold: float, alpha: float, rng: np.random.Generator,
+    key: tuple[str, ...],
+    base: RowSamples,
+    new: RowSamples,
+    threshold: float,
+    alpha: float,
+    rng: np.random.Generator,
     paired: bool = False,
 ) -> RowComparison:
     base_median, new_median = float(np.median(base.values)), float(np.median(new.values))
@@ -208,7 +229,11 @@ def _differences(base: pd.DataFrame, new: pd.DataFrame, columns: tuple[str, ...]
 
 
 def compare_reports(
-    base_csv: Path | str, new_csv: Path | str, threshold: float = 0.10, alpha: float = DEFAULT_ALPHA, seed: int = 0,
+    base_csv: Path | str,
+    new_csv: Path | str,
+    threshold: float = 0.10,
+    alpha: float = DEFAULT_ALPHA,
+    seed: int = 0,
     paired: bool = False,
 ) -> Comparison:
     """Every row of both reports judged (see the module docstring); ``paired``: round k of each ran side by side."""
@@ -241,15 +266,17 @@ def _machine_differences(base: pd.DataFrame, new: pd.DataFrame) -> list[str]:
     report has is no difference: its rows are simply not compared)."""
     shared = set(base.device.astype(str)) & set(new.device.astype(str))
     if not shared:
-        return [f"device: {', '.join(sorted(set(base.device.astype(str))))} -> {', '.join(sorted(set(new.device.astype(str))))}"]
+        before, after = (", ".join(sorted(set(report.device.astype(str)))) for report in (base, new))
+        return [f"device: {before} -> {after}"]
     return _differences(base[base.device.isin(shared)], new[new.device.isin(shared)], MACHINE_COLUMNS)
 
 
 def comparison_table(comparison: Comparison, threshold: float, alpha: float) -> Table:
     confidence = f"{100 * (1 - alpha):g}%"
     table = Table(
-        title=f"NEW / BASE per unit (a round; an A/B run's rounds are processes, paired); {confidence} bootstrap interval: "
-        f"REGRESSION when above {1 + threshold:.2f}, SAME when within [{1 / (1 + threshold):.3f}, {1 + threshold:.2f}]"
+        title="NEW / BASE per unit (a round; an A/B run's rounds are processes, paired); "
+        f"{confidence} bootstrap interval: REGRESSION when above {1 + threshold:.2f}, "
+        f"SAME when within [{1 / (1 + threshold):.3f}, {1 + threshold:.2f}]"
     )
     numeric = ("base µs", "new µs", "ratio", f"{confidence} CI", "units", "detectable")
     for name in (*KEY_COLUMNS, *numeric, "verdict"):
@@ -257,17 +284,26 @@ def comparison_table(comparison: Comparison, threshold: float, alpha: float) -> 
     styles = {REGRESSION: "bold red", IMPROVEMENT: "green", INCONCLUSIVE: "yellow", SAME: ""}
     for r in comparison.rows:
         table.add_row(
-            *r.key, f"{r.base_median_us:.2f}", f"{r.new_median_us:.2f}", f"{r.ratio:.3f}",
+            *r.key,
+            f"{r.base_median_us:.2f}",
+            f"{r.new_median_us:.2f}",
+            f"{r.ratio:.3f}",
             "-" if math.isnan(r.ci_low) else f"{r.ci_low:.3f}-{r.ci_high:.3f}",
-            f"{r.units}{' pairs' if r.paired else ''}", "-" if math.isnan(r.detectable) else f">= {100 * r.detectable:.0f}%",
+            f"{r.units}{' pairs' if r.paired else ''}",
+            "-" if math.isnan(r.detectable) else f">= {100 * r.detectable:.0f}%",
             f"[{styles[r.verdict]}]{r.verdict}[/]" if styles[r.verdict] else r.verdict,
         )
     return table
 
 
 def main(
-    base: str, new: str, threshold: float = 0.10, alpha: float = DEFAULT_ALPHA, console: Console | None = None,
-    allow_different_machines: bool = False, paired: bool = False,
+    base: str,
+    new: str,
+    threshold: float = 0.10,
+    alpha: float = DEFAULT_ALPHA,
+    console: Console | None = None,
+    allow_different_machines: bool = False,
+    paired: bool = False,
 ) -> int:
     console = console or Console(width=None if Console().is_terminal else 200)
     try:
@@ -279,8 +315,9 @@ def main(
         console.print(
             "[red bold]compare: the two reports come from different machines or runtimes[/] - differing: "
             + "; ".join(comparison.machine_differences)
-            + ".\nTheir ratios would measure the machines, not the code. Measure both builds on one machine in one run: "
-            "`invoke bench --against REF`. To see the table anyway: `invoke bench.compare --allow-different-machines BASE NEW`.",
+            + ".\nTheir ratios would measure the machines, not the code. Measure both builds on one machine in one "
+            "run: `invoke bench --against REF`. To see the table anyway: "
+            "`invoke bench.compare --allow-different-machines BASE NEW`.",
             highlight=False,
         )
         return EXIT_MACHINES_DIFFER
@@ -301,7 +338,10 @@ def main(
     count = len(comparison.regressions)
     if comparison.limit_changes:
         rows = ", ".join(f"{r.key[3]}/{r.key[4]} {r.key[1]}" for r in comparison.limit_changes)
-        console.print(f"[yellow]limit rows slower in NEW (the machine or the process, not the code; not counted):[/] {rows}", highlight=False)
+        console.print(
+            f"[yellow]limit rows slower in NEW (the machine or the process, not the code; not counted):[/] {rows}",
+            highlight=False,
+        )
     inconclusive = sum(r.verdict == INCONCLUSIVE for r in comparison.rows)
     if inconclusive:
         console.print(

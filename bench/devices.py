@@ -22,8 +22,10 @@ def cuda_missing_reason() -> str | None:
         return None
     if torch.version.cuda is None:
         return f"no CUDA device is present: this torch ({torch.__version__}) is a CPU-only build"
-    return (f"no CUDA device is present: torch {torch.__version__} (CUDA {torch.version.cuda}) finds no GPU "
-            "(no device, or no working driver: see nvidia-smi)")
+    return (
+        f"no CUDA device is present: torch {torch.__version__} (CUDA {torch.version.cuda}) finds no GPU "
+        "(no device, or no working driver: see nvidia-smi)"
+    )
 
 
 def present_devices() -> list[str]:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import os
 import socket
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import torch
 
 from bench.machine import cpu_power, machine_id, transparent_huge_pages
+from env.build.toolchain import cpu_model, package_version
 from env.paths import toolchain_record_path
 from env.repo import git_commit
-from env.build.toolchain import cpu_model, package_version
 
 
 def _toolchain() -> dict:
@@ -21,7 +21,7 @@ def _toolchain() -> dict:
 
 
 def utc_timestamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
 def environment_columns(threads: int, device: str, timestamp: str) -> dict[str, object]:

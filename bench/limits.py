@@ -51,7 +51,14 @@ class LimitCase:
 
 def copy_limits(case: OpCase) -> list[tuple[LimitCase, str, Variant]]:
     x = case.x
-    limit = LimitCase(shape=case.shape, dtype=case.dtype, x=x, bytes_moved=2.0 * x.numel() * x.element_size(), workdir=case.workdir, device=case.device)
+    limit = LimitCase(
+        shape=case.shape,
+        dtype=case.dtype,
+        x=x,
+        bytes_moved=2.0 * x.numel() * x.element_size(),
+        workdir=case.workdir,
+        device=case.device,
+    )
 
     def prepare():
         dst = torch.full_like(x, float("nan"))
@@ -59,8 +66,24 @@ def copy_limits(case: OpCase) -> list[tuple[LimitCase, str, Variant]]:
 
     where = "device-to-device " if case.device != "cpu" else ""
     return [
-        (limit, "copy", Variant("into_preallocated", prepare, note=f"{where}dst.copy_(x), dst allocated once; bytes = read x + write dst")),
-        (limit, "copy", Variant("fresh_output", lambda: x.clone, note=f"{where}x.clone(): a new output every call, as an allocating op; bytes = read x + write it")),
+        (
+            limit,
+            "copy",
+            Variant(
+                "into_preallocated",
+                prepare,
+                note=f"{where}dst.copy_(x), dst allocated once; bytes = read x + write dst",
+            ),
+        ),
+        (
+            limit,
+            "copy",
+            Variant(
+                "fresh_output",
+                lambda: x.clone,
+                note=f"{where}x.clone(): a new output every call, as an allocating op; bytes = read x + write it",
+            ),
+        ),
     ]
 
 
@@ -69,8 +92,20 @@ def dispatch_floor(workdir: Path) -> list[tuple[LimitCase, str, Variant]]:
     limit = LimitCase(shape=(1,), dtype=torch.float32, x=x, bytes_moved=math.nan, workdir=workdir)
     alias = torch.ops.aten.alias.default
     return [
-        (limit, "dispatch", Variant("torch_noop", lambda: lambda: alias(x), note="torch.ops.aten.alias.default: no data touched")),
-        (limit, "dispatch", Variant("ort_identity_iobinding", lambda: _ort_identity(x, workdir), note="ONNX Identity graph, IO binding, output buffer reused")),
+        (
+            limit,
+            "dispatch",
+            Variant("torch_noop", lambda: lambda: alias(x), note="torch.ops.aten.alias.default: no data touched"),
+        ),
+        (
+            limit,
+            "dispatch",
+            Variant(
+                "ort_identity_iobinding",
+                lambda: _ort_identity(x, workdir),
+                note="ONNX Identity graph, IO binding, output buffer reused",
+            ),
+        ),
     ]
 
 
@@ -115,6 +150,18 @@ def launch_floor(workdir: Path, device: str = "cuda") -> list[tuple[LimitCase, s
         return Prepared(capture_cuda_graph(empty_kernel(), GRAPH_CALLS, poison=False), calls=GRAPH_CALLS)
 
     return [
-        (limit, "launch", Variant("empty_kernel", empty_kernel, note="torch.cuda._sleep(0): one empty kernel per call")),
-        (limit, "launch", Variant("empty_kernel_graph", empty_graph, note=f"{GRAPH_CALLS} empty kernels in one CUDA graph; time per kernel")),
+        (
+            limit,
+            "launch",
+            Variant("empty_kernel", empty_kernel, note="torch.cuda._sleep(0): one empty kernel per call"),
+        ),
+        (
+            limit,
+            "launch",
+            Variant(
+                "empty_kernel_graph",
+                empty_graph,
+                note=f"{GRAPH_CALLS} empty kernels in one CUDA graph; time per kernel",
+            ),
+        ),
     ]

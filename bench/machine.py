@@ -1,22 +1,22 @@
 """What the machine did while something was timed, besides running it.
 
-  * Other processes: on a small machine shared with other work, a 2-thread op
-    waits for a core whenever anything else runs: its time then measures the
-    neighbours. Each report row records the share of all cores that OTHER
-    processes used during its timed loop (/proc/stat busy time minus this
-    process's CPU time), so a reader - and `invoke compare` - can tell a slow
-    kernel from a busy machine.
-  * Page faults: a call that allocates a large fresh output makes the kernel
-    map (and zero) new 4 KiB pages, and what that costs differs several-fold
-    between machines. The minor page faults of this process (all its threads,
-    getrusage) over the timed loop say how much of a row's time is the OS's.
-  * Transparent huge pages: the kernel's mode decides whether such a fresh
-    output costs one fault per 4 KiB or per 2 MiB.
-  * The power policy: a switch to a power-saving governor or preference, or
-    boost turned off, slows every row; two reports measured under different
-    policies compare the policies. The CPU's (cpufreq) and each GPU's (NVML)
-    are recorded, and `invoke compare` refuses reports whose policies differ.
-  * Which machine: a hash of the machine id, stable across containers.
+* Other processes: on a small machine shared with other work, a 2-thread op
+  waits for a core whenever anything else runs: its time then measures the
+  neighbours. Each report row records the share of all cores that OTHER
+  processes used during its timed loop (/proc/stat busy time minus this
+  process's CPU time), so a reader - and `invoke bench.compare` - can tell a slow
+  kernel from a busy machine.
+* Page faults: a call that allocates a large fresh output makes the kernel
+  map (and zero) new 4 KiB pages, and what that costs differs several-fold
+  between machines. The minor page faults of this process (all its threads,
+  getrusage) over the timed loop say how much of a row's time is the OS's.
+* Transparent huge pages: the kernel's mode decides whether such a fresh
+  output costs one fault per 4 KiB or per 2 MiB.
+* The power policy: a switch to a power-saving governor or preference, or
+  boost turned off, slows every row; two reports measured under different
+  policies compare the policies. The CPU's (cpufreq) and each GPU's (NVML)
+  are recorded, and `invoke bench.compare` refuses reports whose policies differ.
+* Which machine: a hash of the machine id, stable across containers.
 """
 
 from __future__ import annotations
@@ -57,7 +57,10 @@ def _busy_seconds() -> float:
 def snapshot() -> CpuSnapshot:
     usage = resource.getrusage(resource.RUSAGE_SELF)  # microsecond resolution, all threads of this process
     return CpuSnapshot(
-        busy_s=_busy_seconds(), own_s=usage.ru_utime + usage.ru_stime, wall_s=time.monotonic(), minor_faults=usage.ru_minflt
+        busy_s=_busy_seconds(),
+        own_s=usage.ru_utime + usage.ru_stime,
+        wall_s=time.monotonic(),
+        minor_faults=usage.ru_minflt,
     )
 
 
@@ -161,8 +164,11 @@ class CpuPower:
 
     def columns(self) -> dict[str, str]:
         return {
-            "cpu_governor": self.governor, "cpu_epp": self.epp, "cpu_boost": self.boost,
-            "cpu_freq_range_mhz": self.freq_range_mhz, "cpu_cur_mhz": self.cur_mhz,
+            "cpu_governor": self.governor,
+            "cpu_epp": self.epp,
+            "cpu_boost": self.boost,
+            "cpu_freq_range_mhz": self.freq_range_mhz,
+            "cpu_cur_mhz": self.cur_mhz,
         }
 
 

@@ -117,13 +117,16 @@ def add_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     ]
     frame["copy_limit"] = limits
     frame["copy_gbps"] = [
-        copy_gbps.get((r.shape, r.dtype, r.device, limit), math.nan) if limit else math.nan for r, limit in zip(frame.itertuples(), limits)
+        copy_gbps.get((r.shape, r.dtype, r.device, limit), math.nan) if limit else math.nan
+        for r, limit in zip(frame.itertuples(), limits, strict=True)
     ]
     frame["copy_share"] = frame["gbps"] / frame["copy_gbps"]
     share = (frame["minor_faults_per_call"] * fault_cost_us(frame) / frame["median_us"]).clip(upper=1.0)
     # Host faults x the CPU's cost per fault: meaningful for host-clock CPU rows only, not for CUDA-event times.
     frame["page_fault_share"] = share.where(frame["device"] == "cpu")
-    reference = {(r.workload, r.shape, r.dtype, r.device): r.median_us for r in rows(None, *SPEEDUP_REFERENCE).itertuples()}
+    reference = {
+        (r.workload, r.shape, r.dtype, r.device): r.median_us for r in rows(None, *SPEEDUP_REFERENCE).itertuples()
+    }
     frame["speedup_vs_unfused"] = [
         reference.get((r.workload, r.shape, r.dtype, r.device), math.nan) / r.median_us for r in frame.itertuples()
     ]
@@ -132,7 +135,8 @@ def add_ratios(frame: pd.DataFrame) -> pd.DataFrame:
         floors.update({r.device: r.median_us for r in rows("limit", baseline, variant).itertuples()})
     graph_floors = {r.device: r.median_us for r in rows("limit", *GRAPH_FLOOR).itertuples()}
     frame["vs_launch_floor"] = [
-        r.median_us / (graph_floors if r.variant.endswith("graph") else floors).get(r.device, math.nan) for r in frame.itertuples()
+        r.median_us / (graph_floors if r.variant.endswith("graph") else floors).get(r.device, math.nan)
+        for r in frame.itertuples()
     ]
     return frame
 
@@ -151,7 +155,9 @@ def fault_cost_us(frame: pd.DataFrame) -> float:
     """
     # Page faults are the host's: only CPU copies measure them.
     cpu = frame.device == "cpu"
-    copies = frame[cpu & (frame.workload == "limit") & (frame.baseline == "copy")].set_index(["shape", "dtype", "variant"])
+    copies = frame[cpu & (frame.workload == "limit") & (frame.baseline == "copy")].set_index(
+        ["shape", "dtype", "variant"]
+    )
     costs = []
     for shape, dtype, variant in copies.index:
         if variant != FRESH_COPY or (shape, dtype, PREALLOCATED_COPY) not in copies.index:

@@ -102,7 +102,9 @@ def write_plot(frame: pd.DataFrame, path: Path) -> Path:
     for row, device in zip(axes, devices, strict=True):
         _device_panels(row, frame[frame.device == device], device)
     threads = frame.threads.iloc[0] if len(frame) else "?"
-    fig.suptitle(f"fusedbench {frame.timestamp_utc.iloc[0]} - {frame.cpu_model.iloc[0]}, {threads} threads", fontsize=10)
+    fig.suptitle(
+        f"fusedbench {frame.timestamp_utc.iloc[0]} - {frame.cpu_model.iloc[0]}, {threads} threads", fontsize=10
+    )
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
     plt.close(fig)

@@ -68,7 +68,9 @@ def register(baseline: T) -> T:
             raise TypeError(f"baseline {instance!r} has no {attribute!r}: see bench.registry.Baseline")
     known = _REGISTRY.get(instance.name)
     if known is not None and type(known) is not type(instance):
-        raise ValueError(f"baseline name {instance.name!r} registered twice ({type(known).__name__}, {type(instance).__name__})")
+        raise ValueError(
+            f"baseline name {instance.name!r} registered twice ({type(known).__name__}, {type(instance).__name__})"
+        )
     _REGISTRY[instance.name] = instance
     return baseline
 

@@ -48,15 +48,31 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("setup_s", "float64", "one-off cost outside the timed loop: torch.compile, export, session creation"),
     ("bytes_moved", "float64", "read x + weight + bias + write y (op level); NaN where not meaningful"),
     ("gbps", "float64", "bytes_moved / median time"),
-    ("copy_gbps", "float64", "measured copy bandwidth at the same size, shape, dtype and device (copy_limit says which copy)"),
+    (
+        "copy_gbps",
+        "float64",
+        "measured copy bandwidth at the same size, shape, dtype and device (copy_limit says which copy)",
+    ),
     ("copy_share", "float64", "gbps / copy_gbps"),
-    ("copy_limit", "string", "the copy of copy_gbps: fresh_output (x.clone(); variants that allocate their output) or into_preallocated"),
+    (
+        "copy_limit",
+        "string",
+        "the copy of copy_gbps: fresh_output (x.clone(); variants that allocate their output) or into_preallocated",
+    ),
     ("speedup_vs_unfused", "float64", "median of unfused/call over this median, same workload/shape/dtype/device"),
-    ("vs_launch_floor", "float64", "this median over the device's cheapest call: CPU dispatch/torch_noop; "
-     "CUDA launch/empty_kernel (graph variants: launch/empty_kernel_graph)"),
+    (
+        "vs_launch_floor",
+        "float64",
+        "this median over the device's cheapest call: CPU dispatch/torch_noop; "
+        "CUDA launch/empty_kernel (graph variants: launch/empty_kernel_graph)",
+    ),
     ("timer_resolution_ns", "float64", "measured perf_counter_ns resolution"),
-    ("timer", "string", "perf_counter (host clock) | cuda_events (L2 warm: calls back to back) | "
-     "cuda_events+l2_flush (L2 overwritten before each call)"),
+    (
+        "timer",
+        "string",
+        "perf_counter (host clock) | cuda_events (L2 warm: calls back to back) | "
+        "cuda_events+l2_flush (L2 overwritten before each call)",
+    ),
     ("timestamp_utc", "string", "start of the run"),
     ("host", "string", ""),
     ("git_commit", "string", "HEAD, with -dirty when the work tree has changes"),
@@ -70,16 +86,32 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("device", "string", "cpu, or the GPU model"),
     ("cpu_allocator", "string", "thp when THP_MEM_ALLOC_ENABLE=1 (torch madvises huge pages), else default"),
     ("other_cpu_share", "float64", "share of all cores other processes used while timing (all rounds; NaN if < 0.1 s)"),
-    ("minor_faults_per_call", "float64", "minor page faults of the process per call while timing (getrusage, all threads)"),
-    ("page_fault_share", "float64", "est. share of the median spent serving page faults: faults/call x this run's µs per fault / median"),
+    (
+        "minor_faults_per_call",
+        "float64",
+        "minor page faults of the process per call while timing (getrusage, all threads)",
+    ),
+    (
+        "page_fault_share",
+        "float64",
+        "est. share of the median spent serving page faults: faults/call x this run's µs per fault / median",
+    ),
     ("thp", "string", "transparent huge pages as the kernel reports them: enabled=<mode> defrag=<mode>"),
-    ("machine_id", "string", "hash of /etc/machine-id (one per host, containers included; FUSEDBENCH_MACHINE_ID overrides)"),
+    (
+        "machine_id",
+        "string",
+        "hash of /etc/machine-id (one per host, containers included; FUSEDBENCH_MACHINE_ID overrides)",
+    ),
     ("cpu_governor", "string", "cpufreq scaling governor, or 'not exposed'"),
     ("cpu_epp", "string", "cpufreq energy_performance_preference, or 'not exposed'"),
     ("cpu_boost", "string", "boost/turbo: on | off | not exposed"),
     ("cpu_freq_range_mhz", "string", "cpufreq scaling min-max, MHz, or 'not exposed'"),
     ("cpu_cur_mhz", "string", "cpufreq current frequency when the run started, MHz (a state, not compared)"),
-    ("gpu_policy", "string", "CUDA rows (NVML): application clocks, power limit, persistence, compute mode, ECC; empty on CPU"),
+    (
+        "gpu_policy",
+        "string",
+        "CUDA rows (NVML): application clocks, power limit, persistence, compute mode, ECC; empty on CPU",
+    ),
     ("gpu_clocks", "string", "CUDA rows (NVML): SM and memory clocks when the run started (a state, not compared)"),
     ("note", "string", "what else a reader needs (fused ORT nodes, compile mode, ...)"),
     # Serving rows (workload "serve", bench/serve): one row per configuration, samples = per-request latency.
@@ -196,7 +228,9 @@ def _write_samples(path: Path, keys: Sequence[tuple[str, ...]], samples: Mapping
             keys=np.array(keys, dtype=str).reshape(len(keys), len(KEY_COLUMNS)),
             counts=np.array([len(r.values) for r in rows], dtype=np.int64),
             samples_us=np.concatenate([np.asarray(r.values, dtype=np.float64) for r in rows]) if rows else np.empty(0),
-            rounds=np.concatenate([np.asarray(r.rounds, dtype=np.int16) for r in rows]) if rows else np.empty(0, np.int16),
+            rounds=np.concatenate([np.asarray(r.rounds, dtype=np.int16) for r in rows])
+            if rows
+            else np.empty(0, np.int16),
         )
 
 
@@ -206,7 +240,9 @@ def read_report(csv: Path | str) -> pd.DataFrame:
     if not csv.is_file():
         raise ReportError(f"{csv}: no such report file")
     try:
-        frame = pd.read_csv(csv, dtype={name: dtype for name, dtype, _ in COLUMNS if dtype == "string"}, keep_default_na=True)
+        frame = pd.read_csv(
+            csv, dtype={name: dtype for name, dtype, _ in COLUMNS if dtype == "string"}, keep_default_na=True
+        )
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
         raise ReportError(f"{csv}: not a fusedbench report CSV ({error})") from error
     if "schema_version" not in frame.columns or not set(KEY_COLUMNS) <= set(frame.columns):

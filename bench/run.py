@@ -141,7 +141,9 @@ def _prefix(device: str) -> str:
     return "" if device == "cpu" else f"{device} "  # the CPU is the default device: its labels carry no prefix
 
 
-def _op_jobs(shape: tuple[int, ...], dtype: torch.dtype, device: str, baselines: list[Baseline], workdir: Path) -> list[Job]:
+def _op_jobs(
+    shape: tuple[int, ...], dtype: torch.dtype, device: str, baselines: list[Baseline], workdir: Path
+) -> list[Job]:
     case = _LazyCase(lambda: OpCase.create(shape, dtype, workdir, device=device))
     label = f"{_prefix(device)}op {shape_label(shape)} {dtype_name(dtype)}"
     jobs = [Job(f"{label} copy", lambda: iter(copy_limits(case.get())))]
@@ -149,7 +151,9 @@ def _op_jobs(shape: tuple[int, ...], dtype: torch.dtype, device: str, baselines:
     return jobs
 
 
-def _model_jobs(name: str, batch: int, seq: int, dtype: torch.dtype, device: str, baselines: list[Baseline], workdir: Path) -> list[Job]:
+def _model_jobs(
+    name: str, batch: int, seq: int, dtype: torch.dtype, device: str, baselines: list[Baseline], workdir: Path
+) -> list[Job]:
     case = _LazyCase(lambda: ModelCase.create(name, batch, seq, dtype, workdir, device=device))
     label = f"{_prefix(device)}model {name} {batch}x{seq} {dtype_name(dtype)}"
     return [_baseline_job(label, b, case, release=i == len(baselines) - 1) for i, b in enumerate(baselines)]
@@ -258,11 +262,15 @@ class _Measured:
     timer: str  # the report's "timer" column
 
 
-def _time(case, prepared: Prepared, config: TimingConfig, settings: RunSettings, block: int | None) -> tuple[Timing, str]:
+def _time(
+    case, prepared: Prepared, config: TimingConfig, settings: RunSettings, block: int | None
+) -> tuple[Timing, str]:
     """The host clock on the CPU (or where the call synchronises itself), CUDA events on a GPU."""
     if case.device == "cpu" or prepared.timer == "perf_counter":
         timing = measure(prepared.call, config, settings.resolution_ns, block)
-        return replace(timing, samples_us=timing.samples_us / prepared.calls, calls=timing.calls * prepared.calls), "perf_counter"
+        return replace(
+            timing, samples_us=timing.samples_us / prepared.calls, calls=timing.calls * prepared.calls
+        ), "perf_counter"
     flush = settings.flush_for(case)
     timing = measure_cuda(prepared.call, config, block, flush, prepared.calls)
     return timing, "cuda_events+l2_flush" if flush is not None else "cuda_events"
@@ -279,13 +287,32 @@ def _measure(case, variant: Variant, config: TimingConfig, settings: RunSettings
     return _Measured(timing, setup_s + prepared.reused_setup_s, prepared.note or variant.note, timer)
 
 
-def _run_variant(case, baseline: str, variant: Variant, round_index: int, config: TimingConfig, settings: RunSettings, results: Results) -> None:
+def _run_variant(
+    case,
+    baseline: str,
+    variant: Variant,
+    round_index: int,
+    config: TimingConfig,
+    settings: RunSettings,
+    results: Results,
+) -> None:
     device = device_label(case.device)
-    key = RowKey(workload=case.workload, shape=shape_label(case.shape), dtype=dtype_name(case.dtype), baseline=baseline,
-                 variant=variant.name, device=device)
+    key = RowKey(
+        workload=case.workload,
+        shape=shape_label(case.shape),
+        dtype=dtype_name(case.dtype),
+        baseline=baseline,
+        variant=variant.name,
+        device=device,
+    )
     if key in results.dropped:
         return
-    where = _prefix(case.device) + " ".join(key[:3]) + f" {baseline}/{variant.name}" + (f" (round {round_index + 1})" if round_index else "")
+    where = (
+        _prefix(case.device)
+        + " ".join(key[:3])
+        + f" {baseline}/{variant.name}"
+        + (f" (round {round_index + 1})" if round_index else "")
+    )
     row = results.measured.get(key)
     try:
         measured = _measure(case, variant, config, settings, row.block if row else None)
@@ -298,7 +325,9 @@ def _run_variant(case, baseline: str, variant: Variant, round_index: int, config
     else:
         if row is None:
             info = metrics.CaseInfo.of(case, device)
-            row = results.measured[key] = MeasuredRow(info, baseline, variant.name, measured.note, measured.setup_s, measured.timing.block, measured.timer)
+            row = results.measured[key] = MeasuredRow(
+                info, baseline, variant.name, measured.note, measured.setup_s, measured.timing.block, measured.timer
+            )
         row.timings.append(measured.timing)
         return
     results.drop(key)
@@ -330,17 +359,38 @@ def run_round(
 # --- step 3: record -------------------------------------------------------------------------
 
 
-def record_results(results: Results, settings: RunSettings, env: dict[str, object], out_dir: Path | None, started: float) -> Outcome:
+def record_results(
+    results: Results, settings: RunSettings, env: dict[str, object], out_dir: Path | None, started: float
+) -> Outcome:
     """Pool each row's rounds, add the ratios, write the report (CSV, samples, plot)."""
     skipped = list(dict.fromkeys(results.skipped))  # a job-level skip repeats every round
     failures = list(dict.fromkeys(results.failures))
     rows, samples = [], {}
     for key, row in results.measured.items():
         timing, row_samples = row.pooled(settings.config.warmup)
-        rows.append(metrics.measurement_row(row.case, row.baseline, row.variant, row.note, timing, row.setup_s, settings.resolution_ns, env, settings.rounds, row.timer))
+        rows.append(
+            metrics.measurement_row(
+                row.case,
+                row.baseline,
+                row.variant,
+                row.note,
+                timing,
+                row.setup_s,
+                settings.resolution_ns,
+                env,
+                settings.rounds,
+                row.timer,
+            )
+        )
         samples[key] = row_samples
     if not rows:
-        return Outcome(paths=None, frame=None, failures=failures or ["nothing was measured"], skipped=skipped, seconds=time.perf_counter() - started)
+        return Outcome(
+            paths=None,
+            frame=None,
+            failures=failures or ["nothing was measured"],
+            skipped=skipped,
+            seconds=time.perf_counter() - started,
+        )
     frame = to_frame(metrics.add_ratios(to_frame(rows)))
     paths = write_report(_unique_csv(reports_dir(out_dir), str(env["timestamp_utc"]), str(env["host"])), frame, samples)
     from bench.plot import write_plot
@@ -365,8 +415,12 @@ def _unique_csv(directory: Path, timestamp: str, host: str) -> Path:
 def run_settings(options: BenchOptions) -> RunSettings:
     if options.rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {options.rounds}")
-    config = TimingConfig(warmup=options.warmup, budget_s=options.budget_s or BUDGET_S[options.mode], min_samples=MIN_SAMPLES)
-    return RunSettings(config=config, rounds=options.rounds, resolution_ns=timer_resolution_ns(), l2_flush=options.l2_flush)
+    config = TimingConfig(
+        warmup=options.warmup, budget_s=options.budget_s or BUDGET_S[options.mode], min_samples=MIN_SAMPLES
+    )
+    return RunSettings(
+        config=config, rounds=options.rounds, resolution_ns=timer_resolution_ns(), l2_flush=options.l2_flush
+    )
 
 
 def validate(options: BenchOptions) -> tuple[list[Baseline], list[str]]:
@@ -404,19 +458,27 @@ def _run_bench(options: BenchOptions, console: Console) -> Outcome:
     env = environment_columns(threads, "cpu", utc_timestamp())  # "device" is set per row
     names = [device_label(d) for d in devices]
     dtypes = {options.dtype or GRIDS[d].dtypes for d in devices}
-    dtype_text = dtypes.pop() if len(dtypes) == 1 else "; ".join(f"{d} {options.dtype or GRIDS[d].dtypes}" for d in devices)
+    dtype_text = (
+        dtypes.pop() if len(dtypes) == 1 else "; ".join(f"{d} {options.dtype or GRIDS[d].dtypes}" for d in devices)
+    )
     console.print(
         f"[bold]fusedbench[/] {options.mode} run on {', '.join(names)}: "
         f"baselines {[b.name for b in baselines if b.devices & set(devices)]}, "
         f"dtype {dtype_text}, "
         f"{threads} threads, warm-up {settings.config.warmup} calls, {settings.config.budget_s:g} s per variant over "
         f"{settings.rounds} rounds, timer resolution {settings.resolution_ns:.0f} ns"
-        + ("" if devices == ["cpu"] else f"; CUDA: events, "
-        f"L2 {'flushed before each call that fits in it' if options.l2_flush else 'warm (calls back to back)'}")
+        + (
+            ""
+            if devices == ["cpu"]
+            else f"; CUDA: events, "
+            f"L2 {'flushed before each call that fits in it' if options.l2_flush else 'warm (calls back to back)'}"
+        )
     )
     results = Results()
     if options.baseline.strip() != "all":  # named but not runnable on any device measured: say so
-        results.skipped += [f"{b.name}: runs on {', '.join(sorted(b.devices))} only" for b in baselines if not b.devices & set(devices)]
+        results.skipped += [
+            f"{b.name}: runs on {', '.join(sorted(b.devices))} only" for b in baselines if not b.devices & set(devices)
+        ]
     with tempfile.TemporaryDirectory(prefix="fusedbench-") as tmp:
         jobs = plan_jobs(options, Path(tmp))
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -425,7 +487,9 @@ def _run_bench(options: BenchOptions, console: Console) -> Outcome:
             for round_index in range(settings.rounds):
 
                 def on_job(job: Job, round_index=round_index) -> None:
-                    progress.update(task, advance=1, description=f"round {round_index + 1}/{settings.rounds}: {job.label}")
+                    progress.update(
+                        task, advance=1, description=f"round {round_index + 1}/{settings.rounds}: {job.label}"
+                    )
 
                 run_round(jobs, round_index, settings, results, on_job)
     return record_results(results, settings, env, options.out_dir, started)

@@ -23,17 +23,42 @@ def summary_table(frame) -> Table:
         show_lines=False,
     )
     for name, justify in (
-        ("device", "left"), ("workload", "left"), ("shape", "left"), ("dtype", "left"), ("baseline", "left"),
-        ("variant", "left"), ("n", "right"), ("median µs", "right"), ("p99 µs", "right"), ("IQR µs", "right"), ("GB/s", "right"),
-        ("% copy", "right"), ("speed-up", "right"), ("setup s", "right"), ("faults/call", "right"), ("PF", "left"),
+        ("device", "left"),
+        ("workload", "left"),
+        ("shape", "left"),
+        ("dtype", "left"),
+        ("baseline", "left"),
+        ("variant", "left"),
+        ("n", "right"),
+        ("median µs", "right"),
+        ("p99 µs", "right"),
+        ("IQR µs", "right"),
+        ("GB/s", "right"),
+        ("% copy", "right"),
+        ("speed-up", "right"),
+        ("setup s", "right"),
+        ("faults/call", "right"),
+        ("PF", "left"),
     ):
         table.add_column(name, justify=justify)
     bound = page_fault_bound(frame)
     for r, is_bound in zip(frame.itertuples(), bound, strict=True):
         table.add_row(
-            r.device, r.workload, r.shape, r.dtype, r.baseline, r.variant, str(r.n), _fmt(r.median_us, ".2f"), _fmt(r.p99_us, ".2f"),
-            _fmt(r.iqr_us, ".2f"), _fmt(r.gbps, ".1f"), _fmt(100 * r.copy_share, ".0f"), _fmt(r.speedup_vs_unfused, ".2f"),
-            _fmt(r.setup_s, ".2f"), _fmt(r.minor_faults_per_call, ".0f"),
+            r.device,
+            r.workload,
+            r.shape,
+            r.dtype,
+            r.baseline,
+            r.variant,
+            str(r.n),
+            _fmt(r.median_us, ".2f"),
+            _fmt(r.p99_us, ".2f"),
+            _fmt(r.iqr_us, ".2f"),
+            _fmt(r.gbps, ".1f"),
+            _fmt(100 * r.copy_share, ".0f"),
+            _fmt(r.speedup_vs_unfused, ".2f"),
+            _fmt(r.setup_s, ".2f"),
+            _fmt(r.minor_faults_per_call, ".0f"),
             f"[yellow]PF {100 * r.page_fault_share:.0f}%[/]" if is_bound else "",
         )
     return table
@@ -61,7 +86,11 @@ def print_summary(outcome, console: Console) -> None:
         if targets:
             console.print("[bold]targets[/] (ratios within this run and device; CPU: fp32 rows)")
             for target in targets:
-                mark = "[green]met[/]" if target.met else ("[red]MISSED[/]" if target.met is False else "[yellow]not measured[/]")
+                mark = (
+                    "[green]met[/]"
+                    if target.met
+                    else ("[red]MISSED[/]" if target.met is False else "[yellow]not measured[/]")
+                )
                 console.print(f"  {mark}  {target.name}: {target.detail}")
         faults = page_fault_line(outcome.frame)
         if faults:
@@ -73,9 +102,15 @@ def print_summary(outcome, console: Console) -> None:
     if outcome.frame is not None and outcome.frame.other_cpu_share.notna().any():
         share = outcome.frame.other_cpu_share
         busy = int((share > BUSY_SHARE).sum())
-        line = f"other processes' share of the CPU while timing: "
+        line = "other processes' share of the CPU while timing: "
         f"median {100 * share.median():.0f}%, max {100 * share.max():.0f}%"
-        console.print(line + (f" - [yellow]{busy} row(s) above {100 * BUSY_SHARE:.0f}%: re-run on a quiet machine[/]" if busy else ""))
+        console.print(
+            line
+            + (f" - [yellow]{busy} row(s) above {100 * BUSY_SHARE:.0f}%: re-run on a quiet machine[/]" if busy else "")
+        )
     if outcome.paths is not None:
         console.print(f"report  {outcome.paths.csv}\nsamples {outcome.paths.samples}\nplot    {outcome.paths.plot}")
-    console.print(f"{outcome.seconds:.0f} s; " + (f"[red]{len(outcome.failures)} failure(s)[/]" if outcome.failures else "no failures"))
+    console.print(
+        f"{outcome.seconds:.0f} s; "
+        + (f"[red]{len(outcome.failures)} failure(s)[/]" if outcome.failures else "no failures")
+    )

@@ -12,8 +12,8 @@ each GPU's rows, the dtype named in each.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import pandas as pd
 
@@ -47,7 +47,12 @@ class TargetResult:
 
 
 def _median(frame: pd.DataFrame, workload: str, shape: str, baseline: str, variant: str) -> float | None:
-    hit = frame[(frame.workload == workload) & (frame["shape"] == shape) & (frame.baseline == baseline) & (frame.variant == variant)]
+    hit = frame[
+        (frame.workload == workload)
+        & (frame["shape"] == shape)
+        & (frame.baseline == baseline)
+        & (frame.variant == variant)
+    ]
     return float(hit.median_us.iloc[0]) if len(hit) else None
 
 
@@ -67,7 +72,10 @@ def _speedup_over_unfused(need: float, shapes: Callable[[pd.DataFrame], list[str
     def measure(frame: pd.DataFrame) -> list[Check]:
         checks = []
         for shape in shapes(frame):
-            unfused, fused = _median(frame, "op", shape, "unfused", "call"), _median(frame, "op", shape, "fused", "call")
+            unfused, fused = (
+                _median(frame, "op", shape, "unfused", "call"),
+                _median(frame, "op", shape, "fused", "call"),
+            )
             if unfused and fused:
                 checks.append((f"{shape} {unfused / fused:.1f}x", unfused / fused >= need))
         return checks
@@ -106,7 +114,10 @@ def _copy_share_of(variant: str, need: float, copy_limit: str):
 def _ort_custom_vs_out_variant(frame: pd.DataFrame) -> list[Check]:
     checks = []
     for shape in _op_shapes(frame):
-        out, custom = _median(frame, "op", shape, "fused", "out"), _median(frame, "op", shape, "ort", "custom-iobinding")
+        out, custom = (
+            _median(frame, "op", shape, "fused", "out"),
+            _median(frame, "op", shape, "ort", "custom-iobinding"),
+        )
         if out and custom:
             checks.append((f"{shape} custom/out {custom / out:.2f}", custom <= ORT_MARGIN * out))
     return checks
@@ -120,7 +131,9 @@ def _ort_custom_vs_standard(frame: pd.DataFrame) -> list[Check]:
             standard = _median(rows, workload, shape, "ort", f"standard-{mode}")
             custom = _median(rows, workload, shape, "ort", f"custom-{mode}")
             if standard and custom:
-                checks.append((f"{workload} {shape} {mode} custom/standard {custom / standard:.2f}", custom <= 1.10 * standard))
+                checks.append(
+                    (f"{workload} {shape} {mode} custom/standard {custom / standard:.2f}", custom <= 1.10 * standard)
+                )
     return checks
 
 
@@ -138,21 +151,36 @@ def _model_small_batch(frame: pd.DataFrame) -> list[Check]:
 # --- the table --------------------------------------------------------------------
 
 TARGETS: tuple[Target, ...] = (
-    Target(f"fused vs unfused at {DISPATCH_BOUND}: >= 5x",
-           _speedup_over_unfused(5.0, lambda frame: [s for s in _op_shapes(frame) if s == DISPATCH_BOUND])),
-    Target("fused vs unfused at every larger op shape: >= 3x",
-           _speedup_over_unfused(3.0, lambda frame: [s for s in _op_shapes(frame) if s != DISPATCH_BOUND])),
+    Target(
+        f"fused vs unfused at {DISPATCH_BOUND}: >= 5x",
+        _speedup_over_unfused(5.0, lambda frame: [s for s in _op_shapes(frame) if s == DISPATCH_BOUND]),
+    ),
+    Target(
+        "fused vs unfused at every larger op shape: >= 3x",
+        _speedup_over_unfused(3.0, lambda frame: [s for s in _op_shapes(frame) if s != DISPATCH_BOUND]),
+    ),
     Target("fused vs torch.compile and F.rms_norm at every op shape: faster", _faster_than_compiled_and_native),
-    Target(f"fused out variant at every op shape (16 KiB to 256 MiB): >= {100 * CPU_COPY_SHARE:.0f}% of the copy "
-           "into a preallocated buffer", _copy_share_of("out", CPU_COPY_SHARE, "into_preallocated")),
-    Target(f"fused allocating call at every op shape: >= {100 * CPU_COPY_SHARE:.0f}% of the fresh-output copy",
-           _copy_share_of("call", CPU_COPY_SHARE, "fresh_output")),
-    Target(f"fused out variant in bfloat16 and float16 at every op shape: >= {100 * CPU_16BIT_COPY_SHARE:.0f}% of "
-           "the copy into a preallocated buffer", _copy_share_of("out", CPU_16BIT_COPY_SHARE, "into_preallocated"),
-           dtypes=("bfloat16", "float16")),
+    Target(
+        f"fused out variant at every op shape (16 KiB to 256 MiB): >= {100 * CPU_COPY_SHARE:.0f}% of the copy "
+        "into a preallocated buffer",
+        _copy_share_of("out", CPU_COPY_SHARE, "into_preallocated"),
+    ),
+    Target(
+        f"fused allocating call at every op shape: >= {100 * CPU_COPY_SHARE:.0f}% of the fresh-output copy",
+        _copy_share_of("call", CPU_COPY_SHARE, "fresh_output"),
+    ),
+    Target(
+        f"fused out variant in bfloat16 and float16 at every op shape: >= {100 * CPU_16BIT_COPY_SHARE:.0f}% of "
+        "the copy into a preallocated buffer",
+        _copy_share_of("out", CPU_16BIT_COPY_SHARE, "into_preallocated"),
+        dtypes=("bfloat16", "float16"),
+    ),
     Target("ORT custom-op route vs ORT standard route: within 10%", _ort_custom_vs_standard),
-    Target(f"ORT custom node (io-binding) vs the fused out variant at every op shape: within "
-           f"{100 * (ORT_MARGIN - 1):.0f}%", _ort_custom_vs_out_variant),
+    Target(
+        f"ORT custom node (io-binding) vs the fused out variant at every op shape: within "
+        f"{100 * (ORT_MARGIN - 1):.0f}%",
+        _ort_custom_vs_out_variant,
+    ),
     Target(f"sequence model at its smallest batch, unfused/fused: >= {MODEL_MARGIN}x", _model_small_batch),
 )
 
@@ -168,8 +196,13 @@ def _copy_share_at(dtype: str, shapes: tuple[str, ...], need: float):
     def measure(frame: pd.DataFrame) -> list[Check]:
         checks = []
         for shape in shapes:
-            hit = frame[(frame.workload == "op") & (frame["shape"] == shape) & (frame.dtype == dtype)
-                        & (frame.baseline == "fused") & (frame.variant == "call")]
+            hit = frame[
+                (frame.workload == "op")
+                & (frame["shape"] == shape)
+                & (frame.dtype == dtype)
+                & (frame.baseline == "fused")
+                & (frame.variant == "call")
+            ]
             if len(hit):
                 share = float(hit.copy_share.iloc[0])
                 checks.append((f"{shape} {100 * share:.0f}% of copy", share >= need))
@@ -180,8 +213,13 @@ def _copy_share_at(dtype: str, shapes: tuple[str, ...], need: float):
 
 def _launch_floor_ratio(variant: str):
     def measure(frame: pd.DataFrame) -> list[Check]:
-        hit = frame[(frame.workload == "op") & (frame["shape"] == DISPATCH_BOUND) & (frame.dtype == "float32")
-                    & (frame.baseline == "fused") & (frame.variant == variant)]
+        hit = frame[
+            (frame.workload == "op")
+            & (frame["shape"] == DISPATCH_BOUND)
+            & (frame.dtype == "float32")
+            & (frame.baseline == "fused")
+            & (frame.variant == variant)
+        ]
         if not len(hit) or pd.isna(hit.vs_launch_floor.iloc[0]):
             return []
         ratio = float(hit.vs_launch_floor.iloc[0])
@@ -202,14 +240,22 @@ def _faster_than_gpu_peers(frame: pd.DataFrame) -> list[Check]:
 
 
 GPU_TARGETS: tuple[Target, ...] = (
-    Target(f"fused at {' and '.join(GPU_BANDWIDTH_SHAPES)} bfloat16: "
-    f">= {100 * GPU_COPY_SHARE:.0f}% of device-to-device copy bandwidth",
-           _copy_share_at("bfloat16", GPU_BANDWIDTH_SHAPES, GPU_COPY_SHARE)),
-    Target(f"fused at {DISPATCH_BOUND} float32 replayed from a CUDA graph: within 30% of an empty kernel's replay",
-           _launch_floor_ratio("graph")),
-    Target(f"fused at {DISPATCH_BOUND} float32 called from Python: within 30% of an empty kernel's launch",
-           _launch_floor_ratio("call")),
-    Target("fused vs F.rms_norm, torch.compile and Liger at every CUDA op shape and dtype: faster", _faster_than_gpu_peers),
+    Target(
+        f"fused at {' and '.join(GPU_BANDWIDTH_SHAPES)} bfloat16: "
+        f">= {100 * GPU_COPY_SHARE:.0f}% of device-to-device copy bandwidth",
+        _copy_share_at("bfloat16", GPU_BANDWIDTH_SHAPES, GPU_COPY_SHARE),
+    ),
+    Target(
+        f"fused at {DISPATCH_BOUND} float32 replayed from a CUDA graph: within 30% of an empty kernel's replay",
+        _launch_floor_ratio("graph"),
+    ),
+    Target(
+        f"fused at {DISPATCH_BOUND} float32 called from Python: within 30% of an empty kernel's launch",
+        _launch_floor_ratio("call"),
+    ),
+    Target(
+        "fused vs F.rms_norm, torch.compile and Liger at every CUDA op shape and dtype: faster", _faster_than_gpu_peers
+    ),
 )
 
 
@@ -238,7 +284,11 @@ def evaluate_targets(frame: pd.DataFrame, targets: tuple[Target, ...] = TARGETS)
     if "device" not in frame.columns:
         frame = frame.assign(device="cpu")
     cpu = frame[frame.device == "cpu"]
-    results = [_judge_per_thread_count(t, cpu[cpu.dtype.isin(t.dtypes)]) for t in targets] if len(cpu) or not len(frame) else []
+    results = (
+        [_judge_per_thread_count(t, cpu[cpu.dtype.isin(t.dtypes)]) for t in targets]
+        if len(cpu) or not len(frame)
+        else []
+    )
     for device in dict.fromkeys(frame.device[frame.device != "cpu"]):
         results += [_judge(t, frame[frame.device == device], f"{device}: ") for t in GPU_TARGETS]
     return results

@@ -276,7 +276,9 @@ def measure_cuda(
     with gc_disabled():
         cpu_before = machine.snapshot()
         began = time.perf_counter_ns()
-        while len(samples) < config.max_samples and (len(samples) < config.min_samples or time.perf_counter_ns() - began < budget_ns):
+        while len(samples) < config.max_samples and (
+            len(samples) < config.min_samples or time.perf_counter_ns() - began < budget_ns
+        ):
             events = []
             for _ in range(SAMPLES_PER_SYNC):
                 if flush is not None:
@@ -294,7 +296,9 @@ def measure_cuda(
     return Timing.sampled(samples_us, block, config.warmup, cpu_before, cpu_after, calls_per_call)
 
 
-def capture_cuda_graph(call: Callable[[], object], calls: int = GRAPH_CALLS, poison: bool = True) -> Callable[[], object]:
+def capture_cuda_graph(
+    call: Callable[[], object], calls: int = GRAPH_CALLS, poison: bool = True
+) -> Callable[[], object]:
     """``calls`` calls of ``call`` captured in one CUDA graph; returns a replay that returns the last call's output.
 
     The call is warmed up on a side stream first (lazy initialisation and

@@ -127,7 +127,9 @@ class ModelCase:
     _reference: Tensor | None = field(default=None, init=False, repr=False)
 
     @classmethod
-    def create(cls, label: str, batch: int, seq: int, dtype: torch.dtype, workdir: Path, seed: int = 0, device: str = "cpu") -> ModelCase:
+    def create(
+        cls, label: str, batch: int, seq: int, dtype: torch.dtype, workdir: Path, seed: int = 0, device: str = "cpu"
+    ) -> ModelCase:
         d_model = build_model("unfused").config.d_model
         x = example_input(batch, seq, d_model, generator=torch.Generator().manual_seed(seed), dtype=dtype).to(device)
         x = placed(x)

@@ -71,12 +71,29 @@ def step_build(args: GpuCheckOptions) -> dict:
 
 def run_pytest(args: GpuCheckOptions, name: str, pytest_args: list[str], prefix: list[str] = ()) -> dict:
     junit = args.out / f"{name}.xml"
-    command = [*prefix, sys.executable, "-m", "pytest", *pytest_args, "-q", "-rs", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+    command = [
+        *prefix,
+        sys.executable,
+        "-m",
+        "pytest",
+        *pytest_args,
+        "-q",
+        "-rs",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={junit}",
+    ]
     log(f"{name}: {' '.join(command)}")
     with open(args.out / f"{name}.log", "w") as output:
         try:
-            code = subprocess.run(command, cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT,
-                                  timeout=args.test_timeout_s, check=False).returncode
+            code = subprocess.run(
+                command,
+                cwd=REPO_ROOT,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                timeout=args.test_timeout_s,
+                check=False,
+            ).returncode
         except subprocess.TimeoutExpired:
             return {"status": f"timed out after {args.test_timeout_s} s", "log": f"{name}.log"}
     # pytest: 0 passed, 5 nothing collected (every test deselected); anything else is a failure.
@@ -99,8 +116,12 @@ def step_tests(args: GpuCheckOptions, cuda: bool) -> dict:
 def step_bench(args: GpuCheckOptions, cuda: bool) -> dict:
     from bench.run import BenchOptions, main
 
-    options = BenchOptions(baseline=args.baseline, device="cuda" if cuda else "cpu", quick=args.quick or not cuda,
-                           out_dir=args.out / "reports")
+    options = BenchOptions(
+        baseline=args.baseline,
+        device="cuda" if cuda else "cpu",
+        quick=args.quick or not cuda,
+        out_dir=args.out / "reports",
+    )
     log(f"bench: --device {options.device} --baseline {options.baseline}" + (" --quick" if options.quick else ""))
     try:
         code = main(options)
@@ -143,8 +164,12 @@ def main(args: GpuCheckOptions) -> int:
         log(f"{reason}: running the CPU path (as --dry-run)")
     import torch
 
-    summary.update(torch=torch.__version__, cuda=str(torch.version.cuda), dry_run=not cuda,
-                   device=torch.cuda.get_device_name() if cuda else f"cpu ({reason or '--dry-run'})")
+    summary.update(
+        torch=torch.__version__,
+        cuda=str(torch.version.cuda),
+        dry_run=not cuda,
+        device=torch.cuda.get_device_name() if cuda else f"cpu ({reason or '--dry-run'})",
+    )
     if not args.no_tests:
         summary["steps"].update(step_tests(args, cuda))
     summary["steps"]["bench"] = step_bench(args, cuda)

@@ -35,20 +35,26 @@ def fused_norm_out(x: Tensor, weight: Tensor, bias: Tensor, eps: float, out: Ten
 
 
 def _check_args(op: str, x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> None:
-    torch._check_value(x.dim() >= 1, lambda: f"{op}: x must have at least 1 dimension (the normalised last one), got a 0-dim tensor")
+    torch._check_value(
+        x.dim() >= 1, lambda: f"{op}: x must have at least 1 dimension (the normalised last one), got a 0-dim tensor"
+    )
     torch._check_type(
         x.dtype in TORCH_DTYPES, lambda: f"{op}: x must be {', '.join(NAMES[:-1])} or {NAMES[-1]}, got {x.dtype}"
     )
     for name, param in (("weight", weight), ("bias", bias)):
         torch._check_value(
             param.dim() == 1 and param.shape[0] == x.shape[-1],
-            lambda name=name, param=param: f"{op}: {name} must be a 1-D tensor of length x.size(-1) = {x.shape[-1]}, got shape {list(param.shape)}",
+            lambda name=name, param=param: (
+                f"{op}: {name} must be a 1-D tensor of length x.size(-1) = {x.shape[-1]}, got shape {list(param.shape)}"
+            ),
         )
         torch._check_type(
-            param.dtype == x.dtype, lambda name=name, param=param: f"{op}: {name} must have the dtype of x ({x.dtype}), got {param.dtype}"
+            param.dtype == x.dtype,
+            lambda name=name, param=param: f"{op}: {name} must have the dtype of x ({x.dtype}), got {param.dtype}",
         )
         torch._check(
-            param.device == x.device, lambda name=name, param=param: f"{op}: {name} must be on the device of x ({x.device}), got {param.device}"
+            param.device == x.device,
+            lambda name=name, param=param: f"{op}: {name} must be on the device of x ({x.device}), got {param.device}",
         )
     torch._check_value(eps >= 0.0 and eps != float("inf"), lambda: f"{op}: eps must be a finite number >= 0, got {eps}")
 
@@ -63,5 +69,10 @@ def _fused_norm_fake(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Ten
 @torch.library.register_fake("myops::fused_norm_out")
 def _fused_norm_out_fake(x: Tensor, weight: Tensor, bias: Tensor, eps: float, out: Tensor) -> None:
     _check_args("fused_norm_out", x, weight, bias, eps)
-    torch._check_value(out.shape == x.shape, lambda: f"fused_norm_out: out must have the shape of x {list(x.shape)}, got {list(out.shape)}")
-    torch._check_type(out.dtype == x.dtype, lambda: f"fused_norm_out: out must have the dtype of x ({x.dtype}), got {out.dtype}")
+    torch._check_value(
+        out.shape == x.shape,
+        lambda: f"fused_norm_out: out must have the shape of x {list(x.shape)}, got {list(out.shape)}",
+    )
+    torch._check_type(
+        out.dtype == x.dtype, lambda: f"fused_norm_out: out must have the dtype of x ({x.dtype}), got {out.dtype}"
+    )

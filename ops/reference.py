@@ -75,8 +75,14 @@ def make_generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def activations(shape: tuple[int, ...], dtype: torch.dtype = torch.float32, generator: torch.Generator | None = None,
-                seed: int = 0, device: str | torch.device = "cpu", distribution: str = "rows") -> Tensor:
+def activations(
+    shape: tuple[int, ...],
+    dtype: torch.dtype = torch.float32,
+    generator: torch.Generator | None = None,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    distribution: str = "rows",
+) -> Tensor:
     """x alone, drawn by ``distribution`` (see :data:`DISTRIBUTIONS`)."""
     if distribution not in DISTRIBUTIONS:
         raise ValueError(f"distribution must be one of {sorted(DISTRIBUTIONS)}, got {distribution!r}")
@@ -85,9 +91,15 @@ def activations(shape: tuple[int, ...], dtype: torch.dtype = torch.float32, gene
     return DISTRIBUTIONS[distribution](tuple(shape), g).to(device=device, dtype=dtype)
 
 
-def make_inputs(shape: tuple[int, ...], dtype: torch.dtype = torch.float32, generator: torch.Generator | None = None,
-                seed: int = 0, device: str | torch.device = "cpu", distribution: str = "rows",
-                requires_grad: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+def make_inputs(
+    shape: tuple[int, ...],
+    dtype: torch.dtype = torch.float32,
+    generator: torch.Generator | None = None,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    distribution: str = "rows",
+    requires_grad: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
     """x [*shape], weight and bias [shape[-1]]: weights near 1 and biases small but non-zero, as after training.
 
     weight and bias are drawn first, so they depend on the hidden size and the
@@ -131,14 +143,24 @@ class Tolerance:
 # only the kernel's own error counts. atol covers outputs that cancel to near
 # zero (bias ~ -x_hat * w), where the error is an ulp of the O(1) terms.
 TOLERANCES: dict[torch.dtype, Tolerance] = {
-    torch.float64: Tolerance(1e-12, 1e-12, "double accumulation; 1e-12 leaves room for the summation order over "
-                             "4097 squares (each add errs by <= 2^-53 relative)"),
-    torch.float32: Tolerance(1e-5, 2e-5, "float accumulation in 32 lanes gives a few ulp (~1e-7 relative); 1e-5 is a "
-                             "100x margin that still catches any wrong formula; atol for cancelled outputs up to ~40"),
-    torch.float16: Tolerance(2**-10, 1e-4, "math in float, one rounding at the store: at most half an ulp (2^-11); "
-                             "rtol is one full ulp"),
-    torch.bfloat16: Tolerance(2**-7, 1e-3, "math in float, one rounding at the store: at most half an ulp (2^-8); "
-                              "rtol is one full ulp"),
+    torch.float64: Tolerance(
+        1e-12,
+        1e-12,
+        "double accumulation; 1e-12 leaves room for the summation order over "
+        "4097 squares (each add errs by <= 2^-53 relative)",
+    ),
+    torch.float32: Tolerance(
+        1e-5,
+        2e-5,
+        "float accumulation in 32 lanes gives a few ulp (~1e-7 relative); 1e-5 is a "
+        "100x margin that still catches any wrong formula; atol for cancelled outputs up to ~40",
+    ),
+    torch.float16: Tolerance(
+        2**-10, 1e-4, "math in float, one rounding at the store: at most half an ulp (2^-11); rtol is one full ulp"
+    ),
+    torch.bfloat16: Tolerance(
+        2**-7, 1e-3, "math in float, one rounding at the store: at most half an ulp (2^-8); rtol is one full ulp"
+    ),
 }
 
 # Any implementation that rounds to the dtype between its steps (pow, mean,

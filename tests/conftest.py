@@ -49,8 +49,13 @@ def device(request) -> str:
 # --- seeds of the emulated CUDA tests' random schedules (tests/helpers/emulated_kernels.py) ---------------------
 # Each emulated test runs every fixed order and, per random kind, this many seeds drawn from the run seed above.
 def pytest_addoption(parser):
-    parser.addoption("--emu-seeds", type=int, default=None, metavar="N",
-                     help="random scheduling seeds per emulated CUDA test (default 1; env FUSEDBENCH_EMU_SEEDS)")
+    parser.addoption(
+        "--emu-seeds",
+        type=int,
+        default=None,
+        metavar="N",
+        help="random scheduling seeds per emulated CUDA test (default 1; env FUSEDBENCH_EMU_SEEDS)",
+    )
 
 
 def pytest_configure(config):

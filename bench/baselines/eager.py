@@ -1,7 +1,7 @@
 """Eager torch compositions, one class for two baselines that differ only in the function they call.
 
-  * ``unfused``: the Python composition (pow, mean, add, rsqrt, mul, mul, add) - the reference for speed-ups;
-  * ``native``:  torch's ``F.rms_norm`` plus the bias add - what a user would pick instead of the custom op.
+* ``unfused``: the Python composition (pow, mean, add, rsqrt, mul, mul, add) - the reference for speed-ups;
+* ``native``:  torch's ``F.rms_norm`` plus the bias add - what a user would pick instead of the custom op.
 """
 
 from __future__ import annotations

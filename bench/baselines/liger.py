@@ -36,4 +36,8 @@ class Liger:
         assert isinstance(case, OpCase)
         x, w, b, eps = case.x, case.weight, case.bias, case.eps
         # casting_mode "llama": rstd in float32, the normalised x cast back before the weight (as the op rounds once).
-        return [Variant("call", lambda: lambda: function.apply(x, w, eps) + b, note="LigerRMSNormFunction (Triton) + bias add")]
+        return [
+            Variant(
+                "call", lambda: lambda: function.apply(x, w, eps) + b, note="LigerRMSNormFunction (Triton) + bias add"
+            )
+        ]

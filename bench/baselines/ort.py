@@ -36,7 +36,16 @@ from ops.onnx.routes import ROUTES
 from ops.ort.session import IOBoundRunner, OrtConfig, create_session
 
 # Node types that show how a norm ended up after ORT's optimisation.
-_NORM_NODE_TYPES = ("SimplifiedLayerNormalization", "RMSNormalization", "fused_norm", "Pow", "ReduceMean", "Sqrt", "Div", "Reciprocal")
+_NORM_NODE_TYPES = (
+    "SimplifiedLayerNormalization",
+    "RMSNormalization",
+    "fused_norm",
+    "Pow",
+    "ReduceMean",
+    "Sqrt",
+    "Div",
+    "Reciprocal",
+)
 _EXPORT_BATCH, _EXPORT_SEQ = 2, 4  # the exporter needs dynamic dims of size >= 2 in the example
 
 
@@ -122,7 +131,11 @@ class Ort:
             return [Variant(f"{route}-iobinding", self._prepare(case, route, "iobinding")) for route in ROUTES]
         if BY_TORCH[case.dtype].numpy is None:  # ORT's Python feed type is numpy
             raise Unsupported(f"numpy (ORT's Python feed type) has no {dtype_name(case.dtype)}")
-        return [Variant(f"{route}-{mode}", self._prepare(case, route, mode)) for route in ROUTES for mode in ("run", "iobinding")]
+        return [
+            Variant(f"{route}-{mode}", self._prepare(case, route, mode))
+            for route in ROUTES
+            for mode in ("run", "iobinding")
+        ]
 
     def _prepare(self, case: Case, route: str, mode: str):
         def prepare() -> Prepared:
@@ -130,9 +143,18 @@ class Ort:
             exported = _exported(case, route, self._exports)
             note_key = (_export_key(case, route), mode, case.device)
             # The optimised graph is written once (first round) to read what ORT fused; later rounds reuse the note.
-            optimized = None if note_key in self._notes else exported.path.with_name(exported.path.stem + f".optimized-{mode}-{case.device}.onnx")
+            optimized = (
+                None
+                if note_key in self._notes
+                else exported.path.with_name(exported.path.stem + f".optimized-{mode}-{case.device}.onnx")
+            )
             provider = "cuda" if case.device == "cuda" else "cpu"
-            config = OrtConfig(provider=provider, threads=torch.get_num_threads(), register_custom_ops=route == "custom", optimized_model_path=optimized)
+            config = OrtConfig(
+                provider=provider,
+                threads=torch.get_num_threads(),
+                register_custom_ops=route == "custom",
+                optimized_model_path=optimized,
+            )
             try:
                 session = create_session(exported.path, config)
             except OrtNotImplemented as error:  # e.g. no float64 Erf kernel on the CPU provider
@@ -144,12 +166,19 @@ class Ort:
             reused = exported.seconds if cached else 0.0
             if case.device == "cuda":
                 # ORT runs on its own stream and synchronises before returning: a host timer times it whole.
-                return Prepared(_device_binding(session, case), note + "; device buffers bound (no copies)", reused, timer="perf_counter")
+                return Prepared(
+                    _device_binding(session, case),
+                    note + "; device buffers bound (no copies)",
+                    reused,
+                    timer="perf_counter",
+                )
             feeds = {session.get_inputs()[0].name: case.x.numpy()}
             if mode == "run":
                 return Prepared(lambda: session.run(None, feeds), note, reused)
             runner = IOBoundRunner(session)
-            for buffer in runner.run(feeds):  # binds the reused outputs; NaN them so verification proves they are rewritten
+            for buffer in runner.run(
+                feeds
+            ):  # binds the reused outputs; NaN them so verification proves they are rewritten
                 buffer.fill(float("nan"))
             return Prepared(lambda: runner.run(feeds), note + "; outputs bound once and reused", reused)
 

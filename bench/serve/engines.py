@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch
@@ -58,7 +57,12 @@ def serve(config: ServeConfig, model: ServedModel, onnx_files: dict[str, Path]) 
             return pool.run({name: x})[0]
 
         try:
-            yield Served(pooled, 1, spinning, f"{len(pool.slots)} slots over {config.sessions} session(s); outputs copied to the caller")
+            yield Served(
+                pooled,
+                1,
+                spinning,
+                f"{len(pool.slots)} slots over {config.sessions} session(s); outputs copied to the caller",
+            )
         finally:
             pool.close()
         return
@@ -86,4 +90,6 @@ def _torch(config: ServeConfig, model: ServedModel) -> Served:
             return module(torch.from_numpy(x)).numpy()
 
     what = "torch.no_grad" if config.mode == "eager" else "torch.inference_mode"
-    return Served(call, torch.get_num_interop_threads(), "-", f"fused model, eager under {what}; one module shared by all clients")
+    return Served(
+        call, torch.get_num_interop_threads(), "-", f"fused model, eager under {what}; one module shared by all clients"
+    )

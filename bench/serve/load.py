@@ -65,7 +65,9 @@ def drive(
     ready = threading.Semaphore(0)  # released once per client when its warm-up is done
     go = threading.Event()
     window = {"began": 0.0, "deadline": 0.0}
-    per_client: list[dict] = [{"latency": [], "answers": [], "errors": 0, "messages": [], "end": 0.0} for _ in range(clients)]
+    per_client: list[dict] = [
+        {"latency": [], "answers": [], "errors": 0, "messages": [], "end": 0.0} for _ in range(clients)
+    ]
 
     def client(c: int) -> None:
         record = per_client[c]
@@ -103,7 +105,9 @@ def drive(
             answers.append((index, output))
             record["end"] = t1 / 1e9
 
-    threads = [threading.Thread(target=client, args=(c,), daemon=True, name=f"serve-client-{c}") for c in range(clients)]
+    threads = [
+        threading.Thread(target=client, args=(c,), daemon=True, name=f"serve-client-{c}") for c in range(clients)
+    ]
     try:
         for thread in threads:
             thread.start()

@@ -96,9 +96,11 @@ def run_serve_bench(options: ServeOptions, console: Console, stop: threading.Eve
     failures: dict[ServeConfig, str] = {}
     with tempfile.TemporaryDirectory(prefix="fusedbench-serve-") as tmp:
         models_dir = Path(options.models_dir or tmp)
-        console.print(f"[bold]bench.serve[/]: model {options.model.shape} (d_model {options.model.d_model}, "
-                      f"{options.model.config.layers} layers), {len(configs)} configurations x {duration:g} s over {rounds} "
-                      f"round(s), {cores} physical cores; exporting to {models_dir}")
+        console.print(
+            f"[bold]bench.serve[/]: model {options.model.shape} (d_model {options.model.d_model}, "
+            f"{options.model.config.layers} layers), {len(configs)} configurations x {duration:g} s over {rounds} "
+            f"round(s), {cores} physical cores; exporting to {models_dir}"
+        )
         files = export_routes(options.model, models_dir)
         bank = make_bank(options.model, options.bank_size)
         console.print("sweep started", highlight=False)
@@ -108,8 +110,10 @@ def run_serve_bench(options: ServeOptions, console: Console, stop: threading.Eve
                     raise Stopped("stopped")
                 if config in failures:
                     continue
-                console.print(f"  [{i + 1}/{len(configs)}] round {round_index + 1}/{rounds} {config.baseline}/{config.variant}",
-                              highlight=False)
+                console.print(
+                    f"  [{i + 1}/{len(configs)}] round {round_index + 1}/{rounds} {config.baseline}/{config.variant}",
+                    highlight=False,
+                )
                 try:
                     result, setup_s, served = _run_once(config, options, files, bank, duration / rounds, stop)
                 except (Stopped, Interrupted, KeyboardInterrupt):
@@ -123,8 +127,10 @@ def run_serve_bench(options: ServeOptions, console: Console, stop: threading.Eve
     for config, m in measured.items():
         row = m.row(config, options, cores, env, resolution_ns)
         if m.errors or m.mismatches:
-            failure_lines.append(f"{config.baseline}/{config.variant}: {m.mismatches} mismatches, {m.errors} errors "
-                                 f"({'; '.join(m.messages) or 'responses differ from their references'})")
+            failure_lines.append(
+                f"{config.baseline}/{config.variant}: {m.mismatches} mismatches, {m.errors} errors "
+                f"({'; '.join(m.messages) or 'responses differ from their references'})"
+            )
         rows.append(row)
         samples[row_key(row)] = RowSamples(np.concatenate(m.latencies), np.concatenate(m.rounds))
     if not rows:
@@ -137,13 +143,17 @@ def run_serve_bench(options: ServeOptions, console: Console, stop: threading.Eve
     return ServeOutcome(paths, frame, cores, failure_lines, time.perf_counter() - started)
 
 
-def _run_once(config: ServeConfig, options: ServeOptions, files, bank: Bank, duration: float, stop) -> tuple[LoadResult, float, Served]:
+def _run_once(
+    config: ServeConfig, options: ServeOptions, files, bank: Bank, duration: float, stop
+) -> tuple[LoadResult, float, Served]:
     setup_started = time.perf_counter()
     with serve(config, options.model, files) as served:
         setup_s = time.perf_counter() - setup_started
         result = drive(served.call, bank, config.clients, duration_s=duration, warmup=options.warmup, stop=stop)
     if result.requests == 0:
-        raise RuntimeError(f"no request answered in {duration:g} s ({result.errors} errors: {'; '.join(result.error_messages)})")
+        raise RuntimeError(
+            f"no request answered in {duration:g} s ({result.errors} errors: {'; '.join(result.error_messages)})"
+        )
     return result, setup_s, served
 
 
@@ -174,8 +184,17 @@ class _Measured:
         latencies = np.concatenate(self.latencies)
         case = metrics.CaseInfo("serve", options.model.shape, torch.float32, math.nan)
         timing = Timing(latencies, 1, options.warmup * config.clients, self.other_cpu_s, self.wall_s)
-        row = metrics.measurement_row(case, config.baseline, config.variant, self.served.note, timing, self.setup_s,
-                                      resolution_ns, {**env, "threads": config.threads}, len(self.latencies))
+        row = metrics.measurement_row(
+            case,
+            config.baseline,
+            config.variant,
+            self.served.note,
+            timing,
+            self.setup_s,
+            resolution_ns,
+            {**env, "threads": config.threads},
+            len(self.latencies),
+        )
         row.update(
             clients=config.clients,
             sessions=config.sessions,

@@ -42,15 +42,11 @@ inline bool is_known_dtype(DType dtype) {
 template <typename F>
 decltype(auto) visit(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kFloat64:
-      return f(TypeTag<double>{});
-    case DType::kFloat16:
-      return f(TypeTag<Half>{});
-    case DType::kBFloat16:
-      return f(TypeTag<BFloat16>{});
+    case DType::kFloat64: return f(TypeTag<double>{});
+    case DType::kFloat16: return f(TypeTag<Half>{});
+    case DType::kBFloat16: return f(TypeTag<BFloat16>{});
     case DType::kFloat32:
-    default:
-      return f(TypeTag<float>{});
+    default: return f(TypeTag<float>{});
   }
 }
 

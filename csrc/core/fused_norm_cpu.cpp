@@ -31,8 +31,7 @@
 // baseline), each instantiating the kernel at its own vector width; the
 // loader resolves the best version once (an ifunc), so the hot loop pays
 // nothing. A build without versions uses the width its flags allow.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && \
-    !defined(FUSED_NORM_NO_CLONES)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && !defined(FUSED_NORM_NO_CLONES)
 #define FUSED_NORM_CPU_VERSIONS 1
 #else
 #define FUSED_NORM_CPU_VERSIONS 0
@@ -138,12 +137,8 @@ template <int B>
 struct Groups<float, B> {
   using acc_v = typename Vec<B>::f32;
   static constexpr int kAccPerGroup = 1;
-  static inline __attribute__((always_inline)) void load(const float* p, acc_v* out) {
-    out[0] = load_vector<acc_v>(p);
-  }
-  static inline __attribute__((always_inline)) void store(float* p, const acc_v* in) {
-    store_vector(p, in[0]);
-  }
+  static inline __attribute__((always_inline)) void load(const float* p, acc_v* out) { out[0] = load_vector<acc_v>(p); }
+  static inline __attribute__((always_inline)) void store(float* p, const acc_v* in) { store_vector(p, in[0]); }
 };
 
 template <int B>
@@ -153,9 +148,7 @@ struct Groups<double, B> {
   static inline __attribute__((always_inline)) void load(const double* p, acc_v* out) {
     out[0] = load_vector<acc_v>(p);
   }
-  static inline __attribute__((always_inline)) void store(double* p, const acc_v* in) {
-    store_vector(p, in[0]);
-  }
+  static inline __attribute__((always_inline)) void store(double* p, const acc_v* in) { store_vector(p, in[0]); }
 };
 
 template <int B>
@@ -223,8 +216,8 @@ inline __attribute__((always_inline)) void add_squares(const T* __restrict p, ty
 // 1 / sqrt(mean(x^2) + eps) of one row.
 template <typename T, int B>
 inline __attribute__((always_inline)) typename Numeric<T>::acc_t row_inv_rms(const T* __restrict xr, int64_t hidden,
-                                                                            typename Numeric<T>::acc_t inv_hidden,
-                                                                            typename Numeric<T>::acc_t eps) {
+                                                                             typename Numeric<T>::acc_t inv_hidden,
+                                                                             typename Numeric<T>::acc_t eps) {
   using L = Layout<T, B>;
   using acc_t = typename L::acc_t;
   constexpr int A = L::G::kAccPerGroup;
@@ -329,23 +322,22 @@ inline __attribute__((always_inline)) void normalise_rows(const NormProblem& p, 
 // concrete functions, and each version instantiates the always_inline
 // kernel at its own vector width.
 #if FUSED_NORM_CPU_VERSIONS
-#define FUSED_NORM_CPU_ENTRY(T)                                                                                  \
-  __attribute__((target("arch=x86-64-v4"))) void clone_rows(TypeTag<T>, const NormProblem& p, int64_t begin,   \
-                                                            int64_t end) {                                      \
-    normalise_rows<T, 64>(p, begin, end);                                                                       \
-  }                                                                                                             \
-  __attribute__((target("arch=x86-64-v3"))) void clone_rows(TypeTag<T>, const NormProblem& p, int64_t begin,   \
-                                                            int64_t end) {                                      \
-    normalise_rows<T, 32>(p, begin, end);                                                                       \
-  }                                                                                                             \
-  __attribute__((target("default"))) void clone_rows(TypeTag<T>, const NormProblem& p, int64_t begin,          \
-                                                     int64_t end) {                                             \
-    normalise_rows<T, 16>(p, begin, end);                                                                       \
+#define FUSED_NORM_CPU_ENTRY(T)                                                                                      \
+  __attribute__((target("arch=x86-64-v4"))) void clone_rows(TypeTag<T>, const NormProblem& p, int64_t begin,         \
+                                                            int64_t end) {                                           \
+    normalise_rows<T, 64>(p, begin, end);                                                                            \
+  }                                                                                                                  \
+  __attribute__((target("arch=x86-64-v3"))) void clone_rows(TypeTag<T>, const NormProblem& p, int64_t begin,         \
+                                                            int64_t end) {                                           \
+    normalise_rows<T, 32>(p, begin, end);                                                                            \
+  }                                                                                                                  \
+  __attribute__((target("default"))) void clone_rows(TypeTag<T>, const NormProblem& p, int64_t begin, int64_t end) { \
+    normalise_rows<T, 16>(p, begin, end);                                                                            \
   }
 #else
-#define FUSED_NORM_CPU_ENTRY(T)                                                                  \
-  void clone_rows(TypeTag<T>, const NormProblem& p, int64_t begin, int64_t end) {              \
-    normalise_rows<T, kBuildVectorBytes>(p, begin, end);                                        \
+#define FUSED_NORM_CPU_ENTRY(T)                                                   \
+  void clone_rows(TypeTag<T>, const NormProblem& p, int64_t begin, int64_t end) { \
+    normalise_rows<T, kBuildVectorBytes>(p, begin, end);                          \
   }
 #endif
 FUSED_NORM_CPU_ENTRY(float)

@@ -100,9 +100,7 @@ struct Elem<Half> {
 template <>
 struct Elem<BFloat16> {
   using acc_t = float;
-  static __device__ __forceinline__ float load(BFloat16 v) {
-    return __bfloat162float(__ushort_as_bfloat16(v.bits));
-  }
+  static __device__ __forceinline__ float load(BFloat16 v) { return __bfloat162float(__ushort_as_bfloat16(v.bits)); }
   static __device__ __forceinline__ BFloat16 store(float v) {
     return BFloat16{__bfloat16_as_ushort(__float2bfloat16_rn(v))};
   }
@@ -252,8 +250,8 @@ __device__ __forceinline__ A block_sum(A v, A* partials /* [32] */) {
 
 // y = x * inv_rms * w + b for one vector, computed in the accumulation type.
 template <typename T, int VEC, typename A>
-__device__ __forceinline__ Pack<T, VEC> scale_shift(const Pack<T, VEC>& x, const Pack<T, VEC>& w,
-                                                    const Pack<T, VEC>& b, A inv_rms) {
+__device__ __forceinline__ Pack<T, VEC> scale_shift(const Pack<T, VEC>& x, const Pack<T, VEC>& w, const Pack<T, VEC>& b,
+                                                    A inv_rms) {
   using E = Elem<T>;
   Pack<T, VEC> out;
 #pragma unroll
@@ -360,7 +358,8 @@ __global__ void __launch_bounds__(kWarpRowsThreads, cuda_plan::kWarpRowsMinBlock
 // at 48, 5 blocks of 256 threads fit an SM (64K registers), 1280 threads with
 // CHUNKS x 16 bytes of x in flight each.
 template <typename T, int VEC, int CHUNKS>
-__global__ void FUSED_NORM_MAX_REGISTERS(VEC == 1 ? cuda_plan::kBlockRowsScalarMaxRegisters : cuda_plan::kBlockRowsMaxRegisters)
+__global__ void FUSED_NORM_MAX_REGISTERS(VEC == 1 ? cuda_plan::kBlockRowsScalarMaxRegisters
+                                                  : cuda_plan::kBlockRowsMaxRegisters)
     block_rows_kernel(const T* __restrict__ x,       // [rows, hidden]
                       const T* __restrict__ weight,  // [hidden]
                       const T* __restrict__ bias,    // [hidden]
@@ -400,7 +399,8 @@ __global__ void FUSED_NORM_MAX_REGISTERS(VEC == 1 ? cuda_plan::kBlockRowsScalarM
     for (int i = 0; i < CHUNKS; ++i) {
       const int c = threadIdx.x + i * blockDim.x;
       if (c < nvec) {
-        store_streaming(yr + c, scale_shift<T, VEC, A>(unpack<P>(xv[i]), load_cached(w + c), load_cached(b + c), inv_rms));
+        store_streaming(yr + c,
+                        scale_shift<T, VEC, A>(unpack<P>(xv[i]), load_cached(w + c), load_cached(b + c), inv_rms));
       }
     }
   }
@@ -472,8 +472,7 @@ cudaError_t launch_variant(const NormProblem& p, const cuda_plan::LaunchPlan& pl
         case 4:
           launch_kernel(warp_rows_kernel<T, VEC, 4>, grid, block, 0, stream, x, w, b, y, p.rows, hidden, eps);
           break;
-        default:
-          return cudaErrorInvalidConfiguration;
+        default: return cudaErrorInvalidConfiguration;
       }
       break;
     case cuda_plan::Kernel::kBlockRows:
@@ -497,7 +496,8 @@ cudaError_t launch_for_type(const NormProblem& p, cudaStream_t stream) {
   // it; make_plan picks the widest vector for which both hold.
   const uint64_t addresses = reinterpret_cast<uintptr_t>(p.x) | reinterpret_cast<uintptr_t>(p.weight) |
                              reinterpret_cast<uintptr_t>(p.bias) | reinterpret_cast<uintptr_t>(p.y);
-  const cuda_plan::LaunchPlan plan = cuda_plan::make_plan(p.rows, p.hidden, sizeof(T), cuda_plan::alignment_of(addresses));
+  const cuda_plan::LaunchPlan plan =
+      cuda_plan::make_plan(p.rows, p.hidden, sizeof(T), cuda_plan::alignment_of(addresses));
   const int bytes = plan.vec * static_cast<int>(sizeof(T));
   if (bytes == 16) return launch_variant<T, 16 / sizeof(T)>(p, plan, stream);
   if constexpr (sizeof(T) < 8) {

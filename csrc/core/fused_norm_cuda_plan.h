@@ -63,23 +63,20 @@ constexpr int64_t kMaxGridX = 2147483647;
 
 inline const char* kernel_name(Kernel k) {
   switch (k) {
-    case Kernel::kWarpRows:
-      return "warp_rows_kernel";
-    case Kernel::kBlockRows:
-      return "block_rows_kernel";
-    case Kernel::kStreamingRows:
-      return "streaming_rows_kernel";
+    case Kernel::kWarpRows: return "warp_rows_kernel";
+    case Kernel::kBlockRows: return "block_rows_kernel";
+    case Kernel::kStreamingRows: return "streaming_rows_kernel";
   }
   return "unknown";
 }
 
 struct LaunchPlan {
   Kernel kernel = Kernel::kWarpRows;
-  int vec = 1;             // elements per load/store
-  int chunks = 0;          // compile-time vectors per thread (0: streaming loop)
-  int threads = 0;         // blockDim.x, a multiple of 32
+  int vec = 1;      // elements per load/store
+  int chunks = 0;   // compile-time vectors per thread (0: streaming loop)
+  int threads = 0;  // blockDim.x, a multiple of 32
   int rows_per_block = 1;
-  int64_t blocks = 0;      // gridDim.x (already clamped to kMaxGridX)
+  int64_t blocks = 0;  // gridDim.x (already clamped to kMaxGridX)
 };
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

@@ -35,18 +35,10 @@ void fill(void* data, size_t n, int dtype, uint32_t seed) {
     seed = seed * 1664525u + 1013904223u;
     const float v = static_cast<float>(seed >> 8) / static_cast<float>(1u << 24) * 4.0f - 2.0f;
     switch (dtype) {
-      case 0:
-        static_cast<float*>(data)[i] = v;
-        break;
-      case 1:
-        static_cast<double*>(data)[i] = v;
-        break;
-      case 2:
-        static_cast<fused_norm::Half*>(data)[i] = fused_norm::to_half(v);
-        break;
-      default:
-        static_cast<fused_norm::BFloat16*>(data)[i] = fused_norm::to_bfloat16(v);
-        break;
+      case 0: static_cast<float*>(data)[i] = v; break;
+      case 1: static_cast<double*>(data)[i] = v; break;
+      case 2: static_cast<fused_norm::Half*>(data)[i] = fused_norm::to_half(v); break;
+      default: static_cast<fused_norm::BFloat16*>(data)[i] = fused_norm::to_bfloat16(v); break;
     }
   }
 }

@@ -12,9 +12,10 @@
 
 #include "fused_norm.h"
 
-extern "C" __attribute__((visibility("default"))) int fused_norm_emulated_forward(
-    const void* x, const void* weight, const void* bias, void* y, int64_t rows, int64_t hidden, double eps,
-    int dtype) {
+extern "C" __attribute__((visibility("default"))) int fused_norm_emulated_forward(const void* x, const void* weight,
+                                                                                  const void* bias, void* y,
+                                                                                  int64_t rows, int64_t hidden,
+                                                                                  double eps, int dtype) {
   fused_norm::NormProblem p;
   p.x = x;
   p.weight = weight;
@@ -32,7 +33,7 @@ extern "C" __attribute__((visibility("default"))) int fused_norm_emulated_forwar
 // their host path), so a test can compare them bit for bit with torch's.
 // dtype 2: float16, 3: bfloat16. Returns -1 for another dtype.
 extern "C" __attribute__((visibility("default"))) int fused_norm_emulated_to_float(int dtype, const uint16_t* in,
-                                                                                  float* out, int64_t n) {
+                                                                                   float* out, int64_t n) {
   if (dtype != 2 && dtype != 3) return -1;
   for (int64_t i = 0; i < n; ++i) {
     out[i] = dtype == 2 ? __half2float(__ushort_as_half(in[i])) : __bfloat162float(__ushort_as_bfloat16(in[i]));
@@ -41,7 +42,7 @@ extern "C" __attribute__((visibility("default"))) int fused_norm_emulated_to_flo
 }
 
 extern "C" __attribute__((visibility("default"))) int fused_norm_emulated_from_float(int dtype, const float* in,
-                                                                                    uint16_t* out, int64_t n) {
+                                                                                     uint16_t* out, int64_t n) {
   if (dtype != 2 && dtype != 3) return -1;
   for (int64_t i = 0; i < n; ++i) {
     out[i] = dtype == 2 ? __half_as_ushort(__float2half_rn(in[i])) : __bfloat16_as_ushort(__float2bfloat16_rn(in[i]));

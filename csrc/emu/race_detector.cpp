@@ -42,8 +42,8 @@ struct ThreadClock {
 
 struct State {
   uint32_t launch = 0;
-  int n = 0;                 // threads per block
-  uint32_t base = 0;         // first thread number of the running block
+  int n = 0;          // threads per block
+  uint32_t base = 0;  // first thread number of the running block
   std::vector<ThreadClock> threads;
   std::vector<uint32_t> floor;  // per thread: its clock when it last arrived at a barrier
   // Shared memory: one cell per granule of the section, reset per block.

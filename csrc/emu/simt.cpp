@@ -181,22 +181,14 @@ std::mutex launch_mutex;
 
 const char* collective_name(Collective kind) {
   switch (kind) {
-    case Collective::kShuffle:
-      return "__shfl_sync";
-    case Collective::kShuffleXor:
-      return "__shfl_xor_sync";
-    case Collective::kShuffleDown:
-      return "__shfl_down_sync";
-    case Collective::kShuffleUp:
-      return "__shfl_up_sync";
-    case Collective::kBallot:
-      return "__ballot_sync/__any_sync/__all_sync";
-    case Collective::kSyncWarp:
-      return "__syncwarp";
-    case Collective::kAny:
-      return "__any_sync";
-    case Collective::kAll:
-      return "__all_sync";
+    case Collective::kShuffle: return "__shfl_sync";
+    case Collective::kShuffleXor: return "__shfl_xor_sync";
+    case Collective::kShuffleDown: return "__shfl_down_sync";
+    case Collective::kShuffleUp: return "__shfl_up_sync";
+    case Collective::kBallot: return "__ballot_sync/__any_sync/__all_sync";
+    case Collective::kSyncWarp: return "__syncwarp";
+    case Collective::kAny: return "__any_sync";
+    case Collective::kAll: return "__all_sync";
   }
   return "?";
 }
@@ -212,8 +204,8 @@ std::string format(const char* fmt, ...) {
 }
 
 std::string thread_name(const Fiber& f) {
-  return format("thread (%u,%u,%u) [warp %d lane %d]", f.index.thread_idx.x, f.index.thread_idx.y,
-                f.index.thread_idx.z, f.warp, f.lane);
+  return format("thread (%u,%u,%u) [warp %d lane %d]", f.index.thread_idx.x, f.index.thread_idx.y, f.index.thread_idx.z,
+                f.warp, f.lane);
 }
 
 std::string where(const Fiber& f) {
@@ -272,7 +264,7 @@ void find_shared_segment() {
         auto* s = static_cast<Search*>(data);
         if (object->dlpi_addr != s->base) return 0;
         for (int i = 0; i < object->dlpi_phnum; ++i) {
-          const ElfW(Phdr)& h = object->dlpi_phdr[i];
+          const ElfW(Phdr) & h = object->dlpi_phdr[i];
           if (h.p_type == PT_LOAD && (h.p_flags & PF_W) != 0) {
             s->lo = object->dlpi_addr + h.p_vaddr;
             s->hi = s->lo + h.p_memsz;
@@ -351,10 +343,10 @@ void prepare_fiber(Fiber& f) {
   asm volatile("stmxcsr %0" : "=m"(control[0]));
   asm volatile("fnstcw %0" : "=m"(control[1]));
   std::memcpy(&sp[0], control, sizeof control);
-  sp[1] = sp[2] = sp[3] = 0;                             // r15, r14, r13
-  sp[4] = reinterpret_cast<uint64_t>(&fiber_main);       // r12: called by the trampoline
-  sp[5] = reinterpret_cast<uint64_t>(&f);                // rbx: its argument
-  sp[6] = 0;                                             // rbp
+  sp[1] = sp[2] = sp[3] = 0;                                   // r15, r14, r13
+  sp[4] = reinterpret_cast<uint64_t>(&fiber_main);             // r12: called by the trampoline
+  sp[5] = reinterpret_cast<uint64_t>(&f);                      // rbx: its argument
+  sp[6] = 0;                                                   // rbp
   sp[7] = reinterpret_cast<uint64_t>(&simt_fiber_trampoline);  // return address
   f.sp = sp;
 #else
@@ -415,8 +407,7 @@ uint64_t next_random() {  // splitmix64
 
 int pick(int previous) {
   switch (rt.order) {
-    case Order::kWarpAhead:
-      return next_runnable(0);
+    case Order::kWarpAhead: return next_runnable(0);
     case Order::kReverse: {
       const int before = previous > 0 ? previous_runnable(previous - 1) : -1;
       return before >= 0 ? before : previous_runnable(rt.nthreads - 1);
@@ -492,12 +483,13 @@ void complete_if_ready(int warp, unsigned mask, Collective kind) {
     } else if (lane.src < 0) {
       lane.result = lane.payload;
     } else if ((present >> lane.src & 1u) == 0) {
-      const char* why = (mask >> lane.src & 1u) == 0                ? "is not in the mask"
-                        : base + lane.src >= rt.nthreads            ? "does not exist in this block"
-                                                                    : "has exited";
+      const char* why = (mask >> lane.src & 1u) == 0     ? "is not in the mask"
+                        : base + lane.src >= rt.nthreads ? "does not exist in this block"
+                                                         : "has exited";
       fail_as(lane, cudaErrorIllegalInstruction,
               format("%s(mask=0x%08x): lane %d reads lane %d, which %s (undefined on the GPU)", collective_name(kind),
-                     mask, lane.lane, lane.src, why).c_str());
+                     mask, lane.lane, lane.src, why)
+                  .c_str());
     } else {
       lane.result = rt.fibers[base + lane.src].payload;
     }
@@ -563,8 +555,10 @@ std::string deadlock_message(const dim3& block_idx) {
   }
   std::string head = format("deadlock in %s, block (%u,%u,%u): ", rt.kernel, block_idx.x, block_idx.y, block_idx.z);
   if (!at_barrier.empty()) {
-    return head + format("%zu of %d threads wait at __syncthreads(), which these never reach: ", at_barrier.size(),
-                         rt.nthreads) + thread_list(elsewhere, 8);
+    return head +
+           format("%zu of %d threads wait at __syncthreads(), which these never reach: ", at_barrier.size(),
+                  rt.nthreads) +
+           thread_list(elsewhere, 8);
   }
   // Only warp collectives wait: name, for the first waiting lane, the lanes of its mask that never come.
   for (int i = 0; i < rt.nthreads; ++i) {
@@ -575,8 +569,10 @@ std::string deadlock_message(const dim3& block_idx) {
       const Fiber& lane = rt.fibers[f.warp * kWarpSize + __builtin_ctz(m)];
       if (lane.state != State::kAtWarp || lane.mask != f.mask || lane.kind != f.kind) missing.push_back(lane.linear);
     }
-    return head + format("%s waits at %s(mask=0x%08x) for lanes that never arrive: ", thread_name(f).c_str(),
-                         collective_name(f.kind), f.mask) + thread_list(missing, 8);
+    return head +
+           format("%s waits at %s(mask=0x%08x) for lanes that never arrive: ", thread_name(f).c_str(),
+                  collective_name(f.kind), f.mask) +
+           thread_list(missing, 8);
   }
   return head + "no thread can continue";
 }
@@ -736,17 +732,18 @@ std::string thread_of(uint32_t thread) {
   const std::string where_ = c.shared ? shared_variable(c.address) : global_buffer(c.address);
   std::string what;
   if (c.kind == races::Conflict::kUninitialisedShared) {
-    what = format("read of uninitialised shared memory in %s: %s reads %zu bytes at %p (%s) at %s, which no thread "
-                  "of its block has written",
-                  rt.kernel, thread_of(c.later.thread).c_str(), size, reinterpret_cast<void*>(c.address),
-                  where_.c_str(), source_line(c.later.pc).c_str());
+    what = format(
+        "read of uninitialised shared memory in %s: %s reads %zu bytes at %p (%s) at %s, which no thread "
+        "of its block has written",
+        rt.kernel, thread_of(c.later.thread).c_str(), size, reinterpret_cast<void*>(c.address), where_.c_str(),
+        source_line(c.later.pc).c_str());
   } else {
-    what = format("data race in %s on %s memory at %p (%s): %s by %s at %s and %s by %s at %s, with no barrier, "
-                  "warp collective or fence between them",
-                  rt.kernel, c.shared ? "shared" : "global", reinterpret_cast<void*>(c.address), where_.c_str(),
-                  c.earlier.write ? "write" : "read", thread_of(c.earlier.thread).c_str(),
-                  source_line(c.earlier.pc).c_str(), c.later.write ? "write" : "read",
-                  thread_of(c.later.thread).c_str(), source_line(c.later.pc).c_str());
+    what = format(
+        "data race in %s on %s memory at %p (%s): %s by %s at %s and %s by %s at %s, with no barrier, "
+        "warp collective or fence between them",
+        rt.kernel, c.shared ? "shared" : "global", reinterpret_cast<void*>(c.address), where_.c_str(),
+        c.earlier.write ? "write" : "read", thread_of(c.earlier.thread).c_str(), source_line(c.earlier.pc).c_str(),
+        c.later.write ? "write" : "read", thread_of(c.later.thread).c_str(), source_line(c.later.pc).c_str());
   }
   record_error(cudaErrorLaunchFailure, what);
   rt.running->state = State::kDone;
@@ -884,7 +881,8 @@ void run_grid(const void* kernel_address, dim3 grid, dim3 block, size_t shared_b
   }
   if (shared_bytes != 0) {
     record_error(cudaErrorInvalidValue, format("%s launched with %zu bytes of dynamic shared memory, which the "
-                                               "emulator does not provide", rt.kernel, shared_bytes));
+                                               "emulator does not provide",
+                                               rt.kernel, shared_bytes));
     return;
   }
   find_shared_segment();
@@ -943,9 +941,9 @@ __attribute__((visibility("default"))) void simt_set_race_detection(int on) { si
 // calls these; they feed the race detector instead of the ThreadSanitizer runtime
 // (left out where the runtime itself is linked, -fsanitize=thread, to compare the two).
 #if !defined(__SANITIZE_THREAD__)
-#define SIMT_HOOK(bytes)                                                                                    \
-  void __tsan_read##bytes(void* p) { simt::memory_access(p, bytes, false, __builtin_return_address(0)); }   \
-  void __tsan_write##bytes(void* p) { simt::memory_access(p, bytes, true, __builtin_return_address(0)); }   \
+#define SIMT_HOOK(bytes)                                                                                            \
+  void __tsan_read##bytes(void* p) { simt::memory_access(p, bytes, false, __builtin_return_address(0)); }           \
+  void __tsan_write##bytes(void* p) { simt::memory_access(p, bytes, true, __builtin_return_address(0)); }           \
   void __tsan_unaligned_read##bytes(void* p) { simt::memory_access(p, bytes, false, __builtin_return_address(0)); } \
   void __tsan_unaligned_write##bytes(void* p) { simt::memory_access(p, bytes, true, __builtin_return_address(0)); }
 SIMT_HOOK(1)

@@ -142,10 +142,12 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_byte
   BoundKernel<Params...> bound{kernel, std::tuple<std::decay_t<Params>...>(std::forward<Args>(args)...)};
   std::pair<int, const void*> pointers[sizeof...(Params) + 1];
   int npointers = 0;
-  std::apply([&](const auto&... a) {
-    int position = 0;
-    (note_pointer(pointers, npointers, position++, a), ...);
-  }, bound.args);
+  std::apply(
+      [&](const auto&... a) {
+        int position = 0;
+        (note_pointer(pointers, npointers, position++, a), ...);
+      },
+      bound.args);
   run_grid(reinterpret_cast<const void*>(kernel), grid, block, shared_bytes, &BoundKernel<Params...>::run, &bound,
            sizeof bound, pointers, npointers);
 }
@@ -328,25 +330,45 @@ inline int __all_sync(unsigned mask, int predicate) {
 // --- cache-hint loads and stores: plain accesses with the hardware's alignment rule -----
 
 template <typename T>
-T __ldg(const T* p) { return ::simt::load(p, "__ldg"); }
+T __ldg(const T* p) {
+  return ::simt::load(p, "__ldg");
+}
 template <typename T>
-T __ldca(const T* p) { return ::simt::load(p, "__ldca"); }
+T __ldca(const T* p) {
+  return ::simt::load(p, "__ldca");
+}
 template <typename T>
-T __ldcg(const T* p) { return ::simt::load(p, "__ldcg"); }
+T __ldcg(const T* p) {
+  return ::simt::load(p, "__ldcg");
+}
 template <typename T>
-T __ldcs(const T* p) { return ::simt::load(p, "__ldcs"); }
+T __ldcs(const T* p) {
+  return ::simt::load(p, "__ldcs");
+}
 template <typename T>
-T __ldlu(const T* p) { return ::simt::load(p, "__ldlu"); }
+T __ldlu(const T* p) {
+  return ::simt::load(p, "__ldlu");
+}
 template <typename T>
-T __ldcv(const T* p) { return ::simt::load(p, "__ldcv"); }
+T __ldcv(const T* p) {
+  return ::simt::load(p, "__ldcv");
+}
 template <typename T>
-void __stwb(T* p, T v) { ::simt::store(p, v, "__stwb"); }
+void __stwb(T* p, T v) {
+  ::simt::store(p, v, "__stwb");
+}
 template <typename T>
-void __stcg(T* p, T v) { ::simt::store(p, v, "__stcg"); }
+void __stcg(T* p, T v) {
+  ::simt::store(p, v, "__stcg");
+}
 template <typename T>
-void __stcs(T* p, T v) { ::simt::store(p, v, "__stcs"); }
+void __stcs(T* p, T v) {
+  ::simt::store(p, v, "__stcs");
+}
 template <typename T>
-void __stwt(T* p, T v) { ::simt::store(p, v, "__stwt"); }
+void __stwt(T* p, T v) {
+  ::simt::store(p, v, "__stwt");
+}
 
 // --- device math without a host counterpart -------------------------------------------------
 

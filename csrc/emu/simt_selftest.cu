@@ -59,8 +59,7 @@ extern "C" __attribute__((visibility("default"))) int simt_selftest_exits(const 
 }
 
 extern "C" __attribute__((visibility("default"))) int simt_selftest(const int* in, int* out, int* sum, int block_x,
-                                                                     int block_y, int grid_x, int grid_y) {
-  fused_norm::launch_kernel(intrinsics_kernel, dim3(grid_x, grid_y), dim3(block_x, block_y), 0, nullptr, in, out,
-                            sum);
+                                                                    int block_y, int grid_x, int grid_y) {
+  fused_norm::launch_kernel(intrinsics_kernel, dim3(grid_x, grid_y), dim3(block_x, block_y), 0, nullptr, in, out, sum);
   return static_cast<int>(cudaGetLastError());
 }

@@ -35,7 +35,8 @@ struct CudaBackend {
     // provider's own copies and kernels. A null stream would mean the legacy
     // default stream, which synchronises with every other stream: refuse it.
     void* stream = context.GetGPUComputeStream();
-    if (stream == nullptr) return Failure("ONNX Runtime gave no CUDA compute stream; refusing the legacy default stream");
+    if (stream == nullptr)
+      return Failure("ONNX Runtime gave no CUDA compute stream; refusing the legacy default stream");
     int previous = 0;
     cudaError_t err = cudaGetDevice(&previous);
     if (err == cudaSuccess && previous != call.y_device_id) err = cudaSetDevice(call.y_device_id);

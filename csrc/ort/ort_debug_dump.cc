@@ -26,7 +26,7 @@ std::atomic<uint64_t> g_kernels{0};  // kernel serial within this process: two s
 struct NpyType {
   const char* descr;  // numpy dtype string
   size_t size;
-  const char* name;   // the dtype as meta.json names it
+  const char* name;  // the dtype as meta.json names it
 };
 
 NpyType NpyTypeOf(fused_norm::DType dtype) {
@@ -48,8 +48,10 @@ std::string ShapeTuple(const std::vector<int64_t>& shape) {
 }
 
 // numpy's .npy format version 1.0: magic, header length, a dict literal padded to 64 bytes, raw data.
-void WriteNpy(const fs::path& path, const char* descr, const std::vector<int64_t>& shape, const void* data, size_t bytes) {
-  std::string header = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " + ShapeTuple(shape) + ", }";
+void WriteNpy(const fs::path& path, const char* descr, const std::vector<int64_t>& shape, const void* data,
+              size_t bytes) {
+  std::string header =
+      std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " + ShapeTuple(shape) + ", }";
   const size_t unpadded = 10 + header.size() + 1;
   header.append((64 - unpadded % 64) % 64, ' ');
   header.push_back('\n');
@@ -57,7 +59,8 @@ void WriteNpy(const fs::path& path, const char* descr, const std::vector<int64_t
   const unsigned char magic[8] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
   out.write(reinterpret_cast<const char*>(magic), 8);
   const uint16_t length = static_cast<uint16_t>(header.size());
-  const unsigned char length_le[2] = {static_cast<unsigned char>(length & 0xff), static_cast<unsigned char>(length >> 8)};
+  const unsigned char length_le[2] = {static_cast<unsigned char>(length & 0xff),
+                                      static_cast<unsigned char>(length >> 8)};
   out.write(reinterpret_cast<const char*>(length_le), 2);
   out << header;
   out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
@@ -90,7 +93,8 @@ std::unique_ptr<DebugDump> DebugDump::ForKernel(const OrtKernelInfo* info, const
     const std::string folder = DumpSetting(info);
     if (folder.empty()) return nullptr;
     if (std::strcmp(execution_provider, "CPUExecutionProvider") != 0) {
-      std::fprintf(stderr, "fused_norm: debug dump requested (%s) but it serves the CPU provider only; not dumping %s\n",
+      std::fprintf(stderr,
+                   "fused_norm: debug dump requested (%s) but it serves the CPU provider only; not dumping %s\n",
                    folder.c_str(), execution_provider);
       return nullptr;
     }
@@ -129,13 +133,13 @@ void DebugDump::Write(Ort::KernelContext& context, const fused_norm::NormProblem
       char eps_text[32];
       std::snprintf(eps_text, sizeof eps_text, "%.9g", static_cast<double>(epsilon));
       meta << "{\"node\": \"" << fs::path(folder_).filename().string() << "\", \"call\": " << call
-           << ", \"epsilon\": " << eps_text << ", \"dtype\": \"" << type.name << "\", \"x_shape\": " << ShapeString(x_shape)
-           << ", \"hidden\": " << problem.hidden << "}\n";
+           << ", \"epsilon\": " << eps_text << ", \"dtype\": \"" << type.name
+           << "\", \"x_shape\": " << ShapeString(x_shape) << ", \"hidden\": " << problem.hidden << "}\n";
     }
     fs::rename(tmp, final_folder);
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "fused_norm: debug dump of call %llu in %s failed: %s\n", static_cast<unsigned long long>(call),
-                 folder_.c_str(), error.what());
+    std::fprintf(stderr, "fused_norm: debug dump of call %llu in %s failed: %s\n",
+                 static_cast<unsigned long long>(call), folder_.c_str(), error.what());
   }
 }
 

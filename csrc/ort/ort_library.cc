@@ -29,7 +29,7 @@ Ort::CustomOpDomain& FusedNormDomain() {
 }  // namespace
 
 extern "C" ORT_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
-                                                                 const OrtApiBase* api_base) {
+                                                                const OrtApiBase* api_base) {
   const OrtApi* api = api_base->GetApi(ORT_API_VERSION);
   if (api == nullptr) {
     // The runtime is older than the headers we were built with. API 1 exists

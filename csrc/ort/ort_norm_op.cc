@@ -124,7 +124,8 @@ OrtStatusPtr ReadEpsilon(const OrtKernelInfo* info, float* epsilon) noexcept {
       const std::string reason = api.GetErrorMessage(status);
       api.ReleaseStatus(status);
       return Ort::Status(("fused_norm: the node needs a float attribute 'epsilon' (added to mean(X^2) before the "
-                          "rsqrt); reading it failed: " + reason)
+                          "rsqrt); reading it failed: " +
+                          reason)
                              .c_str(),
                          ORT_INVALID_ARGUMENT)
           .release();
@@ -180,8 +181,8 @@ Ort::Status PrepareNormCall(Ort::KernelContext& context, float epsilon, NormCall
   const ONNXTensorElementDataType y_type = y.GetTensorTypeAndShapeInfo().GetElementType();
   if (y_type != xf.type) {
     // Only a model that declares Y with another dtype than X gets here.
-    return InvalidArgument(std::string("the graph declares Y as ") + ElementTypeName(y_type) +
-                           " but X is " + ElementTypeName(xf.type) + "; Y must have X's dtype");
+    return InvalidArgument(std::string("the graph declares Y as ") + ElementTypeName(y_type) + " but X is " +
+                           ElementTypeName(xf.type) + "; Y must have X's dtype");
   }
 
   const Ort::ConstMemoryInfo y_memory = y.GetTensorMemoryInfo();

@@ -98,9 +98,10 @@ void check_param(const char* op, const char* name, const at::Tensor& param, cons
 
 void check_norm_args(const char* op, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                      double eps) {
-  TORCH_CHECK_VALUE(x.dim() >= 1, op, ": x must have at least 1 dimension (the normalised last one), got a 0-dim tensor");
-  TORCH_CHECK_TYPE(is_supported_dtype(x.scalar_type()), op,
-                   ": x must be float32, float64, float16 or bfloat16, got ", x.scalar_type());
+  TORCH_CHECK_VALUE(x.dim() >= 1, op,
+                    ": x must have at least 1 dimension (the normalised last one), got a 0-dim tensor");
+  TORCH_CHECK_TYPE(is_supported_dtype(x.scalar_type()), op, ": x must be float32, float64, float16 or bfloat16, got ",
+                   x.scalar_type());
   check_param(op, "weight", weight, x);
   check_param(op, "bias", bias, x);
   TORCH_CHECK_VALUE(std::isfinite(eps) && eps >= 0.0, op, ": eps must be a finite number >= 0, got ", eps);
@@ -108,8 +109,7 @@ void check_norm_args(const char* op, const at::Tensor& x, const at::Tensor& weig
 
 void check_out_arg(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   constexpr const char* op = "fused_norm_out";
-  TORCH_CHECK_VALUE(out.sizes() == x.sizes(), op, ": out must have the shape of x ", x.sizes(), ", got ",
-                    out.sizes());
+  TORCH_CHECK_VALUE(out.sizes() == x.sizes(), op, ": out must have the shape of x ", x.sizes(), ", got ", out.sizes());
   TORCH_CHECK_TYPE(out.scalar_type() == x.scalar_type(), op, ": out must have the dtype of x (", x.scalar_type(),
                    "), got ", out.scalar_type());
   TORCH_CHECK(out.device() == x.device(), op, ": out must be on the device of x (", x.device(), "), got ",

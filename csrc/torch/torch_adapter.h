@@ -11,8 +11,7 @@ namespace fused_norm_torch {
 // User-facing checks of fused_norm / fused_norm_out arguments; each failure
 // names the argument and what was expected. The fake kernels in ops/op.py
 // raise the same messages for symbolic tensors.
-void check_norm_args(const char* op, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                     double eps);
+void check_norm_args(const char* op, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);
 
 // Checks that `out` can receive the result for `x` without a copy.
 void check_out_arg(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);

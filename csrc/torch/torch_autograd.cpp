@@ -35,8 +35,8 @@ at::Tensor call_fused_norm(const at::Tensor& x, const at::Tensor& weight, const 
 
 class FusedNormFunction : public torch::autograd::Function<FusedNormFunction> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const at::Tensor& bias, double eps) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                            double eps) {
     ctx->save_for_backward({x, weight});
     ctx->saved_data["eps"] = eps;
     at::AutoDispatchBelowADInplaceOrView guard;

@@ -10,8 +10,7 @@
 namespace fused_norm_torch {
 namespace {
 
-void run_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& y,
-             double eps) {
+void run_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& y, double eps) {
   const fused_norm::NormProblem p = make_problem(x, weight, bias, y, eps);
   at::parallel_for(0, p.rows, fused_norm::cpu_rows_per_task(p.hidden),
                    [&p](int64_t begin, int64_t end) { fused_norm::cpu_forward_rows(p, begin, end); });

@@ -103,8 +103,16 @@ def _compile_kernel_object(nvcc: Path, target: ArchTarget, out: Path) -> ObjectR
     source = core_cuda_sources()[0]
     obj = out / f"{source.stem}.{target.name}.o"
     log = out / f"{source.stem}.{target.name}.log"
-    cmd = [str(nvcc), *kernel_nvcc_flags(), f"-gencode={target.gencode}", "--resource-usage",
-           "-c", str(source), "-o", str(obj)]
+    cmd = [
+        str(nvcc),
+        *kernel_nvcc_flags(),
+        f"-gencode={target.gencode}",
+        "--resource-usage",
+        "-c",
+        str(source),
+        "-o",
+        str(obj),
+    ]
     start = time.perf_counter()
     run_logged(cmd, log)
     return ObjectResult(target.name, str(obj), str(log), round(time.perf_counter() - start, 1))
@@ -134,16 +142,34 @@ def _torch_cuda_impl_check(out: Path) -> dict[str, Any]:
     if cuda_include is None:
         return {"status": "skipped", "reason": "no CUDA include directory (cuda_runtime_api.h) found"}
     torch_includes = [Path(p) for p in include_paths()]
-    flags = [f"-std={CXX_STANDARD_TORCH}", "-O3", "-fPIC", "-DFUSED_NORM_WITH_CUDA",
-             f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    flags = [
+        f"-std={CXX_STANDARD_TORCH}",
+        "-O3",
+        "-fPIC",
+        "-DFUSED_NORM_WITH_CUDA",
+        f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+    ]
     if not any((p / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").is_file() for p in torch_includes):
         flags.append("-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE")
     obj, log = out / "torch_cuda_impl.o", out / "torch_cuda_impl.log"
-    cmd = [cxx_compiler(), *flags, f"-I{csrc_dir()}", *(f"-isystem{p}" for p in torch_includes),
-           f"-isystem{cuda_include}", "-c", str(source), "-o", str(obj)]
+    cmd = [
+        cxx_compiler(),
+        *flags,
+        f"-I{csrc_dir()}",
+        *(f"-isystem{p}" for p in torch_includes),
+        f"-isystem{cuda_include}",
+        "-c",
+        str(source),
+        "-o",
+        str(obj),
+    ]
     run_logged(cmd, log)
-    return {"status": "compiled", "object": str(obj), "log": str(log),
-            "note": "compiled only; linking needs a CUDA build of torch"}
+    return {
+        "status": "compiled",
+        "object": str(obj),
+        "log": str(log),
+        "note": "compiled only; linking needs a CUDA build of torch",
+    }
 
 
 def _ort_cuda_op_check(out: Path) -> dict[str, Any]:
@@ -159,9 +185,21 @@ def _ort_cuda_op_check(out: Path) -> dict[str, Any]:
     except OrtHeadersError as error:
         return {"status": "skipped", "reason": f"ONNX Runtime headers unavailable: {error}"}
     obj, log = out / "ort_cuda_op.o", out / "ort_cuda_op.log"
-    cmd = [cxx_compiler(), f"-std={CXX_STANDARD_PORTABLE}", "-O3", "-fPIC", "-DORT_API_MANUAL_INIT",
-           f"-I{csrc_dir()}", f"-I{csrc_dir() / 'ort'}", f"-isystem{headers.path}", f"-isystem{cuda_include}",
-           "-c", str(source), "-o", str(obj)]
+    cmd = [
+        cxx_compiler(),
+        f"-std={CXX_STANDARD_PORTABLE}",
+        "-O3",
+        "-fPIC",
+        "-DORT_API_MANUAL_INIT",
+        f"-I{csrc_dir()}",
+        f"-I{csrc_dir() / 'ort'}",
+        f"-isystem{headers.path}",
+        f"-isystem{cuda_include}",
+        "-c",
+        str(source),
+        "-o",
+        str(obj),
+    ]
     run_logged(cmd, log)
     return {"status": "compiled", "object": str(obj), "log": str(log), "ort_headers": headers.summary()}
 

@@ -31,10 +31,10 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from env.build.config import core_cuda_sources
-from env.build.toolkit import cuda_include_dir as _cuda_include_dir
-from env.build.toolchain import cxx_compiler
 from env.build.commands import BuildError, run_logged
+from env.build.config import core_cuda_sources
+from env.build.toolchain import cxx_compiler
+from env.build.toolkit import cuda_include_dir as _cuda_include_dir
 from env.files import atomic_path
 from env.paths import build_dir, csrc_dir
 
@@ -50,7 +50,12 @@ PROBE_NAME = "fused_norm_asan_probe"
 # -fno-gnu-unique: several builds of the same kernels (the faulted variants)
 # are loaded into one process and must not share their static variables.
 COMMON_FLAGS = [
-    "-std=c++17", "-fPIC", "-ffp-contract=off", "-fno-gnu-unique", "-Wall", "-Wno-unknown-pragmas",
+    "-std=c++17",
+    "-fPIC",
+    "-ffp-contract=off",
+    "-fno-gnu-unique",
+    "-Wall",
+    "-Wno-unknown-pragmas",
     "-Wno-maybe-uninitialized",
 ]
 RELEASE_FLAGS = ["-O1"]
@@ -58,8 +63,7 @@ RELEASE_FLAGS = ["-O1"]
 # calls a hook (csrc/emu/simt.cpp), and the line tables let a race report
 # name the source lines.
 KERNEL_RACE_FLAGS = ["-fsanitize=thread", "-g1"]
-SANITIZER_FLAGS = ["-O1", "-g1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-                   "-fno-omit-frame-pointer"]
+SANITIZER_FLAGS = ["-O1", "-g1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 
 
 class EmulationBuildError(BuildError):
@@ -93,7 +97,7 @@ def _digest(parts: list[bytes]) -> str:
     return h.hexdigest()[:20]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiler_identity(compiler: str) -> bytes:
     out = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False)
     return (out.stdout.splitlines() or [compiler])[0].encode()
@@ -106,8 +110,10 @@ def _headers() -> list[Path]:
 
 def _compile(compiler: str, source: Path, flags: list[str], kind: str) -> Path:
     """Compile ``source`` to a cached object; return its path."""
-    key = _digest([_compiler_identity(compiler), " ".join(flags).encode(), source.read_bytes()]
-                  + [p.name.encode() + p.read_bytes() for p in _headers()])
+    key = _digest(
+        [_compiler_identity(compiler), " ".join(flags).encode(), source.read_bytes()]
+        + [p.name.encode() + p.read_bytes() for p in _headers()]
+    )
     obj = cache_dir() / "objects" / f"{kind}-{key}.o"
     if obj.is_file():
         return obj
@@ -145,9 +151,11 @@ def build_emulated_kernels(kernel_source: Path | None = None, sanitize: bool = F
     tag = "asan-" if sanitize else ""
     race_flags = [] if sanitize else KERNEL_RACE_FLAGS  # AddressSanitizer and the race hooks do not mix
     kernel_flags = [*flags, *race_flags, "-include", str(emu_dir() / "simt.h"), "-x", "c++"]
-    units = [*_runtime_units(flags, tag),
-             (emu_dir() / "emulated_norm.cpp", flags, f"{tag}emulated_norm"),
-             (source, kernel_flags, f"{tag}kernels")]
+    units = [
+        *_runtime_units(flags, tag),
+        (emu_dir() / "emulated_norm.cpp", flags, f"{tag}emulated_norm"),
+        (source, kernel_flags, f"{tag}kernels"),
+    ]
     if sanitize:
         units.append((emu_dir() / "asan_probe.cpp", flags, f"{tag}probe"))
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -163,8 +171,10 @@ def _runtime_units(flags: list[str], tag: str) -> list[tuple[Path, list[str], st
     """The emulator's runtime: scheduler, collectives and the race detector. The detector runs on every memory
     access of the kernels, so it is optimised further (-O2, the last flag wins) in the release build."""
     detector_flags = flags if tag else [*flags, "-O2"]
-    return [(emu_dir() / "simt.cpp", detector_flags, f"{tag}simt"),
-            (emu_dir() / "race_detector.cpp", detector_flags, f"{tag}races")]
+    return [
+        (emu_dir() / "simt.cpp", detector_flags, f"{tag}simt"),
+        (emu_dir() / "race_detector.cpp", detector_flags, f"{tag}races"),
+    ]
 
 
 def build_kernel_library(source: Path, name: str, workers: int = 2) -> Path:
@@ -176,9 +186,14 @@ def build_kernel_library(source: Path, name: str, workers: int = 2) -> Path:
     if not Path(source).is_file():
         raise EmulationBuildError(f"kernel source {source} does not exist")
     flags = COMMON_FLAGS + RELEASE_FLAGS + [f"-I{csrc_dir() / 'core'}", f"-I{emu_dir()}", f"-isystem{cuda_headers()}"]
-    units = [*_runtime_units(flags, ""),
-             (Path(source), [*flags, *KERNEL_RACE_FLAGS, "-include", str(emu_dir() / "simt.h"), "-x", "c++"],
-              f"kernels-{Path(source).stem}")]
+    units = [
+        *_runtime_units(flags, ""),
+        (
+            Path(source),
+            [*flags, *KERNEL_RACE_FLAGS, "-include", str(emu_dir() / "simt.h"), "-x", "c++"],
+            f"kernels-{Path(source).stem}",
+        ),
+    ]
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         objects = list(pool.map(lambda unit: _compile(compiler, *unit), units))
     return _link(compiler, objects, ["-shared", "-Wl,-Bsymbolic"], name)

@@ -53,9 +53,22 @@ def build_ort_client(force: bool = False) -> Path:
         return binary
     headers = ensure_ort_headers()
     with atomic_path(binary) as tmp:
-        command = [cxx_compiler(), "-std=c++17", "-O2", "-Wall", "-Wextra", "-pthread",
-                   "-isystem", str(headers.path), str(source), "-o", str(tmp),
-                   f"-L{lib_dir}", "-lonnxruntime", f"-Wl,-rpath,{lib_dir}"]
+        command = [
+            cxx_compiler(),
+            "-std=c++17",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-pthread",
+            "-isystem",
+            str(headers.path),
+            str(source),
+            "-o",
+            str(tmp),
+            f"-L{lib_dir}",
+            "-lonnxruntime",
+            f"-Wl,-rpath,{lib_dir}",
+        ]
         run_logged(command, out / "build.log")
         tmp.chmod(0o755)
     return binary

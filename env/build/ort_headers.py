@@ -98,7 +98,9 @@ def _file_digests(include_dir: Path) -> dict[str, str]:
 def _check_required(include_dir: Path, source: str) -> None:
     missing = [h for h in REQUIRED_HEADERS if not (include_dir / h).is_file()]
     if missing:
-        raise OrtHeadersError(f"{source}: {include_dir} lacks {', '.join(missing)}; it is not an ONNX Runtime include/ folder")
+        raise OrtHeadersError(
+            f"{source}: {include_dir} lacks {', '.join(missing)}; it is not an ONNX Runtime include/ folder"
+        )
 
 
 # --- source 1: an extracted official release archive -----------------------
@@ -135,7 +137,9 @@ def _cached_npm_headers(directory: Path) -> OrtHeaders | None:
             f"the cached ONNX Runtime headers in {directory} do not match their manifest (modified or corrupt); "
             f"delete that folder and build again"
         )
-    return OrtHeaders(directory, manifest["source"], manifest["version"], manifest["sha256"], int(manifest["api_version"]))
+    return OrtHeaders(
+        directory, manifest["source"], manifest["version"], manifest["sha256"], int(manifest["api_version"])
+    )
 
 
 def _npm_pack(destination: Path) -> Path:
@@ -151,7 +155,10 @@ def _npm_pack(destination: Path) -> Path:
     destination.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(
         [npm, "pack", spec, "--json", "--ignore-scripts", "--pack-destination", str(destination)],
-        capture_output=True, text=True, timeout=1800, check=False,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
     )
     if proc.returncode != 0:
         raise OrtHeadersError(f"`npm pack {spec}` failed (exit {proc.returncode}):\n{proc.stderr.strip()[-2000:]}")
@@ -168,7 +175,11 @@ def _extract_headers(tarball: Path, target: Path) -> str:
         for member in archive:
             if not member.isfile():
                 continue
-            if member.name.startswith(NPM_HEADER_DIR) and member.name.endswith(".h") and "/" not in member.name[len(NPM_HEADER_DIR):]:
+            if (
+                member.name.startswith(NPM_HEADER_DIR)
+                and member.name.endswith(".h")
+                and "/" not in member.name[len(NPM_HEADER_DIR) :]
+            ):
                 # Write by base name: nothing from the archive decides a path.
                 (target / Path(member.name).name).write_bytes(archive.extractfile(member).read())
             elif member.name == NPM_FRAMEWORK_DIR + "Info.plist":

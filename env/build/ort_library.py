@@ -46,7 +46,13 @@ def _ort_dir() -> Path:
 def common_sources() -> list[Path]:
     """Sources of every build: entry point, shared op, CPU adapter, CPU core."""
     ort = _ort_dir()
-    return [ort / "ort_library.cc", ort / "ort_norm_op.cc", ort / "ort_cpu_op.cc", ort / "ort_debug_dump.cc", *core_cpu_sources()]
+    return [
+        ort / "ort_library.cc",
+        ort / "ort_norm_op.cc",
+        ort / "ort_cpu_op.cc",
+        ort / "ort_debug_dump.cc",
+        *core_cpu_sources(),
+    ]
 
 
 def cuda_sources() -> list[Path]:
@@ -128,10 +134,17 @@ def _plan(headers: OrtHeaders, with_cuda: bool, out: Path, library_tmp: Path) ->
     """Compile steps (independent, run in parallel), the link step, and the C++ flags used."""
     objects, logs = out / "obj", out / "logs"
     cxx = cxx_compiler()
-    cxx_flags = [*ort_cxx_flags(),
-                 # -isystem: warnings of the ORT headers are not ours to fix.
-                 "-isystem", str(headers.path), "-I", str(csrc_dir())]
-    sources = common_sources() + ([_ort_dir() / "ort_cuda_op.cc"] if with_cuda else [_ort_dir() / "ort_cuda_op_stub.cc"])
+    cxx_flags = [
+        *ort_cxx_flags(),
+        # -isystem: warnings of the ORT headers are not ours to fix.
+        "-isystem",
+        str(headers.path),
+        "-I",
+        str(csrc_dir()),
+    ]
+    sources = common_sources() + (
+        [_ort_dir() / "ort_cuda_op.cc"] if with_cuda else [_ort_dir() / "ort_cuda_op_stub.cc"]
+    )
     link_extra: list[str] = []
     if with_cuda:
         toolkit, reason = cuda_link_toolkit()
@@ -143,28 +156,59 @@ def _plan(headers: OrtHeaders, with_cuda: bool, out: Path, library_tmp: Path) ->
     compiles = []
     for source in sources:
         obj = _object_path(source, objects)
-        compiles.append(Step(f"compile {source.relative_to(csrc_dir())}",
-                             [cxx, *cxx_flags, "-c", str(source), "-o", str(obj)], logs / f"{obj.stem}.log"))
+        compiles.append(
+            Step(
+                f"compile {source.relative_to(csrc_dir())}",
+                [cxx, *cxx_flags, "-c", str(source), "-o", str(obj)],
+                logs / f"{obj.stem}.log",
+            )
+        )
     if with_cuda:
         from env.build.cuda import kernel_nvcc_flags
 
         for source in core_cuda_sources():
             obj = _object_path(source, objects)
             # The torch extension's nvcc flags, so both libraries run the same machine code.
-            nvcc = [str(toolkit.nvcc), *kernel_nvcc_flags(), *nvcc_arch_flags(), "-Xcompiler", "-fPIC",
-                    "-I", str(csrc_dir()), "-c", str(source), "-o", str(obj)]
+            nvcc = [
+                str(toolkit.nvcc),
+                *kernel_nvcc_flags(),
+                *nvcc_arch_flags(),
+                "-Xcompiler",
+                "-fPIC",
+                "-I",
+                str(csrc_dir()),
+                "-c",
+                str(source),
+                "-o",
+                str(obj),
+            ]
             compiles.append(Step(f"nvcc {source.relative_to(csrc_dir())}", nvcc, logs / f"{obj.stem}.log"))
 
     objs = [step.command[step.command.index("-o") + 1] for step in compiles]
-    link = Step("link", [cxx, "-shared", "-fPIC", *cxx_opt_flags(), *objs,
-                         f"-Wl,--version-script={_ort_dir() / 'exports.lds'}", "-Wl,--no-undefined",
-                         *link_extra, "-o", str(library_tmp)], logs / "link.log")
+    link = Step(
+        "link",
+        [
+            cxx,
+            "-shared",
+            "-fPIC",
+            *cxx_opt_flags(),
+            *objs,
+            f"-Wl,--version-script={_ort_dir() / 'exports.lds'}",
+            "-Wl,--no-undefined",
+            *link_extra,
+            "-o",
+            str(library_tmp),
+        ],
+        logs / "link.log",
+    )
     return compiles, link, cxx_flags
 
 
 def _collect_log(steps: list[Step], target: Path) -> None:
-    parts = [f"### {step.name}\n{step.log.read_text(errors='replace') if step.log.exists() else '(not run)'}"
-             for step in steps]
+    parts = [
+        f"### {step.name}\n{step.log.read_text(errors='replace') if step.log.exists() else '(not run)'}"
+        for step in steps
+    ]
     write_text_atomic(target, "\n".join(parts))
 
 

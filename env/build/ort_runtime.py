@@ -83,7 +83,10 @@ def runtime_api() -> RuntimeApi:
     library = runtime_library()
     probe = subprocess.run(
         [sys.executable, "-c", _API_PROBE, str(library), str(_PROBE_LIMIT)],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     if probe.returncode != 0:
         raise RuntimeError(f"could not query the C API of {library}:\n{probe.stderr.strip()}")
@@ -136,7 +139,9 @@ def cuda_provider_status() -> tuple[bool, str]:
     available = onnxruntime.get_available_providers()
     if "CUDAExecutionProvider" not in available:
         return False, f"this onnxruntime build has no CUDA execution provider (available: {', '.join(available)})"
-    probe = subprocess.run([sys.executable, "-c", _CUDA_PROBE], capture_output=True, text=True, timeout=300, check=False)
+    probe = subprocess.run(
+        [sys.executable, "-c", _CUDA_PROBE], capture_output=True, text=True, timeout=300, check=False
+    )
     lines = probe.stdout.strip().splitlines()
     if probe.returncode != 0 or not lines:
         return False, f"a CUDA session could not be created: {_last_error(probe.stderr) or 'unknown error'}"

@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from env.build import cuda, fingerprint, ptxas, toolchain
 from env.build.config import (
@@ -44,10 +45,21 @@ from env.paths import REPO_ROOT, build_dir, csrc_dir, toolchain_record_path
 
 # The build code each step runs: a change to it (a flag written inline, say) reruns the step.
 _TORCH_CODE = ("env/build/config.py", "env/build/torch_library.py", "setup.py")
-_ORT_CODE = ("env/build/config.py", "env/build/torch_library.py", "env/build/ort_library.py",
-             "env/build/ort_headers.py", "env/build/ort_runtime.py")
-_CUDA_CODE = ("env/build/config.py", "env/build/torch_library.py", "env/build/cuda.py", "env/build/ptxas.py",
-              "env/build/toolkit.py", "env/build/ort_headers.py")
+_ORT_CODE = (
+    "env/build/config.py",
+    "env/build/torch_library.py",
+    "env/build/ort_library.py",
+    "env/build/ort_headers.py",
+    "env/build/ort_runtime.py",
+)
+_CUDA_CODE = (
+    "env/build/config.py",
+    "env/build/torch_library.py",
+    "env/build/cuda.py",
+    "env/build/ptxas.py",
+    "env/build/toolkit.py",
+    "env/build/ort_headers.py",
+)
 
 # Environment variables the steps read.
 _BUILD_VARIABLES = ("CXX", "CUDA_HOME", "FUSEDBENCH_MARCH_NATIVE", "FUSEDBENCH_ORT_CUDA", "FUSEDBENCH_ORT_HEADERS")
@@ -142,8 +154,13 @@ def ort_with_cuda(facts: dict[str, Any]) -> bool:
     the answer only changes with the toolchain, the environment variables or
     the presence of the CUDA sources.
     """
-    key = fingerprint.key_of({"toolchain": facts, "variables": {n: os.environ.get(n) for n in _BUILD_VARIABLES},
-                              "cuda_sources": [p.is_file() for p in core_cuda_sources()]})
+    key = fingerprint.key_of(
+        {
+            "toolchain": facts,
+            "variables": {n: os.environ.get(n) for n in _BUILD_VARIABLES},
+            "cuda_sources": [p.is_file() for p in core_cuda_sources()],
+        }
+    )
     path = state_dir() / "ort_cuda_decision.json"
     try:
         cached = json.loads(path.read_text())
@@ -201,12 +218,30 @@ def _cuda_outputs(fragment: dict[str, Any]) -> list[str]:
 
 def steps(mode: str) -> list[Step]:
     return [
-        Step(f"torch_{mode}", f"torch op library ({mode})", torch_inputs(mode), _run_torch(mode),
-             lambda f: [f["artifacts"]["torch_library"]], lambda f: _shown(f["artifacts"]["torch_library"])),
-        Step("ort_library", "ONNX Runtime custom-op library", ort_inputs, _run_ort,
-             lambda f: [f["artifacts"]["ort_library"]], lambda f: _shown(f["artifacts"]["ort_library"])),
-        Step("cuda_compile_check", "CUDA compile check", cuda_check_inputs, cuda.run_in_build,
-             _cuda_outputs, lambda f: ptxas.describe(f["build"].get("cuda_resource_report", {}))),
+        Step(
+            f"torch_{mode}",
+            f"torch op library ({mode})",
+            torch_inputs(mode),
+            _run_torch(mode),
+            lambda f: [f["artifacts"]["torch_library"]],
+            lambda f: _shown(f["artifacts"]["torch_library"]),
+        ),
+        Step(
+            "ort_library",
+            "ONNX Runtime custom-op library",
+            ort_inputs,
+            _run_ort,
+            lambda f: [f["artifacts"]["ort_library"]],
+            lambda f: _shown(f["artifacts"]["ort_library"]),
+        ),
+        Step(
+            "cuda_compile_check",
+            "CUDA compile check",
+            cuda_check_inputs,
+            cuda.run_in_build,
+            _cuda_outputs,
+            lambda f: ptxas.describe(f["build"].get("cuda_resource_report", {})),
+        ),
     ]
 
 
@@ -230,8 +265,10 @@ def _read_state(step: Step) -> dict[str, Any] | None:
 
 
 def _write_state(step: Step, key: str, inputs: dict[str, Any], fragment: dict[str, Any]) -> None:
-    write_text_atomic(state_dir() / f"{step.name}.json",
-                      json.dumps({"key": key, "inputs": inputs, "fragment": fragment}, indent=1, sort_keys=True) + "\n")
+    write_text_atomic(
+        state_dir() / f"{step.name}.json",
+        json.dumps({"key": key, "inputs": inputs, "fragment": fragment}, indent=1, sort_keys=True) + "\n",
+    )
 
 
 def is_up_to_date(step: Step, key: str, state: dict[str, Any] | None) -> bool:
@@ -277,11 +314,15 @@ def _settings(mode: str) -> dict[str, Any]:
 
 def _base_record(mode: str, facts: dict[str, Any]) -> dict[str, Any]:
     """The toolchain part of the record (no artifacts), from the cache while the facts are unchanged."""
-    key = fingerprint.key_of({
-        "facts": facts, "mode": mode, "flags": cxx_opt_flags(),
-        "code": _code_digest(("env/build/toolchain.py", "env/build/config.py", "env/build/steps.py")),
-        "cuda_sources": [p.is_file() for p in torch_sources(True)],
-    })
+    key = fingerprint.key_of(
+        {
+            "facts": facts,
+            "mode": mode,
+            "flags": cxx_opt_flags(),
+            "code": _code_digest(("env/build/toolchain.py", "env/build/config.py", "env/build/steps.py")),
+            "cuda_sources": [p.is_file() for p in torch_sources(True)],
+        }
+    )
     record = toolchain.collect_cached(key, lambda: _settings(mode), state_dir() / f"toolchain_{mode}.json")
     return {**record, "build": dict(record.get("build", {})), "artifacts": {}, "timings_s": {}}
 
@@ -332,8 +373,11 @@ def build(mode: str = "jit", verbose: bool = False) -> BuildResult:
                 _merge(record, fragment)  # what a failed step learnt (headers, CUDA choice) is worth keeping
                 _write_record(record)
             _write_state(step, key, inputs, fragment)
-            print(f"{step.title}: built in {time.perf_counter() - start:.1f} s (changed: {', '.join(changed)}) - "
-                  f"{step.describe(fragment)}", flush=True)
+            print(
+                f"{step.title}: built in {time.perf_counter() - start:.1f} s (changed: {', '.join(changed)}) - "
+                f"{step.describe(fragment)}",
+                flush=True,
+            )
         _merge(record, fragment)
         if verbose and step.name == "cuda_compile_check":
             table = ptxas.report_table(fragment["build"].get("cuda_resource_report", {}))

@@ -16,8 +16,9 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from env.build.toolkit import find_cuda_toolkit
 from env.files import write_text_atomic
@@ -58,7 +59,10 @@ def compiler_default_abi(compiler: str) -> int | None:
         return None
     probe = subprocess.run(
         [compiler, "-x", "c++", "-std=c++17", "-dM", "-E", "-include", "string", "-"],
-        input="", capture_output=True, text=True, check=False,
+        input="",
+        capture_output=True,
+        text=True,
+        check=False,
     )
     match = re.search(r"#define _GLIBCXX_USE_CXX11_ABI (\d)", probe.stdout)
     return int(match.group(1)) if match else None
@@ -170,8 +174,10 @@ def quick_summary(facts: dict[str, Any]) -> str:
     """One line naming the toolchain, for a normal ``invoke build``."""
     compiler = facts["compiler"]["version"] or f"{facts['compiler']['command']} (not found)"
     nvcc = facts["nvcc"]["version"] or "none"
-    return (f"toolchain: {compiler}; torch {facts['torch'].get('version')}; Python {facts['python']['version']}; "
-            f"nvcc {nvcc}; onnxruntime {facts['onnxruntime']}")
+    return (
+        f"toolchain: {compiler}; torch {facts['torch'].get('version')}; Python {facts['python']['version']}; "
+        f"nvcc {nvcc}; onnxruntime {facts['onnxruntime']}"
+    )
 
 
 def collect_cached(key: str, build_settings: Callable[[], dict[str, Any]], cache_path: Path) -> dict[str, Any]:
@@ -282,23 +288,36 @@ def summary_rows(record: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [
         ("compiler", f"{_get(record, 'compiler.version')} [{_get(record, 'compiler.path')}]"),
         ("C++ standard", ", ".join(f"{k}: {v}" for k, v in standards.items())),
-        ("ABI flag (torch / build / compiler default)",
-         f"{_get(record, 'torch.cxx11_abi')} / {build.get('cxx11_abi')} / "
-         f"{_get(record, 'compiler.default_cxx11_abi')}"),
-        ("torch", f"{_get(record, 'torch.version')} (git {str(_get(record, 'torch.git_version'))[:10]}, "
-                  f"built with {_get(record, 'torch.built_with_compiler')}, "
-                  f"C++ {_get(record, 'torch.built_with_cxx_standard')})"),
+        (
+            "ABI flag (torch / build / compiler default)",
+            f"{_get(record, 'torch.cxx11_abi')} / {build.get('cxx11_abi')} / "
+            f"{_get(record, 'compiler.default_cxx11_abi')}",
+        ),
+        (
+            "torch",
+            f"{_get(record, 'torch.version')} (git {str(_get(record, 'torch.git_version'))[:10]}, "
+            f"built with {_get(record, 'torch.built_with_compiler')}, "
+            f"C++ {_get(record, 'torch.built_with_cxx_standard')})",
+        ),
         ("torch CUDA", str(_get(record, "torch.cuda"))),
         ("nvcc", str(_get(record, "cuda.nvcc"))),
         ("TORCH_CUDA_ARCH_LIST", str(build.get("torch_cuda_arch_list") or _get(record, "cuda.torch_cuda_arch_list"))),
-        ("onnxruntime / onnx / onnxscript",
-         " / ".join(str(_get(record, f"onnx.{k}")) for k in ("onnxruntime", "onnx", "onnxscript"))),
-        ("ORT headers", (build.get("ort_headers") or {}).get("summary")
-         or "resolved by the ONNX Runtime library step (see `invoke toolchain` after the build)"),
+        (
+            "onnxruntime / onnx / onnxscript",
+            " / ".join(str(_get(record, f"onnx.{k}")) for k in ("onnxruntime", "onnx", "onnxscript")),
+        ),
+        (
+            "ORT headers",
+            (build.get("ort_headers") or {}).get("summary")
+            or "resolved by the ONNX Runtime library step (see `invoke toolchain` after the build)",
+        ),
         ("Python", str(_get(record, "python.version"))),
         ("OS / libc", f"{_get(record, 'os.name')} / {_get(record, 'os.libc')}"),
-        ("CPU", f"{_get(record, 'cpu.model')} ({_get(record, 'cpu.logical_cores')} logical cores; "
-                f"{' '.join(_get(record, 'cpu.flags') or [])})"),
+        (
+            "CPU",
+            f"{_get(record, 'cpu.model')} ({_get(record, 'cpu.logical_cores')} logical cores; "
+            f"{' '.join(_get(record, 'cpu.flags') or [])})",
+        ),
         ("optimisation flags", " ".join(build.get("cxx_flags", []))),
     ]
     return rows

@@ -20,7 +20,6 @@ from env.build.commands import BuildError, run_logged
 from env.build.config import TORCH_EXTENSION_NAME, TorchExtensionSpec, torch_extension_spec
 from env.paths import build_dir
 
-
 # ccache's folder of compiler links (Debian's ccache package): first in PATH,
 # `c++` runs through the cache, so compiling sources and flags that compiled
 # before (a rebuild after an edit is undone, the AOT build of the tests) takes
@@ -62,8 +61,11 @@ def build_jit(spec: TorchExtensionSpec) -> Path:
         "with_cuda": spec.with_cuda,
         "build_directory": str(out),
     }
-    run_logged([sys.executable, "-m", "env.build.torch_library", json.dumps(request)], out / "build.log",
-               env=compiler_cache_env())
+    run_logged(
+        [sys.executable, "-m", "env.build.torch_library", json.dumps(request)],
+        out / "build.log",
+        env=compiler_cache_env(),
+    )
     _write_compile_commands(out)
     library = out / f"{TORCH_EXTENSION_NAME}.so"
     if not library.exists():
@@ -74,7 +76,16 @@ def build_jit(spec: TorchExtensionSpec) -> Path:
 def build_aot() -> Path:
     """Compile with setup.py (BuildExtension) into build/aot, the delivery path."""
     out = aot_dir()
-    cmd = [sys.executable, "setup.py", "--quiet", "build_ext", "--build-lib", str(out), "--build-temp", str(out / "tmp")]
+    cmd = [
+        sys.executable,
+        "setup.py",
+        "--quiet",
+        "build_ext",
+        "--build-lib",
+        str(out),
+        "--build-temp",
+        str(out / "tmp"),
+    ]
     run_logged(cmd, out / "build.log", env=compiler_cache_env())
     _write_compile_commands(out / "tmp")
     libraries = sorted((out / "ops").glob("_C*.so"))

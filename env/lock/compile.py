@@ -40,8 +40,11 @@ class Compiled:
     def summary(self) -> str:
         changes = [f"+{n}=={v}" for n, v in sorted(self.after.items()) if n not in self.before]
         changes += [f"-{n}=={v}" for n, v in sorted(self.before.items()) if n not in self.after]
-        changes += [f"{n} {self.before[n]} -> {v}" for n, v in sorted(self.after.items())
-                    if n in self.before and self.before[n] != v]
+        changes += [
+            f"{n} {self.before[n]} -> {v}"
+            for n, v in sorted(self.after.items())
+            if n in self.before and self.before[n] != v
+        ]
         return f"requirements/{self.variant}.txt: {len(self.after)} pins, " + (", ".join(changes) or "unchanged")
 
 
@@ -58,16 +61,33 @@ def pip_find_links() -> list[str]:
     """The find-links pip uses here: $PIP_FIND_LINKS, else `pip config get global.find-links`."""
     value = os.environ.get("PIP_FIND_LINKS")
     if value is None:
-        result = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.find-links"],
-                                capture_output=True, text=True, check=False)
+        result = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "get", "global.find-links"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         value = result.stdout if result.returncode == 0 else ""
     return value.split()
 
 
 def compile_command(variant: str, output: str, upgrade: bool = False) -> list[str]:
-    command = [uv_binary(), "pip", "compile", f"requirements/{variant}.in", "--output-file", output,
-               "--generate-hashes", "--python-version", read_lock().python, "--python-platform", PLATFORM,
-               "--custom-compile-command", COMPILE_COMMAND, "--quiet"]
+    command = [
+        uv_binary(),
+        "pip",
+        "compile",
+        f"requirements/{variant}.in",
+        "--output-file",
+        output,
+        "--generate-hashes",
+        "--python-version",
+        read_lock().python,
+        "--python-platform",
+        PLATFORM,
+        "--custom-compile-command",
+        COMPILE_COMMAND,
+        "--quiet",
+    ]
     for link in pip_find_links() if variant == "cpu" else []:
         command += ["--find-links", link]
     return command + (["--upgrade"] if upgrade else [])
@@ -85,8 +105,9 @@ def compile_variant(variant: str, upgrade: bool = False) -> Compiled:
     with atomic_path(target) as tmp:
         if target.exists():  # uv keeps the versions pinned in its output file
             shutil.copyfile(target, tmp)
-        result = subprocess.run(compile_command(variant, str(tmp), upgrade), cwd=REPO_ROOT,
-                                capture_output=True, text=True, check=False)
+        result = subprocess.run(
+            compile_command(variant, str(tmp), upgrade), cwd=REPO_ROOT, capture_output=True, text=True, check=False
+        )
         if result.returncode != 0:
             raise LockError(f"uv could not compile requirements/{variant}.in:\n{result.stderr.strip()}")
         read_pins(tmp)  # never keep a file that is not fully pinned and hashed
@@ -96,8 +117,11 @@ def compile_variant(variant: str, upgrade: bool = False) -> Compiled:
 def shared_mismatches() -> list[str]:
     """Packages that both variants pin, at different versions or with different files."""
     cpu, cuda = (read_pins(requirements_path(v)) for v in VARIANTS)
-    return [f"{name}: cpu {cpu[name].version}, cuda {cuda[name].version}"
-            for name in sorted(cpu.keys() & cuda.keys() - {"torch"}) if cpu[name] != cuda[name]]
+    return [
+        f"{name}: cpu {cpu[name].version}, cuda {cuda[name].version}"
+        for name in sorted(cpu.keys() & cuda.keys() - {"torch"})
+        if cpu[name] != cuda[name]
+    ]
 
 
 def regenerate(upgrade: bool = False) -> list[Compiled]:
@@ -107,6 +131,8 @@ def regenerate(upgrade: bool = False) -> list[Compiled]:
     compiled = [compile_variant(variant, upgrade) for variant in VARIANTS]
     mismatches = shared_mismatches()
     if mismatches:
-        raise LockError("the variants pin shared packages differently - pin them in requirements/common.in:\n  "
-                        + "\n  ".join(mismatches))
+        raise LockError(
+            "the variants pin shared packages differently - pin them in requirements/common.in:\n  "
+            + "\n  ".join(mismatches)
+        )
     return compiled

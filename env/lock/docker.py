@@ -38,7 +38,7 @@ DOCKER, PODMAN = "docker", "podman"
 # podman runs containers with runc: crun refuses hosts whose cgroups are in hybrid mode.
 PODMAN_RUN = [PODMAN, "--runtime", "runc", "run"]
 
-_ARG = re.compile(r'^ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?$')
+_ARG = re.compile(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?$")
 
 
 class DockerError(RuntimeError):
@@ -67,8 +67,12 @@ def _check_variant(variant: str) -> str:
     return variant
 
 
-def build_args(max_jobs: int | None = None, base_digest: str | None = None, variant: str = DEFAULT_VARIANT,
-               torch_find_links: str | None = None) -> dict[str, str]:
+def build_args(
+    max_jobs: int | None = None,
+    base_digest: str | None = None,
+    variant: str = DEFAULT_VARIANT,
+    torch_find_links: str | None = None,
+) -> dict[str, str]:
     """The --build-arg values of `invoke docker.build`."""
     variant = _check_variant(variant)
     defaults = dockerfile_arg_defaults()
@@ -87,7 +91,9 @@ def build_args(max_jobs: int | None = None, base_digest: str | None = None, vari
         args["MAX_JOBS"] = str(max_jobs)
     if torch_find_links:
         if variant != "cpu":
-            raise DockerError("--torch-find-links applies to the cpu variant only (the cuda variant's torch is on PyPI)")
+            raise DockerError(
+                "--torch-find-links applies to the cpu variant only (the cuda variant's torch is on PyPI)"
+            )
         args["TORCH_FIND_LINKS"] = torch_find_links
     uid = os.getuid()
     if uid != 0:  # reports in the mounted folder then belong to the host user
@@ -105,9 +111,15 @@ def _local_folder(location: str | None) -> Path | None:
     return folder
 
 
-def build_command(tag: str = DEFAULT_TAG, max_jobs: int | None = None, base_digest: str | None = None,
-                  variant: str = DEFAULT_VARIANT, torch_find_links: str | None = None,
-                  engine: str = DOCKER, local_base: bool = False) -> list[str]:
+def build_command(
+    tag: str = DEFAULT_TAG,
+    max_jobs: int | None = None,
+    base_digest: str | None = None,
+    variant: str = DEFAULT_VARIANT,
+    torch_find_links: str | None = None,
+    engine: str = DOCKER,
+    local_base: bool = False,
+) -> list[str]:
     """`docker build`, or `buildah bud` (engine podman), of the Dockerfile with its build args.
 
     buildah only: a local folder of wheels as ``torch_find_links`` is
@@ -119,16 +131,25 @@ def build_command(tag: str = DEFAULT_TAG, max_jobs: int | None = None, base_dige
     args = build_args(max_jobs, base_digest, variant, str(folder) if folder else torch_find_links)
     if engine == DOCKER:
         if folder or local_base:
-            raise DockerError("docker build can neither mount a folder of wheels nor refuse to pull: give "
-                              "--torch-find-links a URL (default: PyTorch's CPU index), or build with buildah")
+            raise DockerError(
+                "docker build can neither mount a folder of wheels nor refuse to pull: give "
+                "--torch-find-links a URL (default: PyTorch's CPU index), or build with buildah"
+            )
         command = ["docker", "build"]
     else:
         # chroot isolation: RUN steps need no user namespace or cgroup set-up;
         # --layers: an unchanged step (the environment) is reused by the next build;
         # --jobs: the ORT headers stage downloads while the system stage installs;
         # --format=docker: the OCI format has no SHELL, and RUN steps need its pipefail.
-        command = ["buildah", "bud", "--isolation=chroot", "--layers", "--jobs=2", "--format=docker",
-                   f"--pull={'never' if local_base else 'true'}"]
+        command = [
+            "buildah",
+            "bud",
+            "--isolation=chroot",
+            "--layers",
+            "--jobs=2",
+            "--format=docker",
+            f"--pull={'never' if local_base else 'true'}",
+        ]
         if folder:
             command += ["--volume", f"{folder}:{folder}:ro"]
     command += ["--file", str(DOCKERFILE), "--tag", tag]
@@ -148,8 +169,14 @@ def host_has_gpu() -> bool:
     return result.returncode == 0 and "GPU" in result.stdout
 
 
-def run_command(task: list[str], tag: str = DEFAULT_TAG, reports: Path | None = None,
-                gpus: bool | None = None, tty: bool | None = None, engine: str = DOCKER) -> list[str]:
+def run_command(
+    task: list[str],
+    tag: str = DEFAULT_TAG,
+    reports: Path | None = None,
+    gpus: bool | None = None,
+    tty: bool | None = None,
+    engine: str = DOCKER,
+) -> list[str]:
     """`docker run` (or `podman run`) of one invoke task line in the image, the reports folder mounted."""
     if not task:
         raise DockerError("give the invoke task to run in the image, e.g. `invoke docker.run bench --baseline all`")
@@ -172,14 +199,21 @@ def engine_problem() -> str | None:
     if shutil.which("docker") is None:
         return "the docker client is not installed (install Docker Engine or Docker Desktop)"
     try:
-        result = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True,
-                                text=True, timeout=60, check=False)
+        result = subprocess.run(
+            ["docker", "version", "--format", "{{.Server.Version}}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return "the Docker engine did not answer within 60 s"
     if result.returncode != 0 or not result.stdout.strip():
         detail = (result.stderr.strip().splitlines() or ["no server version"])[-1]
-        return (f"no Docker engine is reachable ({detail}). The client is installed but no daemon answers: "
-                "start Docker, or set DOCKER_HOST to a reachable engine")
+        return (
+            f"no Docker engine is reachable ({detail}). The client is installed but no daemon answers: "
+            "start Docker, or set DOCKER_HOST to a reachable engine"
+        )
     return None
 
 
@@ -191,8 +225,10 @@ def choose_engine() -> str:
     missing = [tool for tool in ("buildah", "podman") if shutil.which(tool) is None]
     if not missing:
         return PODMAN
-    raise DockerError(f"{problem}; nor are buildah and podman, which need no daemon, installed "
-                      f"(missing: {', '.join(missing)}; Debian/Ubuntu: apt-get install buildah podman runc)")
+    raise DockerError(
+        f"{problem}; nor are buildah and podman, which need no daemon, installed "
+        f"(missing: {', '.join(missing)}; Debian/Ubuntu: apt-get install buildah podman runc)"
+    )
 
 
 def _engine_of(command: list[str]) -> str:
@@ -200,13 +236,27 @@ def _engine_of(command: list[str]) -> str:
 
 
 # Options of a run line that take a value as the next word.
-_RUN_OPTIONS_WITH_VALUE = {"--volume", "-v", "--gpus", "--env", "-e", "--user", "-u", "--uidmap", "--gidmap",
-                           "--runtime", "--mount", "--name", "--workdir", "-w"}
+_RUN_OPTIONS_WITH_VALUE = {
+    "--volume",
+    "-v",
+    "--gpus",
+    "--env",
+    "-e",
+    "--user",
+    "-u",
+    "--uidmap",
+    "--gidmap",
+    "--runtime",
+    "--mount",
+    "--name",
+    "--workdir",
+    "-w",
+}
 
 
 def _image_of(run: list[str]) -> str:
     """The image of a :func:`run_command` line: the first word after `run` and its options."""
-    words = iter(run[run.index("run") + 1:])
+    words = iter(run[run.index("run") + 1 :])
     for word in words:
         if word in _RUN_OPTIONS_WITH_VALUE:
             next(words)
@@ -216,8 +266,9 @@ def _image_of(run: list[str]) -> str:
 
 
 def _inspect_user(engine: str, tag: str) -> str:
-    return subprocess.run([engine, "image", "inspect", "--format", "{{.Config.User}}", tag],
-                          capture_output=True, text=True, check=False).stdout.strip()
+    return subprocess.run(
+        [engine, "image", "inspect", "--format", "{{.Config.User}}", tag], capture_output=True, text=True, check=False
+    ).stdout.strip()
 
 
 def _let_image_user_write(folder: Path, tag: str, engine: str) -> None:
@@ -286,8 +337,10 @@ def main(argv: list[str]) -> int:
     if differences := record_differences(record, argv[1]):
         print("the toolchain record differs from the lock:\n  " + "\n  ".join(differences), file=sys.stderr)
         return 1
-    print(f"toolchain record {argv[0]} matches the lock: Python {record['python']['version']}, "
-          f"torch {record['torch']['version']}, onnxruntime {record['onnx']['onnxruntime']}")
+    print(
+        f"toolchain record {argv[0]} matches the lock: Python {record['python']['version']}, "
+        f"torch {record['torch']['version']}, onnxruntime {record['onnx']['onnxruntime']}"
+    )
     return 0
 
 

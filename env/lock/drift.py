@@ -60,8 +60,12 @@ def compare(pinned: dict[str, str], installed: dict[str, str]) -> list[str]:
     return lines
 
 
-def drift(lock: Lock | None = None, variant: str | None = None, installed: dict[str, str] | None = None,
-          python_version: str | None = None) -> Drift:
+def drift(
+    lock: Lock | None = None,
+    variant: str | None = None,
+    installed: dict[str, str] | None = None,
+    python_version: str | None = None,
+) -> Drift:
     """Every difference between the environment and the lock + requirements of ``variant``."""
     lock = lock or read_lock()
     requirements = requirements_path(variant or current_variant())

@@ -95,7 +95,9 @@ def load_input(path: Path) -> np.ndarray:
         return data["x"]
 
 
-def save_inputs(out: Path, tag: str, hidden: int, dtype: str, shapes: Iterable[tuple[int, int]], seed: int) -> list[Path]:
+def save_inputs(
+    out: Path, tag: str, hidden: int, dtype: str, shapes: Iterable[tuple[int, int]], seed: int
+) -> list[Path]:
     """One saved input file per shape; both sides read these files, never the tensors in memory."""
     files = []
     for batch, seq in shapes:
@@ -120,14 +122,20 @@ def _op_cases(route: Route, out: Path, dtypes, hidden_sizes, shapes, optimizatio
                     reference = norm(torch.from_numpy(x)).numpy()
                 actual = session.run(None, {"x": x})[0]
                 tol = ALIGNMENT_TOLERANCES[BY_NAME[dtype].torch]
-                cases.append(Case("op", route.name, dtype, hidden, x.shape[:2], tol, compare(actual, reference, tol), file))
+                cases.append(
+                    Case("op", route.name, dtype, hidden, x.shape[:2], tol, compare(actual, reference, tol), file)
+                )
     return cases
 
 
-def _model_cases(route: Route, out: Path, shapes, optimization: str, layers: bool, seed: int, report: AlignmentReport) -> list[Case]:
+def _model_cases(
+    route: Route, out: Path, shapes, optimization: str, layers: bool, seed: int, report: AlignmentReport
+) -> list[Case]:
     model = build_model("fused", seed=seed)
     hidden = model.config.d_model
-    exported = export_model(model, example_input(*_EXAMPLE_SHAPE, hidden), route, out / "onnx" / f"model_{route.name}.onnx")
+    exported = export_model(
+        model, example_input(*_EXAMPLE_SHAPE, hidden), route, out / "onnx" / f"model_{route.name}.onnx"
+    )
     files = save_inputs(out, "model", hidden, "float32", shapes, seed)
     cases, first = align_model_file(route, onnx.load(exported.path), model, files, optimization, layers)
     if layers:
@@ -157,10 +165,23 @@ def align_model_file(
         reference, blocks = torch_block_outputs(model, torch.from_numpy(x))
         outputs = session.run(None, {"x": x})
         shape = x.shape[:2]
-        cases.append(Case("model", route.name, "float32", hidden, shape, MODEL_ALIGNMENT_TOLERANCE, compare(outputs[0], reference.numpy(), MODEL_ALIGNMENT_TOLERANCE), file))
+        cases.append(
+            Case(
+                "model",
+                route.name,
+                "float32",
+                hidden,
+                shape,
+                MODEL_ALIGNMENT_TOLERANCE,
+                compare(outputs[0], reference.numpy(), MODEL_ALIGNMENT_TOLERANCE),
+                file,
+            )
+        )
         for block, (actual, expected) in enumerate(zip(outputs[1:], blocks, strict=True)):
             result = compare(actual, expected.numpy(), MODEL_ALIGNMENT_TOLERANCE)
-            cases.append(Case(f"block {block}", route.name, "float32", hidden, shape, MODEL_ALIGNMENT_TOLERANCE, result, file))
+            cases.append(
+                Case(f"block {block}", route.name, "float32", hidden, shape, MODEL_ALIGNMENT_TOLERANCE, result, file)
+            )
             if not result.passed:
                 divergent.add(block)
     return cases, (f"block {min(divergent)}" if divergent else "")
@@ -189,12 +210,19 @@ def check_alignment(
         if model_shapes:
             report.cases += _model_cases(route, out, list(model_shapes), optimization, layers, seed, report)
         if echo:
-            print(format_table([c for c in report.cases if c.route == route.name], route.name, optimization), flush=True)
+            print(
+                format_table([c for c in report.cases if c.route == route.name], route.name, optimization), flush=True
+            )
             if not layers:
                 print(flush=True)
             if layers and model_shapes:
                 first = report.first_divergent_block[route.name]
-                print(f"  {route.name}: " + (f"first divergence at {first}" if first else "no block diverges beyond tolerance") + "\n", flush=True)
+                print(
+                    f"  {route.name}: "
+                    + (f"first divergence at {first}" if first else "no block diverges beyond tolerance")
+                    + "\n",
+                    flush=True,
+                )
     if echo:
         print(f"inputs saved under {out / 'inputs'}; exported files under {out / 'onnx'}")
     if report.failures:
@@ -202,7 +230,9 @@ def check_alignment(
         more = f"\n  ... and {len(report.failures) - 20} more" if len(report.failures) > 20 else ""
         blocks = "".join(f"\n  {r}: first divergence at {b}" for r, b in report.first_divergent_block.items() if b)
         hint = _known_cause(report.failures, optimization)
-        raise AlignmentError(f"{len(report.failures)} of {len(report.cases)} cases outside tolerance:\n{listed}{more}{blocks}{hint}")
+        raise AlignmentError(
+            f"{len(report.failures)} of {len(report.cases)} cases outside tolerance:\n{listed}{more}{blocks}{hint}"
+        )
     return report
 
 
@@ -230,7 +260,11 @@ def format_table(cases: list[Case], route: str, optimization: str) -> str:
         f"{'level':<8} {'dtype':<8} {'hidden':>6} {'batch x seq':>11} {'max abs':>10} {'max rel':>10} "
         f"{'1 - cosine':>10} {'atol/rtol':>13}  result"
     )
-    lines = [f"route {route} (ORT optimisation: {optimization}); max rel over |torch| >= atol/rtol", header, "-" * len(header)]
+    lines = [
+        f"route {route} (ORT optimisation: {optimization}); max rel over |torch| >= atol/rtol",
+        header,
+        "-" * len(header),
+    ]
     for c in cases:
         r = c.result
         lines.append(

@@ -58,7 +58,9 @@ def with_extra_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelPr
 def torch_block_outputs(model: SequenceModel, x: Tensor) -> tuple[Tensor, list[Tensor]]:
     """The model's output and each block's output, from forward hooks."""
     captured: list[Tensor] = []
-    hooks = [block.register_forward_hook(lambda _m, _i, out: captured.append(out.detach().clone())) for block in model.blocks]
+    hooks = [
+        block.register_forward_hook(lambda _m, _i, out: captured.append(out.detach().clone())) for block in model.blocks
+    ]
     try:
         with torch.no_grad():
             y = model(x)

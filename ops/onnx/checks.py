@@ -27,9 +27,9 @@ import onnx
 import torch
 from torch import nn
 
-from ops.onnx.routes import CUSTOM_DOMAIN, CUSTOM_OP_TYPE, Route
 from ops.norms import Norm
 from ops.onnx.graph import GraphIndex, attribute_values, norm_groups, op_key, tensor_type_text
+from ops.onnx.routes import CUSTOM_DOMAIN, CUSTOM_OP_TYPE, Route
 from ops.onnx.schema import register_custom_schema
 
 # Ops that only a norm may produce: one outside a norm's nodes is stray.
@@ -151,8 +151,10 @@ def _stray_nodes(model: onnx.ModelProto, route: Route, groups: dict[str, list[on
     for node in model.graph.node:
         key = op_key(node)
         if key[0] not in allowed_domains:
-            failures.append(f"stray node {node.name or node.op_type} of domain {key[0]!r} "
-            f"(the route allows {sorted(allowed_domains)})")
+            failures.append(
+                f"stray node {node.name or node.op_type} of domain {key[0]!r} "
+                f"(the route allows {sorted(allowed_domains)})"
+            )
         elif key in _NORM_ONLY_OPS and id(node) not in in_norms:
             failures.append(f"stray {key[0] or 'ai.onnx'}::{key[1]} node {node.name!r} outside every norm")
     custom = sum(1 for n in model.graph.node if op_key(n) == (CUSTOM_DOMAIN, CUSTOM_OP_TYPE))
@@ -259,7 +261,9 @@ def _opset23_wiring(n: list[onnx.NodeProto], eps: float, index: GraphIndex) -> _
         failures.append(f"RMSNormalization has {len(rms.input)} inputs, expected (X, scale)")
     if add_bias.input[0] != rms.output[0]:
         failures.append("the bias Add does not read RMSNormalization's output")
-    return _Wiring(x=rms.input[0], weight=rms.input[1] if len(rms.input) > 1 else "", bias=add_bias.input[1], failures=failures)
+    return _Wiring(
+        x=rms.input[0], weight=rms.input[1] if len(rms.input) > 1 else "", bias=add_bias.input[1], failures=failures
+    )
 
 
 def _custom_wiring(n: list[onnx.NodeProto], eps: float, index: GraphIndex) -> _Wiring:
@@ -267,9 +271,15 @@ def _custom_wiring(n: list[onnx.NodeProto], eps: float, index: GraphIndex) -> _W
     attrs = attribute_values(node)
     failures = []
     if len(node.input) != 3 or len(node.output) != 1:
-        failures.append(f"{CUSTOM_OP_TYPE} has {len(node.input)} inputs and {len(node.output)} outputs, expected 3 and 1")
+        failures.append(
+            f"{CUSTOM_OP_TYPE} has {len(node.input)} inputs and {len(node.output)} outputs, expected 3 and 1"
+        )
         return _Wiring(x=node.input[0] if node.input else "", weight="", bias="", failures=failures)
-    if set(attrs) != {"epsilon"} or not isinstance(attrs["epsilon"], float) or not _eps_matches(attrs["epsilon"], eps, np.float32):
+    if (
+        set(attrs) != {"epsilon"}
+        or not isinstance(attrs["epsilon"], float)
+        or not _eps_matches(attrs["epsilon"], eps, np.float32)
+    ):
         failures.append(f"{CUSTOM_OP_TYPE} attributes {attrs}, expected only the float epsilon={eps}")
     failures += _custom_output_type(node, index)
     return _Wiring(x=node.input[0], weight=node.input[1], bias=node.input[2], failures=failures)
@@ -300,7 +310,9 @@ def _is_parameter(index: GraphIndex, name: str, value: np.ndarray, role: str) ->
 
 def _weights_stay_initializers(index: GraphIndex, params: dict[str, torch.Tensor], input_names: list[str]) -> list[str]:
     failures = []
-    stored = [_exact(v) for v in index.initializers.values() if np.issubdtype(v.dtype, np.floating) or v.dtype.kind == "V"]
+    stored = [
+        _exact(v) for v in index.initializers.values() if np.issubdtype(v.dtype, np.floating) or v.dtype.kind == "V"
+    ]
     missing = []
     for name, param in params.items():
         value = _exact(param)
@@ -317,7 +329,9 @@ def _weights_stay_initializers(index: GraphIndex, params: dict[str, torch.Tensor
         failures.append(f"graph inputs {index.graph_inputs}, expected only {input_names} (weights must not be inputs)")
     for node in index.model.graph.node:
         if node.op_type != "Constant" and node.input and all(index.is_constant(i) for i in node.input):
-            failures.append(f"node {node.name or node.op_type} ({node.op_type}) computes only from constants (not folded at export)")
+            failures.append(
+                f"node {node.name or node.op_type} ({node.op_type}) computes only from constants (not folded at export)"
+            )
     return failures
 
 

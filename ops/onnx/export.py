@@ -83,7 +83,11 @@ def export_model(
     module = module.eval()
     start = time.perf_counter()
     with _quiet_exporter():
-        model = _export_dynamo(module, example_input, route) if dynamo else _export_torchscript(module, example_input, route)
+        model = (
+            _export_dynamo(module, example_input, route)
+            if dynamo
+            else _export_torchscript(module, example_input, route)
+        )
     seconds = time.perf_counter() - start
     exporter = "dynamo" if dynamo else "torchscript"
     _stamp(model, route, exporter, norm_paths_of(module))
@@ -104,7 +108,9 @@ def _check_exportable(module: nn.Module, example_input: Tensor, route: Route, dy
         raise ValueError("example_input must be a tensor with at least 1 dim (the normalised last one)")
     norms = {name or "(module)": m.impl for name, m in module.named_modules() if isinstance(m, Norm)}
     if not norms:
-        raise ExportError("module contains no ops.norms.Norm: the routes translate the fused norm op, there is nothing to route")
+        raise ExportError(
+            "module contains no ops.norms.Norm: the routes translate the fused norm op, there is nothing to route"
+        )
     not_fused = {name: impl for name, impl in norms.items() if impl != "fused"}
     if not_fused:
         raise ExportError(
@@ -182,7 +188,11 @@ def _quiet_exporter() -> Iterator[None]:
 
 def _stamp(model: onnx.ModelProto, route: Route, exporter: str, norm_paths: list[str]) -> None:
     """Record in the file which route and exporter made it and where its norms are (for alignment)."""
-    stamps = {"fusedbench.route": route.name, "fusedbench.exporter": exporter, "fusedbench.norms": json.dumps(norm_paths)}
+    stamps = {
+        "fusedbench.route": route.name,
+        "fusedbench.exporter": exporter,
+        "fusedbench.norms": json.dumps(norm_paths),
+    }
     kept = [p for p in model.metadata_props if p.key not in stamps]
     del model.metadata_props[:]
     model.metadata_props.extend(kept)

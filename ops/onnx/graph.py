@@ -126,5 +126,8 @@ def tensor_type_text(value: onnx.ValueInfoProto) -> str:
     dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name if tensor.elem_type else "?"
     if not tensor.HasField("shape"):
         return f"{dtype}[?]"
-    dims = [d.dim_param if d.HasField("dim_param") else str(d.dim_value) if d.HasField("dim_value") else "?" for d in tensor.shape.dim]
+    dims = [
+        d.dim_param if d.HasField("dim_param") else str(d.dim_value) if d.HasField("dim_value") else "?"
+        for d in tensor.shape.dim
+    ]
     return f"{dtype}[{', '.join(dims)}]"

@@ -38,8 +38,15 @@ def _infer(ctx) -> None:
         if len(dims) != 1:
             raise InferenceError(f"{CUSTOM_OP_TYPE}: {name} must be 1-D, got rank {len(dims)}")
         last = x_dims[-1] if x_dims else None
-        if last is not None and last.HasField("dim_value") and dims[0].HasField("dim_value") and dims[0].dim_value != last.dim_value:
-            raise InferenceError(f"{CUSTOM_OP_TYPE}: {name} has length {dims[0].dim_value}, X's last dim is {last.dim_value}")
+        if (
+            last is not None
+            and last.HasField("dim_value")
+            and dims[0].HasField("dim_value")
+            and dims[0].dim_value != last.dim_value
+        ):
+            raise InferenceError(
+                f"{CUSTOM_OP_TYPE}: {name} has length {dims[0].dim_value}, X's last dim is {last.dim_value}"
+            )
     ctx.set_output_type(0, x)
 
 
@@ -50,10 +57,16 @@ def _schema() -> defs.OpSchema:
         CUSTOM_DOMAIN,
         CUSTOM_DOMAIN_VERSION,
         "Y = X * rsqrt(mean(X^2, last axis) + epsilon) * weight + bias",
-        inputs=[param("X", "T", "input, normalised over its last dim"), param("weight", "T", "[hidden] scale"), param("bias", "T", "[hidden] shift")],
+        inputs=[
+            param("X", "T", "input, normalised over its last dim"),
+            param("weight", "T", "[hidden] scale"),
+            param("bias", "T", "[hidden] shift"),
+        ],
         outputs=[param("Y", "T", "X's shape and dtype")],
         type_constraints=[("T", [d.ort for d in DTYPES], "floating-point tensors")],
-        attributes=[defs.OpSchema.Attribute("epsilon", defs.OpSchema.AttrType.FLOAT, "added to the mean square", required=True)],
+        attributes=[
+            defs.OpSchema.Attribute("epsilon", defs.OpSchema.AttrType.FLOAT, "added to the mean square", required=True)
+        ],
     )
     schema.set_type_and_shape_inference_function(_infer)
     return schema

@@ -17,7 +17,9 @@ from ops.onnx.checks import CheckReport
 from ops.onnx.graph import GraphIndex, attribute_values, op_key, tensor_type_text
 
 
-def format_summary(model: onnx.ModelProto, report: CheckReport, path: Path | None = None, exporter: str = "dynamo") -> str:
+def format_summary(
+    model: onnx.ModelProto, report: CheckReport, path: Path | None = None, exporter: str = "dynamo"
+) -> str:
     route = report.route
     index = GraphIndex.of(model)
     opsets = ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in sorted(route.opset_imports.items()))

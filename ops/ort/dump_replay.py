@@ -59,11 +59,15 @@ def call_folders(dump: Path) -> list[Path]:
     """Every complete call folder, ordered by node folder then call number."""
     dump = Path(dump)
     if not dump.is_dir():
-        raise DumpError(f"{dump}: no such folder - pass the folder given as myops.fused_norm.dump_dir / FUSEDBENCH_ORT_DUMP_DIR")
+        raise DumpError(
+            f"{dump}: no such folder - pass the folder given as myops.fused_norm.dump_dir / FUSEDBENCH_ORT_DUMP_DIR"
+        )
     calls = sorted(p.parent for p in dump.glob("*/call-*/meta.json"))
     if not calls:
-        raise DumpError(f"{dump}: holds no dumped calls (<node>/call-NNNNNN/meta.json); "
-        f"was the dump on when the session was created?")
+        raise DumpError(
+            f"{dump}: holds no dumped calls (<node>/call-NNNNNN/meta.json); "
+            f"was the dump on when the session was created?"
+        )
     return calls
 
 
@@ -113,7 +117,16 @@ def print_replay(results: list[CallReplay]) -> int:
     for name in ("node", "call", "dtype", "shape", "epsilon", "max abs", "max rel", "outside tol", "agrees"):
         table.add_column(name, justify="left" if name in ("node", "dtype") else "right")
     for r in results:
-        table.add_row(r.node, str(r.call), r.dtype, "x".join(map(str, r.shape)), f"{r.epsilon:.3g}", f"{r.max_abs:.3g}",
-                      f"{r.max_rel:.3g}", f"{r.outside}/{r.elements}", "yes" if r.agrees else "[red]NO[/]")
+        table.add_row(
+            r.node,
+            str(r.call),
+            r.dtype,
+            "x".join(map(str, r.shape)),
+            f"{r.epsilon:.3g}",
+            f"{r.max_abs:.3g}",
+            f"{r.max_rel:.3g}",
+            f"{r.outside}/{r.elements}",
+            "yes" if r.agrees else "[red]NO[/]",
+        )
     Console(width=None if Console().is_terminal else 200).print(table)  # logs: wide enough for the table
     return sum(not r.agrees for r in results)

@@ -106,7 +106,9 @@ class InputSpec:
                     f"got shape {list(value.shape)}"
                 )
             if got < 1:
-                raise RequestError(f"input {self.name!r} has an empty dim {axis} (shape {list(value.shape)}); every dim must be >= 1")
+                raise RequestError(
+                    f"input {self.name!r} has an empty dim {axis} (shape {list(value.shape)}); every dim must be >= 1"
+                )
         return value
 
 
@@ -186,7 +188,6 @@ class _Slot:
         return [view for _, _, view in outputs]
 
 
-
 class _FairSlots:
     """Free slots handed out first come, first served.
 
@@ -234,6 +235,7 @@ class _FairSlots:
             self._waiters.remove(waiter)
         return None
 
+
 class SessionPool:
     """N IO-binding slots over one or more sessions of one model; safe to call from many threads."""
 
@@ -246,7 +248,10 @@ class SessionPool:
             raise ValueError(f"shapes_per_slot must be >= 1, got {shapes_per_slot}")
         self.sessions = list(sessions)
         self.specs = [InputSpec.of(node) for node in self.sessions[0].get_inputs()]
-        self.slots = [_Slot(i, self.sessions[i % len(self.sessions)], i % len(self.sessions), shapes_per_slot) for i in range(slots)]
+        self.slots = [
+            _Slot(i, self.sessions[i % len(self.sessions)], i % len(self.sessions), shapes_per_slot)
+            for i in range(slots)
+        ]
         self._free = _FairSlots()
         for slot in self.slots:
             self._free.put(slot)
@@ -257,7 +262,11 @@ class SessionPool:
 
     @classmethod
     def create(
-        cls, model: str | os.PathLike, config: OrtConfig | None = None, sessions: int = 1, slots: int | None = None,
+        cls,
+        model: str | os.PathLike,
+        config: OrtConfig | None = None,
+        sessions: int = 1,
+        slots: int | None = None,
         shapes_per_slot: int = 4,
     ) -> SessionPool:
         """``sessions`` sessions of ``model`` made as ``config`` (default ``OrtConfig()``) says; ``slots``
@@ -316,7 +325,9 @@ class SessionPool:
             return slot.run(checked)
         except Exception as error:
             slot.reset()  # whatever ORT left bound or half-allocated goes with it
-            raise RequestFailedError(f"onnxruntime failed the request (slot {slot.index} was reset): {error}") from error
+            raise RequestFailedError(
+                f"onnxruntime failed the request (slot {slot.index} was reset): {error}"
+            ) from error
 
     def _acquire(self, timeout: float | None) -> _Slot:
         if self._closed.is_set():

@@ -47,9 +47,14 @@ def test_report_compared_with_itself_is_clean(tmp_path, rng):
     csv = synthetic_report(tmp_path / "a.csv", {make_key(): lognormal(rng, 3.0, 500, sigma=0.5)})
     code, text = _run(csv, csv)
     assert code == 0 and "1.000" in text
-    # Paired, every pair's ratio is 1: the interval is the point, and the smallest change it could flag is the threshold.
+    # Paired, every pair's ratio is 1: the interval is the point, and the smallest change it could flag is the
+    # threshold.
     (row,) = compare_reports(csv, csv, paired=True).rows
-    assert row.verdict == SAME and row.ci_low == row.ci_high == pytest.approx(1.0) and row.detectable == pytest.approx(0.10)
+    assert (
+        row.verdict == SAME
+        and row.ci_low == row.ci_high == pytest.approx(1.0)
+        and row.detectable == pytest.approx(0.10)
+    )
     # Unpaired, the rounds' own spread (sigma 0.5 over 500 samples a round) widens it, around 1.
     (row,) = compare_reports(csv, csv).rows
     assert row.verdict == SAME and row.ci_low < 1.0 < row.ci_high and row.detectable > 0.10
@@ -144,7 +149,11 @@ def test_small_change_within_threshold_is_same_and_a_lower_threshold_flags_it(tm
 
 
 def test_rows_in_only_one_report_are_listed(tmp_path, rng):
-    shared, gone, added = make_key(baseline="fused"), make_key(baseline="native"), make_key(baseline="ort", variant="custom-run")
+    shared, gone, added = (
+        make_key(baseline="fused"),
+        make_key(baseline="native"),
+        make_key(baseline="ort", variant="custom-run"),
+    )
     base = synthetic_report(tmp_path / "a.csv", {shared: lognormal(rng, 5, 100), gone: lognormal(rng, 9, 100)})
     new = synthetic_report(tmp_path / "b.csv", {shared: lognormal(rng, 5, 100), added: lognormal(rng, 4, 100)})
     comparison = compare_reports(base, new)

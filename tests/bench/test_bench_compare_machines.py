@@ -17,9 +17,17 @@ from env.paths import REPO_ROOT
 from tests.helpers.bench_synthetic import lognormal, make_key, synthetic_report
 
 HERE = {
-    "machine_id": "3f2a9c0d1e4b5a6c", "cpu_model": "AMD EPYC 9B14", "threads": 2, "cpu_allocator": "default",
-    "thp": "enabled=madvise defrag=madvise", "torch": "2.13.0+cpu", "onnxruntime": "1.31.1",
-    "cpu_governor": "performance", "cpu_epp": "performance", "cpu_boost": "on", "cpu_freq_range_mhz": "1500-3700",
+    "machine_id": "3f2a9c0d1e4b5a6c",
+    "cpu_model": "AMD EPYC 9B14",
+    "threads": 2,
+    "cpu_allocator": "default",
+    "thp": "enabled=madvise defrag=madvise",
+    "torch": "2.13.0+cpu",
+    "onnxruntime": "1.31.1",
+    "cpu_governor": "performance",
+    "cpu_epp": "performance",
+    "cpu_boost": "on",
+    "cpu_freq_range_mhz": "1500-3700",
     "gpu_policy": "",
 }
 
@@ -40,7 +48,9 @@ def _pair(tmp_path, rng, there: dict, slower: float = 1.0):
     # The device is part of a row's key: a report of another device has its rows under that device.
     new_key = make_key(device=str(there.get("device", key[-1])))
     base = synthetic_report(tmp_path / "base.csv", {key: lognormal(rng, 10.0, 600)}, environment=HERE)
-    new = synthetic_report(tmp_path / "new.csv", {new_key: lognormal(rng, 10.0 * slower, 600)}, environment={**HERE, **there})
+    new = synthetic_report(
+        tmp_path / "new.csv", {new_key: lognormal(rng, 10.0 * slower, 600)}, environment={**HERE, **there}
+    )
     return base, new
 
 
@@ -71,15 +81,23 @@ def test_reports_over_different_device_sets_compare_on_the_devices_they_share(tm
     cpu, gpu = make_key(), make_key(device="NVIDIA H100")
     policy = {gpu: {"gpu_policy": "app_sm_mhz=1980 power_limit_w=700 persistence=on compute_mode=0 ecc=on"}}
     base = synthetic_report(tmp_path / "base.csv", {cpu: lognormal(rng, 10.0, 600)}, environment=HERE)
-    both = synthetic_report(tmp_path / "both.csv", {cpu: lognormal(rng, 10.0, 600), gpu: lognormal(rng, 3.0, 600)},
-                            environment=HERE, row_environment=policy)
+    both = synthetic_report(
+        tmp_path / "both.csv",
+        {cpu: lognormal(rng, 10.0, 600), gpu: lognormal(rng, 3.0, 600)},
+        environment=HERE,
+        row_environment=policy,
+    )
     comparison = compare_reports(base, both)
     # The GPU rows' policy is no difference (BASE has no GPU rows): the CPU rows are compared, the GPU rows listed.
     assert comparison.machine_differences == [] and [r.key for r in comparison.rows] == [cpu]
     assert comparison.only_in_new == [gpu]
     lower_limit = {gpu: {"gpu_policy": "app_sm_mhz=1980 power_limit_w=500 persistence=on compute_mode=0 ecc=on"}}
-    other_gpu = synthetic_report(tmp_path / "other.csv", {cpu: lognormal(rng, 10.0, 600), gpu: lognormal(rng, 3.0, 600)},
-                                 environment=HERE, row_environment=lower_limit)
+    other_gpu = synthetic_report(
+        tmp_path / "other.csv",
+        {cpu: lognormal(rng, 10.0, 600), gpu: lognormal(rng, 3.0, 600)},
+        environment=HERE,
+        row_environment=lower_limit,
+    )
     differences = compare_reports(both, other_gpu).machine_differences
     assert len(differences) == 1 and differences[0].startswith("gpu_policy:") and "power_limit_w=500" in differences[0]
 
@@ -102,7 +120,7 @@ def test_reports_over_different_device_sets_compare_on_the_devices_they_share(tm
 )
 def test_a_differing_machine_fact_is_refused_and_named(tmp_path, rng, there):
     base, new = _pair(tmp_path, rng, there)
-    (column, value), = there.items()
+    ((column, value),) = there.items()
     code, text = _run(base, new)
     assert code == EXIT_MACHINES_DIFFER == 3
     assert f"{column}: {HERE[column]} -> {value}" in text
@@ -117,7 +135,9 @@ def test_several_differing_facts_are_all_named(tmp_path, rng):
     base, new = _pair(tmp_path, rng, there)
     differences = compare_reports(base, new).machine_differences
     assert differences == [
-        "cpu_model: AMD EPYC 9B14 -> Intel Xeon", "threads: 2 -> 8", "thp: enabled=madvise defrag=madvise -> enabled=always defrag=never",
+        "cpu_model: AMD EPYC 9B14 -> Intel Xeon",
+        "threads: 2 -> 8",
+        "thp: enabled=madvise defrag=madvise -> enabled=always defrag=never",
     ]
 
 

@@ -86,7 +86,10 @@ def test_plan_runs_each_baseline_on_its_devices_with_each_devices_grid(fake_cuda
     assert not any("liger" in label for label in cpu) and "cuda op 4096x8192 bfloat16 liger" in cuda
     for dtype in GRIDS["cuda"].dtypes.split(","):
         for shape in ("1x8x512", "4096x8192"):
-            assert {f"cuda op {shape} {dtype} {b}" for b in ("copy", "unfused", "fused", "native", "compiled", "liger", "ort")} <= set(cuda)
+            assert {
+                f"cuda op {shape} {dtype} {b}"
+                for b in ("copy", "unfused", "fused", "native", "compiled", "liger", "ort")
+            } <= set(cuda)
     assert "cuda model small 1x32 bfloat16 fused" in cuda
     assert not list(tmp_path.iterdir())  # planning touched no device
 
@@ -172,7 +175,9 @@ def test_cuda_timing_with_l2_flush_times_single_calls_and_never_the_flush():
 
 def test_cuda_timing_of_a_graph_divides_by_the_calls_it_replays():
     device = _FakeDevice(call_us=60.0)  # one replay of 20 captured calls of 3 us
-    timing = measure_cuda(device.call, TimingConfig(warmup=1, budget_s=0.001, min_samples=5), calls_per_call=20, clock=device)
+    timing = measure_cuda(
+        device.call, TimingConfig(warmup=1, budget_s=0.001, min_samples=5), calls_per_call=20, clock=device
+    )
     assert np.allclose(timing.samples_us, 3.0)
     # Calls (for faults per call) count the captured calls, not the replays.
     assert timing.calls == 20 * len(timing.samples_us) * timing.block
@@ -191,12 +196,29 @@ def test_cuda_timing_respects_the_time_budget():
 
 
 def _rows(device: str, rows: list[tuple[str, str, str, str, str, float, float]]) -> list[dict]:
-    defaults = {name: ("x" if dtype == "string" else (1 if dtype == "int64" else math.nan)) for name, dtype, _ in COLUMNS}
+    defaults = {
+        name: ("x" if dtype == "string" else (1 if dtype == "int64" else math.nan)) for name, dtype, _ in COLUMNS
+    }
     out = []
     for workload, shape, dtype, baseline, variant, median, bytes_moved in rows:
-        out.append({**defaults, "workload": workload, "shape": shape, "dtype": dtype, "baseline": baseline, "variant": variant,
-                    "device": device, "median_us": median, "bytes_moved": bytes_moved, "gbps": bytes_moved / median / 1e3,
-                    "iqr_us": 0.1, "threads": 1, "timestamp_utc": "t", "cpu_model": "c"})
+        out.append(
+            {
+                **defaults,
+                "workload": workload,
+                "shape": shape,
+                "dtype": dtype,
+                "baseline": baseline,
+                "variant": variant,
+                "device": device,
+                "median_us": median,
+                "bytes_moved": bytes_moved,
+                "gbps": bytes_moved / median / 1e3,
+                "iqr_us": 0.1,
+                "threads": 1,
+                "timestamp_utc": "t",
+                "cpu_model": "c",
+            }
+        )
     return out
 
 
@@ -205,19 +227,29 @@ BIG = 2.0 * 4096 * 8192 * 2
 
 
 def _two_device_frame() -> pd.DataFrame:
-    cpu = _rows("cpu", [("limit", "1", "float32", "dispatch", "torch_noop", 2.0, math.nan),
-                        ("limit", "1x8x512", "float32", "copy", "into_preallocated", 1.0, 16384.0),
-                        ("op", "1x8x512", "float32", "unfused", "call", 50.0, 16384.0),
-                        ("op", "1x8x512", "float32", "fused", "call", 5.0, 16384.0)])
-    gpu = _rows(GPU, [("limit", "1", "float32", "launch", "empty_kernel", 4.0, math.nan),
-                      ("limit", "1", "float32", "launch", "empty_kernel_graph", 2.0, math.nan),
-                      ("limit", "4096x8192", "bfloat16", "copy", "into_preallocated", 40.0, BIG),
-                      ("op", "4096x8192", "bfloat16", "fused", "call", 45.0, BIG),
-                      ("op", "4096x8192", "bfloat16", "native", "call", 60.0, BIG),
-                      ("op", "4096x8192", "bfloat16", "liger", "call", 44.0, BIG),
-                      ("op", "1x8x512", "float32", "unfused", "call", 30.0, 16384.0),
-                      ("op", "1x8x512", "float32", "fused", "call", 6.0, 16384.0),
-                      ("op", "1x8x512", "float32", "fused", "graph", 2.4, 16384.0)])
+    cpu = _rows(
+        "cpu",
+        [
+            ("limit", "1", "float32", "dispatch", "torch_noop", 2.0, math.nan),
+            ("limit", "1x8x512", "float32", "copy", "into_preallocated", 1.0, 16384.0),
+            ("op", "1x8x512", "float32", "unfused", "call", 50.0, 16384.0),
+            ("op", "1x8x512", "float32", "fused", "call", 5.0, 16384.0),
+        ],
+    )
+    gpu = _rows(
+        GPU,
+        [
+            ("limit", "1", "float32", "launch", "empty_kernel", 4.0, math.nan),
+            ("limit", "1", "float32", "launch", "empty_kernel_graph", 2.0, math.nan),
+            ("limit", "4096x8192", "bfloat16", "copy", "into_preallocated", 40.0, BIG),
+            ("op", "4096x8192", "bfloat16", "fused", "call", 45.0, BIG),
+            ("op", "4096x8192", "bfloat16", "native", "call", 60.0, BIG),
+            ("op", "4096x8192", "bfloat16", "liger", "call", 44.0, BIG),
+            ("op", "1x8x512", "float32", "unfused", "call", 30.0, 16384.0),
+            ("op", "1x8x512", "float32", "fused", "call", 6.0, 16384.0),
+            ("op", "1x8x512", "float32", "fused", "graph", 2.4, 16384.0),
+        ],
+    )
     return to_frame(add_ratios(to_frame(cpu + gpu)))
 
 
@@ -270,8 +302,16 @@ def test_cuda_rows_on_a_tiny_grid(tmp_path):
 
     from bench.run import run_bench
 
-    options = BenchOptions(baseline="unfused,fused,native", device="cuda", warmup=3, budget_s=0.02, out_dir=tmp_path,
-                           op_shapes=((4, 256), (64, 4096)), model_batches=(), dtype="float32,bfloat16")
+    options = BenchOptions(
+        baseline="unfused,fused,native",
+        device="cuda",
+        warmup=3,
+        budget_s=0.02,
+        out_dir=tmp_path,
+        op_shapes=((4, 256), (64, 4096)),
+        model_batches=(),
+        dtype="float32,bfloat16",
+    )
     outcome = run_bench(options, Console(file=io.StringIO()))
     assert outcome.failures == [], outcome.failures
     frame = outcome.frame
@@ -287,8 +327,16 @@ def test_a_named_baseline_that_runs_on_no_measured_device_is_listed_as_skipped(n
 
     from bench.run import run_bench
 
-    options = BenchOptions(baseline="liger,fused", device="cpu", warmup=1, budget_s=0.01, threads=1, out_dir=tmp_path,
-                           op_shapes=((1, 4, 64),), model_batches=())
+    options = BenchOptions(
+        baseline="liger,fused",
+        device="cpu",
+        warmup=1,
+        budget_s=0.01,
+        threads=1,
+        out_dir=tmp_path,
+        op_shapes=((1, 4, 64),),
+        model_batches=(),
+    )
     outcome = run_bench(options, Console(file=io.StringIO()))
     assert outcome.skipped == ["liger: runs on cuda only"] and outcome.failures == []
     assert "liger" not in set(outcome.frame.baseline) and "fused" in set(outcome.frame.baseline)

@@ -13,16 +13,29 @@ from rich.console import Console
 from bench.limits import LimitCase
 from bench.registry import Variant, all_baselines, register, select
 from bench.report import KEY_COLUMNS, ReportPaths, read_report, read_samples
-from bench.run import MIN_SAMPLES, ROUNDS, BenchOptions, Job, Results, RunSettings, plan_jobs, reports_dir, run_bench, run_round
-from bench.timing import TimingConfig, timer_resolution_ns
+from bench.run import (
+    MIN_SAMPLES,
+    ROUNDS,
+    BenchOptions,
+    Job,
+    Results,
+    RunSettings,
+    plan_jobs,
+    reports_dir,
+    run_bench,
+    run_round,
+)
 from bench.summary import print_summary
+from bench.timing import TimingConfig, timer_resolution_ns
 
 TINY_SHAPES = ((1, 4, 64), (2, 8, 128))
 TINY_MODEL = (("tiny", 1, 4),)
 
 
 def _run(tmp_path, **kwargs):
-    options = BenchOptions(**{"warmup": 3, "budget_s": 0.01, "threads": 1, "out_dir": tmp_path, "device": "cpu", **kwargs})
+    options = BenchOptions(
+        **{"warmup": 3, "budget_s": 0.01, "threads": 1, "out_dir": tmp_path, "device": "cpu", **kwargs}
+    )
     return run_bench(options, Console(file=io.StringIO(), width=200))
 
 
@@ -59,7 +72,9 @@ def test_rows_agree_with_their_raw_samples(torch_run):
         row_samples = samples[tuple(str(getattr(row, c)) for c in KEY_COLUMNS)]
         values = row_samples.values
         assert row.n == len(values) >= MIN_SAMPLES
-        assert row.rounds == ROUNDS and sorted(set(row_samples.rounds)) == list(range(ROUNDS))  # every round contributed
+        assert row.rounds == ROUNDS and sorted(set(row_samples.rounds)) == list(
+            range(ROUNDS)
+        )  # every round contributed
         assert row.median_us == pytest.approx(np.median(values)) and row.min_us == values.min()
         assert row.p99_us >= row.p90_us >= row.median_us >= row.min_us > 0
 
@@ -93,7 +108,13 @@ def test_ratios_bandwidth_and_environment(torch_run):
 
 def test_thread_count_of_the_caller_is_restored(tmp_path):
     before = torch.get_num_threads()
-    _run(tmp_path, baseline="fused", op_shapes=((1, 4, 64),), model_batches=(), threads=max(1, before - 1) if before > 1 else 2)
+    _run(
+        tmp_path,
+        baseline="fused",
+        op_shapes=((1, 4, 64),),
+        model_batches=(),
+        threads=max(1, before - 1) if before > 1 else 2,
+    )
     assert torch.get_num_threads() == before
 
 
@@ -113,11 +134,19 @@ def test_compiled_and_ort_routes_on_a_tiny_grid(tmp_path):
     assert outcome.failures == [], outcome.failures
     frame = outcome.frame
     ort_variants = {f"{r}-{m}" for r in ("standard", "opset23", "custom") for m in ("run", "iobinding")}
-    assert {v for w, b, v in zip(frame.workload, frame.baseline, frame.variant, strict=True) if w == "op" and b == "ort"} == ort_variants
-    assert {v for w, b, v in zip(frame.workload, frame.baseline, frame.variant, strict=True) if w == "model" and b == "ort"} == ort_variants
+    assert {
+        v for w, b, v in zip(frame.workload, frame.baseline, frame.variant, strict=True) if w == "op" and b == "ort"
+    } == ort_variants
+    assert {
+        v for w, b, v in zip(frame.workload, frame.baseline, frame.variant, strict=True) if w == "model" and b == "ort"
+    } == ort_variants
     compiled = frame[frame.baseline == "compiled"].iloc[0]
     assert compiled.setup_s > 0.05 and "compile" in compiled.note  # a cold compile, reported outside the timed loop
-    notes = {v: n for b, v, n, w in zip(frame.baseline, frame.variant, frame.note, frame.workload, strict=True) if b == "ort" and w == "model"}
+    notes = {
+        v: n
+        for b, v, n, w in zip(frame.baseline, frame.variant, frame.note, frame.workload, strict=True)
+        if b == "ort" and w == "model"
+    }
     # What ORT actually ran for the model's 5 norms after its graph optimisation:
     assert "SimplifiedLayerNormalization x5" in notes["standard-run"]
     assert "RMSNormalization x5" in notes["opset23-run"] and "fused_norm x5" in notes["custom-iobinding"]
@@ -132,7 +161,13 @@ def test_dtype_a_runtime_cannot_take_is_skipped_with_its_reason(tmp_path):
 
 
 def test_plan_jobs_limits_first_then_each_case_with_every_baseline(tmp_path):
-    options = BenchOptions(baseline="native,unfused", dtype="float32,float16", op_shapes=TINY_SHAPES, model_batches=TINY_MODEL, device="cpu")
+    options = BenchOptions(
+        baseline="native,unfused",
+        dtype="float32,float16",
+        op_shapes=TINY_SHAPES,
+        model_batches=TINY_MODEL,
+        device="cpu",
+    )
     labels = [job.label for job in plan_jobs(options, tmp_path)]
     expected = ["limit dispatch floor"]
     for dtype in ("float32", "float16"):
@@ -152,9 +187,13 @@ def test_a_round_adds_timings_and_drops_a_row_that_fails_in_a_later_round(tmp_pa
             raise RuntimeError("device lost")
         return torch.zeros(1, dtype=torch.float64)
 
-    case = LimitCase(shape=(1,), dtype=torch.float64, x=torch.zeros(1, dtype=torch.float64), bytes_moved=8.0, workdir=tmp_path)
+    case = LimitCase(
+        shape=(1,), dtype=torch.float64, x=torch.zeros(1, dtype=torch.float64), bytes_moved=8.0, workdir=tmp_path
+    )
     job = Job("flaky", lambda: iter([(case, "test", Variant("v", lambda: flaky))]))
-    settings = RunSettings(TimingConfig(warmup=0, budget_s=0.001, min_samples=2), rounds=2, resolution_ns=timer_resolution_ns())
+    settings = RunSettings(
+        TimingConfig(warmup=0, budget_s=0.001, min_samples=2), rounds=2, resolution_ns=timer_resolution_ns()
+    )
     results = Results()
     run_round([job], 0, settings, results)
     # prepare() returned the call; verify called it once, then the timing loop raised on the second call

@@ -28,7 +28,9 @@ def _cpu_seconds_of(pid: int) -> float:
 
 
 def test_a_busy_neighbour_is_counted_as_other():
-    child = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 3\nwhile time.time() < end: pass"])
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time\nend = time.time() + 3\nwhile time.time() < end: pass"]
+    )
     try:
         time.sleep(0.3)  # let it start
         child_before, before = _cpu_seconds_of(child.pid), snapshot()
@@ -82,8 +84,11 @@ def test_cpu_power_reads_cpufreq_and_says_what_is_not_exposed(tmp_path):
     _write(tmp_path / "intel_pstate" / "no_turbo", "1")
     power = cpu_power(tmp_path)
     assert power.columns() == {
-        "cpu_governor": "powersave", "cpu_epp": "balance_performance", "cpu_boost": "off",
-        "cpu_freq_range_mhz": "400-3500,400-3700", "cpu_cur_mhz": "2900",
+        "cpu_governor": "powersave",
+        "cpu_epp": "balance_performance",
+        "cpu_boost": "off",
+        "cpu_freq_range_mhz": "400-3500,400-3700",
+        "cpu_cur_mhz": "2900",
     }
     _write(tmp_path / "cpufreq" / "boost", "1")  # acpi-cpufreq / amd_pstate's switch wins where present
     assert cpu_power(tmp_path).boost == "on"
@@ -108,4 +113,7 @@ def test_gpu_facts_are_empty_for_the_cpu_and_not_exposed_without_nvml(monkeypatc
     machine._nvml_columns.cache_clear()
     columns = machine.gpu_columns("NVIDIA H100")
     machine._nvml_columns.cache_clear()
-    assert columns == {"gpu_policy": "not exposed (nvidia-ml-py not installed)", "gpu_clocks": "not exposed (nvidia-ml-py not installed)"}
+    assert columns == {
+        "gpu_policy": "not exposed (nvidia-ml-py not installed)",
+        "gpu_clocks": "not exposed (nvidia-ml-py not installed)",
+    }

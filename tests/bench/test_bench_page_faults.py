@@ -69,8 +69,18 @@ def test_transparent_huge_pages_modes_are_read_from_the_bracketed_choice(tmp_pat
 
 def _row(workload, shape, baseline, variant, median_us, faults, bytes_moved=8e6):
     row = {name: {"string": "x", "int64": 1, "Int64": None, "float64": math.nan}[dtype] for name, dtype, _ in COLUMNS}
-    row.update(workload=workload, shape=shape, dtype="float32", device="cpu", baseline=baseline, variant=variant, median_us=median_us,
-               minor_faults_per_call=faults, bytes_moved=bytes_moved, gbps=bytes_moved / median_us / 1e3)
+    row.update(
+        workload=workload,
+        shape=shape,
+        dtype="float32",
+        device="cpu",
+        baseline=baseline,
+        variant=variant,
+        median_us=median_us,
+        minor_faults_per_call=faults,
+        bytes_moved=bytes_moved,
+        gbps=bytes_moved / median_us / 1e3,
+    )
     return row
 
 
@@ -116,14 +126,19 @@ def test_page_fault_share_and_the_flag(run_frame):
     assert frame.loc[("op", "big", "unfused", "call")].page_fault_share == pytest.approx(PAGE_FAULT_BOUND)
     assert frame.loc[("op", "big", "fused", "out")].page_fault_share == 0.0
     bound = run_frame[page_fault_bound(run_frame)]
-    assert {(r.baseline, r.variant, r.shape) for r in bound.itertuples()} == {("copy", "fresh_output", "big"), ("fused", "call", "big")}
+    assert {(r.baseline, r.variant, r.shape) for r in bound.itertuples()} == {
+        ("copy", "fresh_output", "big"),
+        ("fused", "call", "big"),
+    }
     line = page_fault_line(run_frame)
     assert "2 row(s) page-fault bound" in line and "fused/call big" in line and "0.50 µs per fault" in line
     console = Console(file=io.StringIO(), width=250, record=True)
     console.print(summary_table(run_frame))
     text = console.export_text()
     assert "faults/call" in text and text.count("PF 62%") == 1 and "PF 94%" not in text
-    assert page_fault_line(run_frame[run_frame.variant != "call"].pipe(lambda f: f[f.variant != "fresh_output"])) is None
+    assert (
+        page_fault_line(run_frame[run_frame.variant != "call"].pipe(lambda f: f[f.variant != "fresh_output"])) is None
+    )
 
 
 def test_cuda_rows_get_no_page_fault_share():

@@ -7,7 +7,16 @@ import pandas as pd
 import pytest
 
 from bench import report
-from bench.report import COLUMN_NAMES, COLUMNS, KEY_COLUMNS, SCHEMA_VERSION, ReportError, ReportPaths, read_report, read_samples
+from bench.report import (
+    COLUMN_NAMES,
+    COLUMNS,
+    KEY_COLUMNS,
+    SCHEMA_VERSION,
+    ReportError,
+    ReportPaths,
+    read_report,
+    read_samples,
+)
 from tests.helpers.bench_synthetic import in_rounds, lognormal, make_key, synthetic_report
 
 
@@ -61,8 +70,12 @@ def test_rows_with_missing_or_extra_columns_are_rejected():
 
 
 def test_other_schema_version_is_a_clear_error(tmp_path, rng):
-    csv = synthetic_report(tmp_path / "old.csv", {make_key(): lognormal(rng, 5.0, 10)}, schema_version=SCHEMA_VERSION + 1)
-    with pytest.raises(ReportError, match=f"schema version \\[{SCHEMA_VERSION + 1}\\] but this code reads version {SCHEMA_VERSION}"):
+    csv = synthetic_report(
+        tmp_path / "old.csv", {make_key(): lognormal(rng, 5.0, 10)}, schema_version=SCHEMA_VERSION + 1
+    )
+    with pytest.raises(
+        ReportError, match=f"schema version \\[{SCHEMA_VERSION + 1}\\] but this code reads version {SCHEMA_VERSION}"
+    ):
         read_report(csv)
 
 

@@ -55,7 +55,9 @@ def test_warmup_budget_and_sample_limits_are_honoured():
 
 
 def test_min_samples_are_taken_even_when_the_budget_is_spent():
-    timing = measure(lambda: time.sleep(0.002), TimingConfig(warmup=0, budget_s=0.001, min_samples=4), resolution_ns=50.0)
+    timing = measure(
+        lambda: time.sleep(0.002), TimingConfig(warmup=0, budget_s=0.001, min_samples=4), resolution_ns=50.0
+    )
     assert len(timing.samples_us) == 4
 
 
@@ -66,7 +68,9 @@ def test_summary_matches_numpy(generator):
     s = summarize(samples)
     assert s.n == 1001
     assert s.min_us == samples.min() and s.median_us == pytest.approx(np.median(samples))
-    assert s.p90_us == pytest.approx(np.quantile(samples, 0.9)) and s.p99_us == pytest.approx(np.quantile(samples, 0.99))
+    assert s.p90_us == pytest.approx(np.quantile(samples, 0.9)) and s.p99_us == pytest.approx(
+        np.quantile(samples, 0.99)
+    )
     assert s.mean_us == pytest.approx(samples.mean()) and s.std_us == pytest.approx(samples.std(ddof=1))
     assert s.iqr_us == pytest.approx(np.quantile(samples, 0.75) - np.quantile(samples, 0.25))
 

@@ -31,11 +31,20 @@ def test_correct_outputs_pass_in_every_container(case):
 @pytest.mark.parametrize(
     "wrong, message",
     [
-        (lambda c: unfused_norm(c.x, c.weight, torch.zeros_like(c.bias), c.eps), "differ from the float64 reference"),  # bias dropped
+        (
+            lambda c: unfused_norm(c.x, c.weight, torch.zeros_like(c.bias), c.eps),
+            "differ from the float64 reference",
+        ),  # bias dropped
         (lambda c: unfused_norm(c.x, c.weight, c.bias, 1e-1), "differ from the float64 reference"),  # wrong eps
-        (lambda c: c.x * torch.rsqrt(c.x.var(-1, keepdim=True) + c.eps) * c.weight + c.bias, "differ"),  # variance, not mean square
+        (
+            lambda c: c.x * torch.rsqrt(c.x.var(-1, keepdim=True) + c.eps) * c.weight + c.bias,
+            "differ",
+        ),  # variance, not mean square
         (lambda c: unfused_norm(c.x, c.weight, c.bias, c.eps)[:1], "output shape"),
-        (lambda c: unfused_norm(c.x, c.weight, c.bias, c.eps).index_fill_(0, torch.tensor([1]), float("nan")), "not finite"),
+        (
+            lambda c: unfused_norm(c.x, c.weight, c.bias, c.eps).index_fill_(0, torch.tensor([1]), float("nan")),
+            "not finite",
+        ),
         (lambda c: [unfused_norm(c.x, c.weight, c.bias, c.eps).numpy()] * 2, "expected one output"),
     ],
 )
@@ -86,7 +95,16 @@ def wrong_baseline_registered():
 
 
 def test_a_wrong_baseline_is_a_failure_and_never_a_row(tmp_path, wrong_baseline_registered):
-    options = BenchOptions(baseline="fused,test_wrong", warmup=1, budget_s=0.01, threads=1, out_dir=tmp_path, op_shapes=((4, 8, 128),), model_batches=(), device="cpu")
+    options = BenchOptions(
+        baseline="fused,test_wrong",
+        warmup=1,
+        budget_s=0.01,
+        threads=1,
+        out_dir=tmp_path,
+        op_shapes=((4, 8, 128),),
+        model_batches=(),
+        device="cpu",
+    )
     outcome = run_bench(options, Console(file=io.StringIO()))
     assert len(outcome.failures) == 2
     assert all("WRONG OUTPUT" in f for f in outcome.failures)
@@ -101,5 +119,14 @@ def test_a_wrong_baseline_is_a_failure_and_never_a_row(tmp_path, wrong_baseline_
 def test_main_exits_non_zero_when_a_baseline_is_wrong(tmp_path, wrong_baseline_registered, monkeypatch):
     from bench import run
 
-    options = BenchOptions(baseline="test_wrong", warmup=1, budget_s=0.01, threads=1, out_dir=tmp_path, op_shapes=((2, 4, 64),), model_batches=(), device="cpu")
+    options = BenchOptions(
+        baseline="test_wrong",
+        warmup=1,
+        budget_s=0.01,
+        threads=1,
+        out_dir=tmp_path,
+        op_shapes=((2, 4, 64),),
+        model_batches=(),
+        device="cpu",
+    )
     assert run.main(options) == 1

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -36,8 +35,15 @@ QUICK_CONFIGS = (
 
 def test_quick_serve_run_writes_one_checked_row_per_configuration(tmp_path_factory, tmp_path):
     files = small_model_files(tmp_path_factory)
-    options = ServeOptions(duration_s=0.15, out_dir=tmp_path, models_dir=files["custom"].parent, model=SMALL,
-                           configs=QUICK_CONFIGS, warmup=3, bank_size=16)
+    options = ServeOptions(
+        duration_s=0.15,
+        out_dir=tmp_path,
+        models_dir=files["custom"].parent,
+        model=SMALL,
+        configs=QUICK_CONFIGS,
+        warmup=3,
+        bank_size=16,
+    )
     outcome = run_serve_bench(options, Console(file=open(os.devnull, "w")))
     assert outcome.failures == []
     frame = read_report(outcome.paths.csv)
@@ -108,8 +114,23 @@ def synthetic_serve_frame() -> pd.DataFrame:
         ("custom-pooled-s4t1c4", 4, 1, 4, 900.0, 800.0, 5000.0),
         ("custom-pooled-s1t2c4", 1, 2, 4, 1400.0, 600.0, 1500.0),
     ]:
-        rows.append(dict(workload="serve", baseline="ort", variant=variant, sessions=s, intra_op_threads=t, clients=c, other_cpu_share=0.1,
-                         requests_per_s=rps, median_us=p50, p99_us=p99, mismatches=0, errors=0, physical_cores=2))
+        rows.append(
+            dict(
+                workload="serve",
+                baseline="ort",
+                variant=variant,
+                sessions=s,
+                intra_op_threads=t,
+                clients=c,
+                other_cpu_share=0.1,
+                requests_per_s=rps,
+                median_us=p50,
+                p99_us=p99,
+                mismatches=0,
+                errors=0,
+                physical_cores=2,
+            )
+        )
     return pd.DataFrame(rows)
 
 
@@ -140,9 +161,14 @@ sys.exit(main(options))
 def test_a_signal_during_the_sweep_stops_it_promptly_and_writes_nothing(tmp_path_factory, tmp_path, signum):
     files = small_model_files(tmp_path_factory)
     out = tmp_path / "reports"
-    process = subprocess.Popen([sys.executable, "-c", _SIGNAL_SCRIPT, str(out), str(files["custom"].parent)], cwd=REPO_ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    process = subprocess.Popen(
+        [sys.executable, "-c", _SIGNAL_SCRIPT, str(out), str(files["custom"].parent)],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
     lines = []
     try:
         for line in process.stdout:

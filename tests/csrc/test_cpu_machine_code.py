@@ -57,7 +57,8 @@ def libraries() -> dict[str, Path]:
     artifacts = json.loads(record.read_text()).get("artifacts", {}) if record.exists() else {}
     installed = sorted((REPO_ROOT / "ops").glob("_C*.so"))
     candidates = {
-        "torch": os.environ.get("FUSEDBENCH_TORCH_LIBRARY") or (installed[0] if installed else None)
+        "torch": os.environ.get("FUSEDBENCH_TORCH_LIBRARY")
+        or (installed[0] if installed else None)
         or artifacts.get("torch_library"),
         "ort": os.environ.get("FUSEDBENCH_ORT_LIBRARY") or artifacts.get("ort_library"),
     }
@@ -83,12 +84,20 @@ def loop_rows(library_name: str, dtype: str, version: str, function: Function) -
     for loop in function.innermost_loops:
         if not loop.does_fp_arithmetic:
             continue
-        rows.append({
-            "library": library_name, "dtype": dtype, "version": version, "pass": pass_of(loop),
-            "loop": f"{loop.start:#x}-{loop.end:#x}", "instructions": len(loop.instructions),
-            "packed": len(loop.packed_fp), "widths": sorted(loop.packed_widths), "scalar": len(loop.scalar_fp),
-            "scalar_examples": sorted({i.mnemonic for i in loop.scalar_fp})[:4],
-        })
+        rows.append(
+            {
+                "library": library_name,
+                "dtype": dtype,
+                "version": version,
+                "pass": pass_of(loop),
+                "loop": f"{loop.start:#x}-{loop.end:#x}",
+                "instructions": len(loop.instructions),
+                "packed": len(loop.packed_fp),
+                "widths": sorted(loop.packed_widths),
+                "scalar": len(loop.scalar_fp),
+                "scalar_examples": sorted({i.mnemonic for i in loop.scalar_fp})[:4],
+            }
+        )
     return rows
 
 
@@ -140,14 +149,19 @@ def test_loop_finder_sees_packed_and_scalar_loops():
     from tests.helpers.x86_code import Instruction
 
     listing = [
-        (0x10, "vmovups", "(%rdi,%rax,4),%ymm1"), (0x15, "vmulps", "%ymm1,%ymm1,%ymm2"),
-        (0x19, "vmovups", "%ymm2,(%rsi,%rax,4)"), (0x1e, "jne", "10 <f+0x10>"),
-        (0x20, "vmovss", "(%rdi),%xmm0"), (0x24, "vmulss", "%xmm0,%xmm0,%xmm0"),
-        (0x28, "vaddss", "%xmm0,%xmm3,%xmm3"), (0x2c, "jb", "20 <f+0x20>"), (0x30, "jmp", "10 <f+0x10>"),
+        (0x10, "vmovups", "(%rdi,%rax,4),%ymm1"),
+        (0x15, "vmulps", "%ymm1,%ymm1,%ymm2"),
+        (0x19, "vmovups", "%ymm2,(%rsi,%rax,4)"),
+        (0x1E, "jne", "10 <f+0x10>"),
+        (0x20, "vmovss", "(%rdi),%xmm0"),
+        (0x24, "vmulss", "%xmm0,%xmm0,%xmm0"),
+        (0x28, "vaddss", "%xmm0,%xmm3,%xmm3"),
+        (0x2C, "jb", "20 <f+0x20>"),
+        (0x30, "jmp", "10 <f+0x10>"),
     ]
     function = Function("f", tuple(Instruction(*i) for i in listing))
     loops = function.innermost_loops
-    assert [(lp.start, lp.end) for lp in loops] == [(0x10, 0x1e), (0x20, 0x2c)]
+    assert [(lp.start, lp.end) for lp in loops] == [(0x10, 0x1E), (0x20, 0x2C)]
     packed, scalar = loops
     assert packed.packed_widths == {256} and not packed.scalar_fp and packed.writes_output
     assert len(scalar.scalar_fp) == 2 and not scalar.packed_fp and not scalar.writes_output
@@ -157,7 +171,8 @@ def test_loop_finder_sees_packed_and_scalar_loops():
         f"{where}: no packed arithmetic",
     ]
     assert problems(loop_rows("t", "float32", "x86-64-v4", function), "x86-64-v4")[0].endswith(
-        "packed arithmetic at [256] bits, want 512 only")
+        "packed arithmetic at [256] bits, want 512 only"
+    )
 
 
 def main() -> None:
@@ -173,8 +188,18 @@ def main() -> None:
             bad = set(problems(rows, version))
             for r in rows:
                 verdict = "ok" if not any(r["loop"] in b for b in bad) else "FAIL"
-                table.add_row(r["library"], dtype, version, r["pass"], r["loop"], str(r["instructions"]),
-                              str(r["packed"]), ",".join(map(str, r["widths"])), str(r["scalar"]), verdict)
+                table.add_row(
+                    r["library"],
+                    dtype,
+                    version,
+                    r["pass"],
+                    r["loop"],
+                    str(r["instructions"]),
+                    str(r["packed"]),
+                    ",".join(map(str, r["widths"])),
+                    str(r["scalar"]),
+                    verdict,
+                )
     Console(width=160).print(table)
 
 

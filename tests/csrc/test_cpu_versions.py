@@ -28,7 +28,11 @@ pytestmark = [
 
 PROBE = REPO_ROOT / "tests" / "helpers" / "cpu_versions_probe.cpp"
 # -march level -> the /proc/cpuinfo flags it needs to run.
-LEVELS = {"x86-64": set(), "x86-64-v3": {"avx2", "fma", "f16c", "bmi2"}, "x86-64-v4": {"avx512f", "avx512bw", "avx512vl"}}
+LEVELS = {
+    "x86-64": set(),
+    "x86-64-v3": {"avx2", "fma", "f16c", "bmi2"},
+    "x86-64-v4": {"avx512f", "avx512bw", "avx512vl"},
+}
 
 
 def cpu_flags() -> set[str]:
@@ -40,8 +44,10 @@ def cpu_flags() -> set[str]:
 def build(directory: Path, name: str, extra: list[str]) -> Path:
     exe = directory / name
     sources = [str(PROBE), str(csrc_dir() / "core" / "fused_norm_cpu.cpp")]
-    subprocess.run([cxx_compiler(), "-std=c++17", *OPT_FLAGS, "-Wno-psabi", f"-I{csrc_dir()}", *extra, *sources,
-                    "-o", str(exe)], check=True)
+    subprocess.run(
+        [cxx_compiler(), "-std=c++17", *OPT_FLAGS, "-Wno-psabi", f"-I{csrc_dir()}", *extra, *sources, "-o", str(exe)],
+        check=True,
+    )
     return exe
 
 
@@ -51,8 +57,9 @@ def test_every_version_gives_identical_bits(tmp_path, generator):
     for level in runnable:
         builds[level] = build(tmp_path, level, [f"-march={level}", "-DFUSED_NORM_NO_CLONES"])
     seed = str(int(generator.initial_seed()))
-    outputs = {name: subprocess.run([str(exe), seed], capture_output=True, check=True).stdout
-               for name, exe in builds.items()}
+    outputs = {
+        name: subprocess.run([str(exe), seed], capture_output=True, check=True).stdout for name, exe in builds.items()
+    }
     reference = outputs["x86-64"]
     assert len(reference) > 100_000 and reference != b"\xff" * len(reference)
     differ = [name for name, out in outputs.items() if out != reference]

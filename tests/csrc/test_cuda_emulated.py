@@ -17,12 +17,22 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers.cuda_variants import kernel_names
-from tests.helpers.emulated_kernels import (DTYPE_NAMES, SCHEDULE_KINDS, Case, check_case, check_case_in_schedules,
-                                            expected_launches, load_emulated_kernels, one_torch_thread, plan_variants,
-                                            schedules, standard_cases)
 from ops.dtypes import TORCH_DTYPES
 from ops.reference import TOLERANCES, make_inputs, reference_norm
+from tests.helpers.cuda_variants import kernel_names
+from tests.helpers.emulated_kernels import (
+    DTYPE_NAMES,
+    SCHEDULE_KINDS,
+    Case,
+    check_case,
+    check_case_in_schedules,
+    expected_launches,
+    load_emulated_kernels,
+    one_torch_thread,
+    plan_variants,
+    schedules,
+    standard_cases,
+)
 
 pytestmark = pytest.mark.cuda_emulated
 
@@ -74,11 +84,12 @@ def test_one_block_loops_over_all_rows(kernels, generator):
 
 def test_a_misaligned_pointer_takes_the_scalar_path(kernels, generator):
     # Same shape: aligned runs 16-byte vectors, each operand off alignment runs one element at a time.
-    expected = expected_launches([Case(torch.float16, 3, 128)] + [Case(torch.float16, 3, 128, o) for o in
-                                                                     ("x", "weight", "bias", "y")])
+    expected = expected_launches(
+        [Case(torch.float16, 3, 128)] + [Case(torch.float16, 3, 128, o) for o in ("x", "weight", "bias", "y")]
+    )
     assert expected[0].kernel == "warp_rows_kernel<Half, 8, 1>"
     assert {e.kernel for e in expected[1:]} == {"warp_rows_kernel<Half, 1, 4>"}
-    for operand, launch in zip((None, "x", "weight", "bias", "y"), expected):
+    for operand, launch in zip((None, "x", "weight", "bias", "y"), expected, strict=True):
         problems, ran = check_case(kernels, Case(torch.float16, 3, 128, operand), "warp_ahead", generator, launch)
         assert not problems and ran == launch, problems
 
@@ -98,9 +109,28 @@ def test_16_bit_conversions_are_bit_exact(kernels, generator, dtype):
     lower = bits[~nan].view(dtype).float()
     upper = (bits[~nan].to(torch.int32) + 1).to(torch.int16).view(dtype).float()
     ties = ((lower.double() + upper.double()) / 2).float()
-    values = torch.cat([random_bits.to(torch.int32).view(torch.float32), ties, lower,
-                        torch.tensor([65504.0, 65519.996, 65520.0, 2.0**-24, 2.0**-25, 3 * 2.0**-26, 3.4e38, 0.0, -0.0,
-                                      float("inf"), float("-inf")])])
+    values = torch.cat(
+        [
+            random_bits.to(torch.int32).view(torch.float32),
+            ties,
+            lower,
+            torch.tensor(
+                [
+                    65504.0,
+                    65519.996,
+                    65520.0,
+                    2.0**-24,
+                    2.0**-25,
+                    3 * 2.0**-26,
+                    3.4e38,
+                    0.0,
+                    -0.0,
+                    float("inf"),
+                    float("-inf"),
+                ]
+            ),
+        ]
+    )
     values = values[~torch.isnan(values)]
     got = kernels.from_float(values, dtype)
     expected = values.to(dtype)

@@ -22,12 +22,29 @@ import torch
 
 from env.build.config import core_cuda_sources
 from env.build.cuda_emulation import build_many
-from tests.helpers.emulated_kernels import (ORDERS, SCHEDULE_KINDS, Case, EmulatedKernels, check_case,
-                                            expected_launches, load_emulated_kernels, one_torch_thread, plan_variants,
-                                            schedules, standard_cases)
-from tests.helpers.kernel_faults import (BARRIER_IN_A_BRANCH, FAULTS, HALF_WARP_SHUFFLE_MASK,
-                                         LANE_EXITS_BEFORE_THE_REDUCTION, ROW_TAIL_OVERREAD, SHARED_SLOTS_REUSED,
-                                         Fault, FaultPatternError)
+from tests.helpers.emulated_kernels import (
+    ORDERS,
+    SCHEDULE_KINDS,
+    Case,
+    EmulatedKernels,
+    check_case,
+    expected_launches,
+    load_emulated_kernels,
+    one_torch_thread,
+    plan_variants,
+    schedules,
+    standard_cases,
+)
+from tests.helpers.kernel_faults import (
+    BARRIER_IN_A_BRANCH,
+    FAULTS,
+    HALF_WARP_SHUFFLE_MASK,
+    LANE_EXITS_BEFORE_THE_REDUCTION,
+    ROW_TAIL_OVERREAD,
+    SHARED_SLOTS_REUSED,
+    Fault,
+    FaultPatternError,
+)
 
 pytestmark = pytest.mark.cuda_emulated
 
@@ -36,6 +53,7 @@ pytestmark = pytest.mark.cuda_emulated
 def _one_torch_thread():
     with one_torch_thread():
         yield
+
 
 EMULATOR_CHECKS = [BARRIER_IN_A_BRANCH, LANE_EXITS_BEFORE_THE_REDUCTION, HALF_WARP_SHUFFLE_MASK, SHARED_SLOTS_REUSED]
 
@@ -52,18 +70,19 @@ def faulted(kernels, tmp_path_factory) -> dict[str, EmulatedKernels]:
     faults = FAULTS + EMULATOR_CHECKS
     copies = [fault.write_copy(core_cuda_sources()[0], directory) for fault in faults]
     libraries = build_many(copies, workers=max(2, os.cpu_count() or 2))
-    return {fault.name: EmulatedKernels(lib) for fault, lib in zip(faults, libraries)}
+    return {fault.name: EmulatedKernels(lib) for fault, lib in zip(faults, libraries, strict=True)}
 
 
 @pytest.fixture(scope="module")
 def detection_cases() -> list[tuple[Case, object]]:
     """The float32 cases of test_cuda_emulated.py: every variant, both paths, every operand misaligned."""
     cases = standard_cases(torch.float32, plan_variants())
-    return list(zip(cases, expected_launches(cases)))
+    return list(zip(cases, expected_launches(cases), strict=True))
 
 
-def first_problem(kernels: EmulatedKernels, cases, generator, orders=tuple(ORDERS),
-                  detect_races: bool = True) -> str | None:
+def first_problem(
+    kernels: EmulatedKernels, cases, generator, orders=tuple(ORDERS), detect_races: bool = True
+) -> str | None:
     for order in orders:
         for case, expected in cases:
             problems, _ = check_case(kernels, case, order, generator, expected, detect_races)
@@ -73,7 +92,7 @@ def first_problem(kernels: EmulatedKernels, cases, generator, orders=tuple(ORDER
 
 
 def source_line(text: str) -> str:
-    """"fused_norm_cuda.cu:N" for the one line of the kernels holding ``text`` (the faults keep line numbers)."""
+    """ "fused_norm_cuda.cu:N" for the one line of the kernels holding ``text`` (the faults keep line numbers)."""
     lines = core_cuda_sources()[0].read_text().splitlines()
     (number,) = [i for i, line in enumerate(lines, start=1) if text in line]
     return f"{core_cuda_sources()[0].name}:{number}"
@@ -88,8 +107,12 @@ def _clean_runs() -> dict:
 def clean_problems(_clean_runs, kernels, detection_cases, generator) -> list[str]:
     """The detection cases on the unmodified kernels: run once per module, with the first test's generator."""
     if "problems" not in _clean_runs:
-        _clean_runs["problems"] = [p for order in ORDERS for case, expected in detection_cases
-                                   for p in check_case(kernels, case, order, generator, expected)[0]]
+        _clean_runs["problems"] = [
+            p
+            for order in ORDERS
+            for case, expected in detection_cases
+            for p in check_case(kernels, case, order, generator, expected)[0]
+        ]
     return _clean_runs["problems"]
 
 
@@ -121,7 +144,7 @@ def test_the_race_detector_names_the_racing_lines_in_every_order(faulted, genera
     write, read = source_line("partials[warp] = v"), source_line("partials[lane]")
     cases = [Case(torch.float32, 7, 1000, None, 1), Case(torch.float32, 3, 20000, None, 1)]  # block and streaming
     for order in schedules(kind, generator):
-        for case, expected in zip(cases, expected_launches(cases)):
+        for case, expected in zip(cases, expected_launches(cases), strict=True):
             problems, _ = check_case(faulted[fault.name], case, order, generator, expected)
             assert problems, f"{fault.name} [{order}] {case}: not reported"
             problem = problems[0]
@@ -143,12 +166,14 @@ def test_a_barrier_not_every_thread_reaches_is_reported(faulted, generator):
 
 def test_a_shuffle_reading_an_exited_lane_is_reported(faulted, generator):
     # As in CUDA, the other lanes' shuffle goes ahead without the exited lane 5, but lane 21 reads it (xor 16).
-    problems, _ = check_case(faulted[LANE_EXITS_BEFORE_THE_REDUCTION.name], Case(torch.float32, 1, 64), "warp_ahead",
-                             generator)
+    problems, _ = check_case(
+        faulted[LANE_EXITS_BEFORE_THE_REDUCTION.name], Case(torch.float32, 1, 64), "warp_ahead", generator
+    )
     (problem,) = problems
-    assert ("__shfl_xor_sync(mask=0xffffffff): lane 21 reads lane 5, which has exited (undefined on the GPU) in "
-            "thread (21,0,0) [warp 0 lane 21] of block (0,0,0) of fused_norm::cuda_kernels::warp_rows_kernel<float, 4, 1>"
-            ) in problem, problem
+    assert (
+        "__shfl_xor_sync(mask=0xffffffff): lane 21 reads lane 5, which has exited (undefined on the GPU) in "
+        "thread (21,0,0) [warp 0 lane 21] of block (0,0,0) of fused_norm::cuda_kernels::warp_rows_kernel<float, 4, 1>"
+    ) in problem, problem
 
 
 def test_a_shuffle_reading_outside_its_mask_is_reported(faulted, generator):
@@ -156,8 +181,10 @@ def test_a_shuffle_reading_outside_its_mask_is_reported(faulted, generator):
     (problem,) = problems
     # Lanes 0-15 meet first; lane 0's xor partner 16 is outside their mask: undefined on the GPU, an error here.
     assert "__shfl_xor_sync(mask=0x0000ffff): lane 0 reads lane 16, which is not in the mask" in problem, problem
-    assert "thread (0,0,0) [warp 0 lane 0] of block (0,0,0) of fused_norm::cuda_kernels::warp_rows_kernel<float, 4, 1>" \
-        in problem, problem
+    assert (
+        "thread (0,0,0) [warp 0 lane 0] of block (0,0,0) of fused_norm::cuda_kernels::warp_rows_kernel<float, 4, 1>"
+        in problem
+    ), problem
 
 
 @pytest.mark.slow
@@ -170,8 +197,15 @@ def test_address_sanitizer_catches_a_vector_load_past_the_row_end(kernels, tmp_p
     aligned = [(0, 5, 132, 0), (0, 3, 4000, 0), (0, 2, 16388, 0), (2, 4, 264, 0), (1, 3, 66, 0), (3, 3, 31, 0)]
     # Every operand 8 or 4 bytes past a 16-byte boundary: the 8- and 4-byte vector paths of the warp, block and
     # streaming kernels, and the scalar path of float32 at 4 bytes off.
-    offset = [(0, 5, 132, 8), (0, 3, 2000, 8), (0, 2, 16388, 8), (2, 4, 264, 8), (2, 3, 264, 4), (3, 5, 4000, 4),
-              (0, 5, 132, 4)]
+    offset = [
+        (0, 5, 132, 8),
+        (0, 3, 2000, 8),
+        (0, 2, 16388, 8),
+        (2, 4, 264, 8),
+        (2, 3, 264, 4),
+        (3, 5, 4000, 4),
+        (0, 5, 132, 4),
+    ]
     ok = run_probe(clean, aligned + offset)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert ok.stdout.splitlines() == [f"ok dtype {d} rows {r} hidden {h} offset {o}" for d, r, h, o in aligned + offset]

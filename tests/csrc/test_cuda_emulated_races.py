@@ -50,7 +50,7 @@ def gallery_libraries() -> dict[str, ctypes.CDLL]:
         pytest.skip(str(error))
     names = sorted(KERNELS)
     libraries = {}
-    for name, path in zip(names, build_kernel_libraries([GALLERY / f"{name}.cu" for name in names])):
+    for name, path in zip(names, build_kernel_libraries([GALLERY / f"{name}.cu" for name in names]), strict=True):
         lib = ctypes.CDLL(str(path))
         lib.gallery_run.argtypes = [ctypes.c_int]
         lib.simt_last_error_message.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
@@ -125,4 +125,3 @@ def test_a_global_race_between_blocks_names_the_kernel_argument():
     assert "on global memory at 0x" in message and "(global memory, byte 0 of kernel argument 1)" in message, message
     assert f"write by thread (0,0,0) [warp 0 lane 0] of block (0,0,0) at {marks['write']}" in message, message
     assert f"read by thread (0,0,0) [warp 0 lane 0] of block (3,0,0) at {marks['read']}" in message, message
-

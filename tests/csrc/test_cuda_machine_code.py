@@ -125,7 +125,9 @@ def test_every_access_is_as_wide_as_the_variant_vector(machine_code):
 
 def test_16_byte_variants_exist_for_every_kernel_and_dtype(machine_code):
     sass, _ = machine_code
-    wide = {(variant_of(n)[0], variant_of(n)[1]) for n in sass if variant_of(n)[2] * ELEMENT_BYTES[variant_of(n)[1]] == 16}
+    wide = {
+        (variant_of(n)[0], variant_of(n)[1]) for n in sass if variant_of(n)[2] * ELEMENT_BYTES[variant_of(n)[1]] == 16
+    }
     kernels = {variant_of(n)[0] for n in sass}
     assert wide == {(k, e) for k in kernels for e in ELEMENT_BYTES}
 
@@ -179,8 +181,10 @@ def main() -> None:
         (obj,) = [Path(o["path"]) for o in check.report["objects"] if o["target"] == "sm_90"]
         sass = disassemble(obj, CUOBJDUMP)
         probe = build_probe(Path(tmp))
-        threads = {p["kernel"]: p["threads"]
-                    for p in plans(probe, [(4096, 512, 2, 16), (4096, 8192, 2, 16), (16, 1 << 20, 2, 16)])}
+        threads = {
+            p["kernel"]: p["threads"]
+            for p in plans(probe, [(4096, 512, 2, 16), (4096, 8192, 2, 16), (16, 1 << 20, 2, 16)])
+        }
     print(f"{'variant':40s} {'regs':>4s} {'spill':>5s} {'blocks/SM':>12s} {'rounds':>6s}  widths")
     for k in sorted(check.report["kernels"], key=lambda k: k["kernel"]):
         name, code = k["kernel"], sass[k["kernel"]]
@@ -188,8 +192,10 @@ def main() -> None:
         rounds = "-" if "streaming" in name else str(code.x_load_rounds())
         widths = ",".join(str(b) for b in sorted({i.access_bits for i in code.global_accesses}))
         blocks = f"{blocks_per_sm(k['registers'], threads[kernel], k['shared_bytes'])}x{threads[kernel]}"
-        print(f"{name:40s} {k['registers']:4d} {k['spill_store_bytes'] + k['spill_load_bytes']:5d} {blocks:>12s} "
-              f"{rounds:>6s}  {widths}")
+        print(
+            f"{name:40s} {k['registers']:4d} {k['spill_store_bytes'] + k['spill_load_bytes']:5d} {blocks:>12s} "
+            f"{rounds:>6s}  {widths}"
+        )
 
 
 if __name__ == "__main__":

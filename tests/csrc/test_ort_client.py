@@ -23,8 +23,13 @@ def files(tmp_path_factory):
 
 
 def run_client(client, custom, reference, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([str(client), str(custom), str(reference), str(ort_library_path()), *map(str, args)],
-                          capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        [str(client), str(custom), str(reference), str(ort_library_path()), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_cpp_threads_on_one_session_match_the_standard_route(client, files):
@@ -47,7 +52,12 @@ def test_the_client_reports_a_wrong_model(client, files, tmp_path):
 
 
 def test_the_client_names_a_missing_library(client, files, tmp_path):
-    result = subprocess.run([str(client), str(files["custom"]), str(files["standard"]), str(tmp_path / "missing.so")],
-                            capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [str(client), str(files["custom"]), str(files["standard"]), str(tmp_path / "missing.so")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 2
     assert "missing.so" in result.stderr

@@ -42,26 +42,28 @@ def expected_fields(values: list[int]) -> list[list[int]]:
     threads = BLOCK[0] * BLOCK[1]
     out = []
     for b in range(GRID[0] * GRID[1]):
-        block = values[b * threads:(b + 1) * threads]
+        block = values[b * threads : (b + 1) * threads]
         bx, by = b % GRID[0], b // GRID[0]
         for t, v in enumerate(block):
-            lane, warp = t % 32, block[t - t % 32:t - t % 32 + 32]
+            lane, warp = t % 32, block[t - t % 32 : t - t % 32 + 32]
             ballot = sum(1 << i for i, w in enumerate(warp) if w & 1)
-            out.append([
-                warp[(lane * 7) % 32],                                  # __shfl_sync from any lane
-                warp[(lane & ~7) + 3],                                  # width 8: lane 3 of its own segment
-                warp[lane + 5] if lane + 5 < 32 else v,                 # down past the end: own value
-                warp[lane - 3] if lane % 16 >= 3 else v,                # up, width 16
-                warp[lane ^ 9],
-                ballot - (1 << 32) if ballot >= 1 << 31 else ballot,    # as a signed int
-                any(w % 10 == 7 for w in warp) + 2 * all(w >= 50 for w in warp),
-                sum(w & 1 for w in block),                              # __syncthreads_count
-                any(w % 100 == 7 for w in block) + 2 * all(w >= 50 for w in block),
-                warp[lane ^ 1],                                         # within its half-warp mask
-                bx * 1000 + by * 100 + (t % BLOCK[0]) * 10 + t // BLOCK[0],
-                GRID[0] * 1000 + GRID[1] * 100 + BLOCK[0] * 10 + BLOCK[1],
-                warp[lane ^ 8] if (lane ^ 8) <= (lane | 7) else v,      # xor, width 8: earlier segments only
-            ])
+            out.append(
+                [
+                    warp[(lane * 7) % 32],  # __shfl_sync from any lane
+                    warp[(lane & ~7) + 3],  # width 8: lane 3 of its own segment
+                    warp[lane + 5] if lane + 5 < 32 else v,  # down past the end: own value
+                    warp[lane - 3] if lane % 16 >= 3 else v,  # up, width 16
+                    warp[lane ^ 9],
+                    ballot - (1 << 32) if ballot >= 1 << 31 else ballot,  # as a signed int
+                    any(w % 10 == 7 for w in warp) + 2 * all(w >= 50 for w in warp),
+                    sum(w & 1 for w in block),  # __syncthreads_count
+                    any(w % 100 == 7 for w in block) + 2 * all(w >= 50 for w in block),
+                    warp[lane ^ 1],  # within its half-warp mask
+                    bx * 1000 + by * 100 + (t % BLOCK[0]) * 10 + t // BLOCK[0],
+                    GRID[0] * 1000 + GRID[1] * 100 + BLOCK[0] * 10 + BLOCK[1],
+                    warp[lane ^ 8] if (lane ^ 8) <= (lane | 7) else v,  # xor, width 8: earlier segments only
+                ]
+            )
     return out
 
 

@@ -21,10 +21,22 @@ def record() -> dict:
 
 def test_record_has_every_fact(record):
     for key in (
-        "compiler.version", "compiler.path", "compiler.default_cxx11_abi",
-        "torch.version", "torch.git_version", "torch.cxx11_abi", "torch.built_with_cxx_standard",
-        "python.version", "onnx.onnxruntime", "onnx.onnx", "os.libc", "cpu.model",
-        "build.cxx_standard", "build.cxx_flags", "build.cxx11_abi", "artifacts.torch_library",
+        "compiler.version",
+        "compiler.path",
+        "compiler.default_cxx11_abi",
+        "torch.version",
+        "torch.git_version",
+        "torch.cxx11_abi",
+        "torch.built_with_cxx_standard",
+        "python.version",
+        "onnx.onnxruntime",
+        "onnx.onnx",
+        "os.libc",
+        "cpu.model",
+        "build.cxx_standard",
+        "build.cxx_flags",
+        "build.cxx11_abi",
+        "artifacts.torch_library",
     ):
         node = record
         for part in key.split("."):
@@ -36,7 +48,17 @@ def test_record_has_every_fact(record):
 
 def test_summary_table_lists_the_toolchain(record):
     table = toolchain.format_summary(record)
-    for label in ("compiler", "C++ standard", "ABI flag", "torch", "nvcc", "TORCH_CUDA_ARCH_LIST", "onnxruntime", "Python", "CPU"):
+    for label in (
+        "compiler",
+        "C++ standard",
+        "ABI flag",
+        "torch",
+        "nvcc",
+        "TORCH_CUDA_ARCH_LIST",
+        "onnxruntime",
+        "Python",
+        "CPU",
+    ):
         assert label in table
 
 
@@ -70,8 +92,15 @@ def test_aot_build_loads_and_matches_jit(tmp_path):
     for name in ("ort_library", "cuda_compile_check", "ort_cuda_decision"):
         if (jit_state / f"{name}.json").is_file():
             shutil.copy(jit_state / f"{name}.json", tmp_path / "state")
-    built = subprocess.run([sys.executable, "-m", "invoke", "build", "--aot"], cwd=REPO_ROOT, env=env, check=True,
-                           capture_output=True, text=True, timeout=600)
+    built = subprocess.run(
+        [sys.executable, "-m", "invoke", "build", "--aot"],
+        cwd=REPO_ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     lines = built.stdout.splitlines()
     assert any(line.startswith("torch op library (aot): built in") for line in lines), built.stdout
     aot_record = json.loads((tmp_path / "toolchain.json").read_text())
@@ -89,8 +118,15 @@ def test_aot_build_loads_and_matches_jit(tmp_path):
     for name, build_dir in (("aot", tmp_path), ("jit", toolchain_record_path().parent)):
         run_env = {**env, "FUSEDBENCH_BUILD_DIR": str(build_dir)}
         out_file = tmp_path / f"{name}.pt"
-        done = subprocess.run([sys.executable, "-c", script, str(out_file)], cwd=REPO_ROOT, env=run_env,
-                              check=True, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(out_file)],
+            cwd=REPO_ROOT,
+            env=run_env,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         outputs[name] = out_file
         if name == "aot":
             assert done.stdout.strip() == aot_library

@@ -102,7 +102,9 @@ def test_a_changed_compiler_reruns_every_step(facts, tmp_path, monkeypatch):
     before = keys(facts)
     # The same g++ behind another name and another version line: what an upgrade looks like.
     wrapper = tmp_path / "c++-next"
-    wrapper.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo "c++ (next) 99.1.0"; exit 0; fi\nexec c++ "$@"\n')
+    wrapper.write_text(
+        '#!/bin/sh\nif [ "$1" = "--version" ]; then echo "c++ (next) 99.1.0"; exit 0; fi\nexec c++ "$@"\n'
+    )
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("CXX", str(wrapper))
     now = toolchain.quick_facts()
@@ -112,9 +114,12 @@ def test_a_changed_compiler_reruns_every_step(facts, tmp_path, monkeypatch):
 
 def test_changed_toolchain_facts_rerun_every_step(facts):
     before = keys(facts)
-    for group, field, value in (("compiler", "version", "c++ (Debian 12.3.0-1) 12.3.0"),  # upgraded in place
-                                ("torch", "version_py_sha256", "0" * 64), ("nvcc", "version", "13.9 (V13.9.1)"),
-                                ("python", "version", "3.11.99")):
+    for group, field, value in (
+        ("compiler", "version", "c++ (Debian 12.3.0-1) 12.3.0"),  # upgraded in place
+        ("torch", "version_py_sha256", "0" * 64),
+        ("nvcc", "version", "13.9 (V13.9.1)"),
+        ("python", "version", "3.11.99"),
+    ):
         changed = {**facts, group: {**facts[group], field: value}}
         assert changed_steps(before, keys(changed)) == set(STEP_NAMES), group
     assert changed_steps(before, keys({**facts, "cuda_arch_list": "9.0;10.0+PTX"})) == set(STEP_NAMES)
@@ -149,6 +154,7 @@ def test_editing_an_ort_source_rebuilds_only_the_ort_library(tmp_path, csrc_copy
             library = tmp_path / "build" / "fake_torch.so"
             library.write_bytes(b"")
             fragment["artifacts"]["torch_library"] = str(library)
+
         return run
 
     def fake_cuda(fragment):
@@ -167,8 +173,10 @@ def test_editing_an_ort_source_rebuilds_only_the_ort_library(tmp_path, csrc_copy
     steps.build("jit")
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4 and not any("built in" in line for line in lines), lines
-    assert [line.split(":")[0] for line in lines if "up to date" in line] == ["torch op library (jit)",
-                                                                              "ONNX Runtime custom-op library"], lines
+    assert [line.split(":")[0] for line in lines if "up to date" in line] == [
+        "torch op library (jit)",
+        "ONNX Runtime custom-op library",
+    ], lines
     assert ran == ["torch_jit", "cuda_compile_check"] and library.stat().st_ino == built.st_ino
 
     source = csrc_copy / "ort" / "ort_cpu_op.cc"
@@ -186,8 +194,11 @@ def test_a_step_s_last_result_is_reused_only_while_its_inputs_and_outputs_hold(f
     report = private_build_dir / "cuda" / "resource_report.json"
     report.parent.mkdir(parents=True)
     report.write_text("{}")
-    fragment = {"build": {"cuda_resource_report": {"status": "compiled", "json": str(report)}},
-                "artifacts": {"cuda_objects": {}}, "timings_s": {}}
+    fragment = {
+        "build": {"cuda_resource_report": {"status": "compiled", "json": str(report)}},
+        "artifacts": {"cuda_objects": {}},
+        "timings_s": {},
+    }
     assert steps.up_to_date_fragment("cuda_compile_check") is None  # never ran here
     steps._write_state(step, fingerprint.key_of(step.inputs(facts)), step.inputs(facts), fragment)
     assert steps.up_to_date_fragment("cuda_compile_check") == fragment

@@ -79,10 +79,18 @@ def test_plan_covers_each_row_with_the_smallest_variant(probe, variants):
 
 def test_plan_reaches_every_variant_and_every_width(probe, variants):
     cases = [(1, h, b, a) for h in HIDDEN_SIZES for b in (2, 4, 8) for a in ALIGNMENTS]
-    reached = {(p["kernel"], p["chunks"], p["vec"] * p["elem_bytes"] if p["vec"] > 1 else 0, p["elem_bytes"])
-               for p in plans(probe, cases)}
-    expected = {(k, c or 0, width, b) for k, cs in variants.items() if k.endswith("_kernel") for c in cs
-                for b in (2, 4, 8) for width in [0] + [w for w in variants["vector_widths"] if w > b]}
+    reached = {
+        (p["kernel"], p["chunks"], p["vec"] * p["elem_bytes"] if p["vec"] > 1 else 0, p["elem_bytes"])
+        for p in plans(probe, cases)
+    }
+    expected = {
+        (k, c or 0, width, b)
+        for k, cs in variants.items()
+        if k.endswith("_kernel")
+        for c in cs
+        for b in (2, 4, 8)
+        for width in [0] + [w for w in variants["vector_widths"] if w > b]
+    }
     assert reached == expected
 
 
@@ -152,10 +160,32 @@ ptxas info    : Used 21 registers, used 0 barriers
 def test_parse_ptxas_report():
     parsed = parse_ptxas_report(SAMPLE_REPORT)
     assert parsed == [
-        ("_Z1kPf", "sm_80", {"stack_frame_bytes": 8, "spill_store_bytes": 16, "spill_load_bytes": 8, "registers": 48,
-                             "barriers": 1, "shared_bytes": 256, "constant_bytes": 408}),
-        ("_Z1gv", "sm_90", {"stack_frame_bytes": 0, "spill_store_bytes": 0, "spill_load_bytes": 0, "registers": 21,
-                            "barriers": 0, "shared_bytes": 0, "constant_bytes": 0}),
+        (
+            "_Z1kPf",
+            "sm_80",
+            {
+                "stack_frame_bytes": 8,
+                "spill_store_bytes": 16,
+                "spill_load_bytes": 8,
+                "registers": 48,
+                "barriers": 1,
+                "shared_bytes": 256,
+                "constant_bytes": 408,
+            },
+        ),
+        (
+            "_Z1gv",
+            "sm_90",
+            {
+                "stack_frame_bytes": 0,
+                "spill_store_bytes": 0,
+                "spill_load_bytes": 0,
+                "registers": 21,
+                "barriers": 0,
+                "shared_bytes": 0,
+                "constant_bytes": 0,
+            },
+        ),
     ]
     with pytest.raises(PtxasReportError, match="incomplete"):
         parse_ptxas_report(SAMPLE_REPORT.replace("Used 21 registers", "Used registers"))
@@ -194,7 +224,9 @@ def test_every_variant_is_compiled_for_every_machine_target(check, variants):
     expected = set().union(*(kernel_names(variants, dtype) for dtype in KERNEL_TYPES))
     for arch in machine:
         compiled = {k["kernel"] for k in check.report["kernels"] if k["arch"] == arch}
-        assert compiled == expected, f"{arch}: missing {sorted(expected - compiled)}, unexpected {sorted(compiled - expected)}"
+        assert compiled == expected, (
+            f"{arch}: missing {sorted(expected - compiled)}, unexpected {sorted(compiled - expected)}"
+        )
 
 
 @needs_nvcc
@@ -215,8 +247,11 @@ def test_every_kernel_fits_its_largest_launch(check, variants):
     # most, or the launch fails with "too many resources requested".
     # Shared memory is the 2 x 32 reduction slots, far under 48 KB.
     for k in check.report["kernels"]:
-        threads = {"warp_rows": 128, "block_rows": variants["max_threads"],
-                   "streaming_rows": variants["streaming_threads"]}[k["kernel"].split("_kernel")[0]]
+        threads = {
+            "warp_rows": 128,
+            "block_rows": variants["max_threads"],
+            "streaming_rows": variants["streaming_threads"],
+        }[k["kernel"].split("_kernel")[0]]
         assert k["registers"] * threads <= 65536, k
         assert k["registers"] <= 255 and k["shared_bytes"] <= 48 * 1024, k
 

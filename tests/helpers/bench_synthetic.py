@@ -13,8 +13,9 @@ from bench.timing import summarize
 _DEFAULTS = {"string": "synthetic", "int64": 1, "Int64": 1, "float64": math.nan}
 
 
-def make_key(shape: str = "8x128x1024", baseline: str = "fused", variant: str = "call", workload: str = "op",
-             device: str = "cpu") -> RowKey:
+def make_key(
+    shape: str = "8x128x1024", baseline: str = "fused", variant: str = "call", workload: str = "op", device: str = "cpu"
+) -> RowKey:
     return RowKey(workload=workload, shape=shape, dtype="float32", baseline=baseline, variant=variant, device=device)
 
 

@@ -23,9 +23,7 @@ namespace {
 
 void write_element(DType dtype, unsigned char* p, float value) {
   switch (dtype) {
-    case DType::kFloat32:
-      std::memcpy(p, &value, 4);
-      break;
+    case DType::kFloat32: std::memcpy(p, &value, 4); break;
     case DType::kFloat64: {
       const double d = value;
       std::memcpy(p, &d, 8);
@@ -59,7 +57,8 @@ int main(int argc, char** argv) {
     const size_t esize = dtype == DType::kFloat64 ? 8 : dtype == DType::kFloat32 ? 4 : 2;
     for (int64_t hidden : hiddens) {
       const int64_t rows = 7;
-      std::vector<unsigned char> x(rows * hidden * esize), w(hidden * esize), b(hidden * esize), y(rows * hidden * esize);
+      std::vector<unsigned char> x(rows * hidden * esize), w(hidden * esize), b(hidden * esize),
+          y(rows * hidden * esize);
       for (int64_t i = 0; i < rows * hidden; ++i) write_element(dtype, &x[i * esize], normal(rng) * scale(rng));
       for (int64_t i = 0; i < hidden; ++i) {
         write_element(dtype, &w[i * esize], 1.0f + 0.1f * normal(rng));

@@ -31,8 +31,7 @@ int main(int argc, char** argv) {
       std::printf("%s%d", first ? "" : ", ", w);
       first = false;
     }
-    std::printf("], \"max_threads\": %d, \"streaming_threads\": %d}\n", plan::kMaxThreads,
-                plan::kStreamingThreads);
+    std::printf("], \"max_threads\": %d, \"streaming_threads\": %d}\n", plan::kMaxThreads, plan::kStreamingThreads);
     return 0;
   }
   long long rows = 0, hidden = 0;
@@ -42,8 +41,8 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"rows\": %lld, \"hidden\": %lld, \"elem_bytes\": %d, \"alignment\": %d, \"kernel\": \"%s\", \"vec\": %d, "
         "\"chunks\": %d, \"threads\": %d, \"rows_per_block\": %d, \"blocks\": %lld}\n",
-        rows, hidden, elem_bytes, alignment, plan::kernel_name(p.kernel), p.vec, p.chunks, p.threads,
-        p.rows_per_block, static_cast<long long>(p.blocks));
+        rows, hidden, elem_bytes, alignment, plan::kernel_name(p.kernel), p.vec, p.chunks, p.threads, p.rows_per_block,
+        static_cast<long long>(p.blocks));
   }
   return 0;
 }

@@ -24,8 +24,8 @@ import pytest
 import torch
 
 from env.build.ptxas import short_kernel_name
-from tests.helpers.cuda_variants import KERNEL_TYPES, build_probe, plans, read_variants
 from ops.reference import TOLERANCES, make_inputs, reference_norm
+from tests.helpers.cuda_variants import KERNEL_TYPES, build_probe, plans, read_variants
 
 DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
 DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -53,7 +53,11 @@ class EmulatedKernels:
         self.path = path
         lib = ctypes.CDLL(str(path))
         lib.fused_norm_emulated_forward.argtypes = [ctypes.c_void_p] * 4 + [
-            ctypes.c_int64, ctypes.c_int64, ctypes.c_double, ctypes.c_int]
+            ctypes.c_int64,
+            ctypes.c_int64,
+            ctypes.c_double,
+            ctypes.c_int,
+        ]
         lib.fused_norm_emulated_forward.restype = ctypes.c_int
         lib.simt_set_order.argtypes = [ctypes.c_int]
         lib.simt_set_seed.argtypes = [ctypes.c_uint64]
@@ -63,7 +67,8 @@ class EmulatedKernels:
         lib.simt_last_error_message.restype = ctypes.c_size_t
         lib.simt_launch_count.restype = ctypes.c_int
         lib.simt_launch_info.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t] + [
-            ctypes.POINTER(ctypes.c_int64)] * 3
+            ctypes.POINTER(ctypes.c_int64)
+        ] * 3
         for name in ("fused_norm_emulated_to_float", "fused_norm_emulated_from_float"):
             getattr(lib, name).argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
         self.lib = lib
@@ -71,31 +76,47 @@ class EmulatedKernels:
     def to_float(self, bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The kernels' 16-bit -> float conversion of ``bits`` (int16 patterns of ``dtype``)."""
         out = torch.empty(bits.shape, dtype=torch.float32)
-        assert self.lib.fused_norm_emulated_to_float(DTYPE_CODES[dtype], bits.data_ptr(), out.data_ptr(),
-                                                     bits.numel()) == 0
+        assert (
+            self.lib.fused_norm_emulated_to_float(DTYPE_CODES[dtype], bits.data_ptr(), out.data_ptr(), bits.numel())
+            == 0
+        )
         return out
 
     def from_float(self, values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The kernels' float -> 16-bit conversion, as int16 bit patterns."""
         out = torch.empty(values.shape, dtype=torch.int16)
-        assert self.lib.fused_norm_emulated_from_float(DTYPE_CODES[dtype], values.data_ptr(), out.data_ptr(),
-                                                       values.numel()) == 0
+        assert (
+            self.lib.fused_norm_emulated_from_float(
+                DTYPE_CODES[dtype], values.data_ptr(), out.data_ptr(), values.numel()
+            )
+            == 0
+        )
         return out
 
     def set_schedule(self, schedule: str, detect_races: bool = True) -> None:
         """A fixed order ("round_robin", "warp_ahead", "reverse") or a seeded one ("random:SEED", "stress:SEED")."""
         set_schedule(self.lib, schedule, detect_races)
 
-    def forward(self, ptrs: dict[str, int], rows: int, hidden: int, eps: float, dtype: torch.dtype,
-                order: str, max_grid: int, detect_races: bool = True) -> tuple[int, str, list[Launch]]:
+    def forward(
+        self,
+        ptrs: dict[str, int],
+        rows: int,
+        hidden: int,
+        eps: float,
+        dtype: torch.dtype,
+        order: str,
+        max_grid: int,
+        detect_races: bool = True,
+    ) -> tuple[int, str, list[Launch]]:
         """Run cuda_forward in schedule ``order`` (see set_schedule); returns (its return code, the emulator's error
         message, the launches)."""
         lib = self.lib
         self.set_schedule(order, detect_races)
         lib.simt_set_max_grid_x(max_grid)
         lib.simt_clear_launches()
-        rc = lib.fused_norm_emulated_forward(ptrs["x"], ptrs["weight"], ptrs["bias"], ptrs["y"], rows, hidden, eps,
-                                             DTYPE_CODES[dtype])
+        rc = lib.fused_norm_emulated_forward(
+            ptrs["x"], ptrs["weight"], ptrs["bias"], ptrs["y"], rows, hidden, eps, DTYPE_CODES[dtype]
+        )
         message = ctypes.create_string_buffer(4096)
         lib.simt_last_error_message(message, len(message))
         launches = []
@@ -142,7 +163,7 @@ def schedules(kind: str, generator: torch.Generator) -> list[str]:
 SCHEDULE_KINDS = [*ORDERS, *RANDOM_ORDERS]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_emulated_kernels(kernel_source: Path | None = None) -> EmulatedKernels:
     """Build (cached on disk) and load the emulated kernels; skips the test where CUDA's headers are missing."""
     from env.build.cuda_emulation import EmulationBuildError, build_emulated_kernels, cuda_headers
@@ -217,10 +238,12 @@ def expected_launches(cases: list[Case]) -> list[Launch]:
     # The plan's last input: the operands' common alignment in bytes where the plan knows vector widths
     # below 16 bytes (the probe lists them), else whether every operand is 16-byte aligned.
     by_bytes = "vector_widths" in plan_variants()
-    rows = [(c.rows, c.hidden, element_bytes(c.dtype), c.alignment() if by_bytes else int(c.alignment() == 16))
-            for c in cases]
+    rows = [
+        (c.rows, c.hidden, element_bytes(c.dtype), c.alignment() if by_bytes else int(c.alignment() == 16))
+        for c in cases
+    ]
     out = []
-    for case, p in zip(cases, plans(plan_probe(), rows)):
+    for case, p in zip(cases, plans(plan_probe(), rows), strict=True):
         type_name = KERNEL_TYPES[DTYPE_NAMES[case.dtype]][0]
         args = [type_name, str(p["vec"])] + ([str(p["chunks"])] if p["kernel"] != "streaming_rows_kernel" else [])
         grid_run = min(p["blocks"], case.max_grid) if case.max_grid else p["blocks"]
@@ -238,32 +261,44 @@ class GuardedBuffer:
     def __init__(self, numel: int, dtype: torch.dtype, phase: int, generator: torch.Generator):
         esize = torch.empty((), dtype=dtype).element_size()
         self.nbytes = numel * esize
-        self.raw = torch.randint(0, 256, (GUARD_BYTES + VECTOR_BYTES + self.nbytes + GUARD_BYTES,), dtype=torch.uint8,
-                                 generator=generator)
+        self.raw = torch.randint(
+            0, 256, (GUARD_BYTES + VECTOR_BYTES + self.nbytes + GUARD_BYTES,), dtype=torch.uint8, generator=generator
+        )
         start = GUARD_BYTES + (phase - self.raw.data_ptr() - GUARD_BYTES) % VECTOR_BYTES
         assert start % esize == 0, "torch's allocation is not aligned to the element size"
         self.start = start
-        self.data = self.raw[start:start + self.nbytes].view(dtype)
+        self.data = self.raw[start : start + self.nbytes].view(dtype)
         assert self.data.data_ptr() % VECTOR_BYTES == phase
         self.guards_before = self.guards()
 
     def guards(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.raw[:self.start].clone(), self.raw[self.start + self.nbytes:].clone()
+        return self.raw[: self.start].clone(), self.raw[self.start + self.nbytes :].clone()
 
     def guards_intact(self) -> bool:
-        return all(torch.equal(a, b) for a, b in zip(self.guards(), self.guards_before))
+        return all(torch.equal(a, b) for a, b in zip(self.guards(), self.guards_before, strict=True))
 
 
-def check_case(kernels: EmulatedKernels, case: Case, order: str, generator: torch.Generator,
-               expected: Launch | None = None, detect_races: bool = True) -> tuple[list[str], Launch | None]:
+def check_case(
+    kernels: EmulatedKernels,
+    case: Case,
+    order: str,
+    generator: torch.Generator,
+    expected: Launch | None = None,
+    detect_races: bool = True,
+) -> tuple[list[str], Launch | None]:
     """Run ``case`` in schedule ``order`` (EmulatedKernels.set_schedule); return (the problems found, the launch the
     emulator ran)."""
     return check_case_in_schedules(kernels, case, [order], generator, expected, detect_races)
 
 
-def check_case_in_schedules(kernels: EmulatedKernels, case: Case, orders: list[str], generator: torch.Generator,
-                            expected: Launch | None = None,
-                            detect_races: bool = True) -> tuple[list[str], Launch | None]:
+def check_case_in_schedules(
+    kernels: EmulatedKernels,
+    case: Case,
+    orders: list[str],
+    generator: torch.Generator,
+    expected: Launch | None = None,
+    detect_races: bool = True,
+) -> tuple[list[str], Launch | None]:
     """check_case in each schedule of ``orders`` on the same inputs (prepared and referenced once); returns every
     problem and the last launch that ran."""
     x, weight, bias = make_inputs((case.rows, case.hidden), case.dtype, generator)
@@ -279,18 +314,35 @@ def check_case_in_schedules(kernels: EmulatedKernels, case: Case, orders: list[s
     ran = None
     for order in orders:
         buffers["y"].data.view(torch.uint8).fill_(0xFF)  # NaN in all four dtypes: every element must be written
-        rc, message, launches = kernels.forward({k: b.data.data_ptr() for k, b in buffers.items()}, case.rows,
-                                                case.hidden, eps, case.dtype, order, case.max_grid, detect_races)
-        found, launch = _inspect(case, f"{case} [{order}]", rc, message, launches, expected, buffers,
-                                 (x, weight, bias), ref)
+        rc, message, launches = kernels.forward(
+            {k: b.data.data_ptr() for k, b in buffers.items()},
+            case.rows,
+            case.hidden,
+            eps,
+            case.dtype,
+            order,
+            case.max_grid,
+            detect_races,
+        )
+        found, launch = _inspect(
+            case, f"{case} [{order}]", rc, message, launches, expected, buffers, (x, weight, bias), ref
+        )
         problems += found
         ran = launch or ran
     return problems, ran
 
 
-def _inspect(case: Case, label: str, rc: int, message: str, launches: list[Launch], expected: Launch | None,
-             buffers: dict[str, GuardedBuffer], inputs: tuple[torch.Tensor, ...],
-             ref: torch.Tensor) -> tuple[list[str], Launch | None]:
+def _inspect(
+    case: Case,
+    label: str,
+    rc: int,
+    message: str,
+    launches: list[Launch],
+    expected: Launch | None,
+    buffers: dict[str, GuardedBuffer],
+    inputs: tuple[torch.Tensor, ...],
+    ref: torch.Tensor,
+) -> tuple[list[str], Launch | None]:
     """The problems of one run of ``case``."""
     if rc != 0:
         return [f"{label}: cuda_forward returned {rc}: {message or 'no emulator message'}"], None
@@ -303,7 +355,7 @@ def _inspect(case: Case, label: str, rc: int, message: str, launches: list[Launc
     for name, buffer in buffers.items():
         if not buffer.guards_intact():
             problems.append(f"{label}: bytes around {name} were overwritten")
-    for name, value in zip(("x", "weight", "bias"), inputs):
+    for name, value in zip(("x", "weight", "bias"), inputs, strict=True):
         if not torch.equal(buffers[name].data.view(torch.uint8), value.reshape(-1).view(torch.uint8)):
             problems.append(f"{label}: input {name} was modified")
     y = buffers["y"].data.reshape(case.rows, case.hidden)
@@ -315,8 +367,10 @@ def _inspect(case: Case, label: str, rc: int, message: str, launches: list[Launc
     bad = ~((y.double() - ref).abs() <= tol.atol + tol.rtol * ref.abs()) & ~unwritten
     if bad.any():
         r, c = bad.nonzero()[0].tolist()
-        problems.append(f"{label}: {int(bad.sum())} elements outside rtol={tol.rtol:g} atol={tol.atol:g}, "
-                        f"first at ({r}, {c}): {float(y[r, c])} vs reference {float(ref[r, c])}")
+        problems.append(
+            f"{label}: {int(bad.sum())} elements outside rtol={tol.rtol:g} atol={tol.atol:g}, "
+            f"first at ({r}, {c}): {float(y[r, c])} vs reference {float(ref[r, c])}"
+        )
     return problems, launch
 
 

@@ -43,14 +43,18 @@ def single_node_model(
     y_dtype: str | None = None,
 ) -> bytes:
     """X, weight, bias -> fused_norm -> Y, with Y's shape left for ORT to infer."""
+
     def info(name: str, dt: str, shape: Shape) -> onnx.ValueInfoProto:
         return helper.make_tensor_value_info(name, ONNX_TYPES[dt], None if shape is None else list(shape))
 
     graph = helper.make_graph(
         [fused_norm_node(["X", "weight", "bias"], "Y", epsilon)],
         "fused_norm_single",
-        [info("X", dtype, x_shape), info("weight", weight_dtype or dtype, weight_shape),
-         info("bias", bias_dtype or dtype, bias_shape)],
+        [
+            info("X", dtype, x_shape),
+            info("weight", weight_dtype or dtype, weight_shape),
+            info("bias", bias_dtype or dtype, bias_shape),
+        ],
         [info("Y", y_dtype or dtype, None)],
     )
     return helper.make_model(graph, opset_imports=OPSET_IMPORTS, ir_version=IR_VERSION).SerializeToString()
@@ -66,11 +70,15 @@ def two_epsilon_model(hidden: int, eps_a: float, eps_b: float) -> bytes:
             fused_norm_node(["X", "weight", "bias"], "Y_b", eps_b, alpha=0.25),
         ],
         "fused_norm_two_eps",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["rows", hidden]),
-         helper.make_tensor_value_info("weight", TensorProto.FLOAT, [hidden]),
-         helper.make_tensor_value_info("bias", TensorProto.FLOAT, [hidden])],
-        [helper.make_tensor_value_info("Y_a", TensorProto.FLOAT, None),
-         helper.make_tensor_value_info("Y_b", TensorProto.FLOAT, None)],
+        [
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, ["rows", hidden]),
+            helper.make_tensor_value_info("weight", TensorProto.FLOAT, [hidden]),
+            helper.make_tensor_value_info("bias", TensorProto.FLOAT, [hidden]),
+        ],
+        [
+            helper.make_tensor_value_info("Y_a", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("Y_b", TensorProto.FLOAT, None),
+        ],
     )
     return helper.make_model(graph, opset_imports=OPSET_IMPORTS, ir_version=IR_VERSION).SerializeToString()
 
@@ -81,9 +89,11 @@ def chained_model(hidden: int) -> bytes:
     graph = helper.make_graph(
         [fused_norm_node(["X", "weight", "bias"], "T", 1e-5), fused_norm_node(["T", "weight", "bias"], "Y", 1e-5)],
         "fused_norm_chain",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", "seq", hidden]),
-         helper.make_tensor_value_info("weight", TensorProto.FLOAT, [hidden]),
-         helper.make_tensor_value_info("bias", TensorProto.FLOAT, [hidden])],
+        [
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", "seq", hidden]),
+            helper.make_tensor_value_info("weight", TensorProto.FLOAT, [hidden]),
+            helper.make_tensor_value_info("bias", TensorProto.FLOAT, [hidden]),
+        ],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
     )
     return helper.make_model(graph, opset_imports=OPSET_IMPORTS, ir_version=IR_VERSION).SerializeToString()

@@ -114,8 +114,13 @@ class Function:
         if not self.instructions:
             return []
         first = self.instructions[0].address
-        spans = sorted({(i.jump_target, i.address) for i in self.instructions
-                        if i.jump_target is not None and first <= i.jump_target <= i.address})
+        spans = sorted(
+            {
+                (i.jump_target, i.address)
+                for i in self.instructions
+                if i.jump_target is not None and first <= i.jump_target <= i.address
+            }
+        )
         inner = [(s, e) for s, e in spans if not any((s2, e2) != (s, e) and s <= s2 and e2 <= e for s2, e2 in spans)]
         frame_pointer = any(i.mnemonic == "mov" and i.operands == "%rsp,%rbp" for i in self.instructions)
         return [Loop(s, e, tuple(i for i in self.instructions if s <= i.address <= e), frame_pointer) for s, e in inner]
@@ -129,7 +134,9 @@ def disassemble(library: Path, name_contains: str) -> dict[str, Function]:
     """{mangled symbol: its instructions} for every function of `library` whose symbol contains `name_contains`."""
     listing = subprocess.run(
         [objdump() or "objdump", "-d", "-w", "--no-show-raw-insn", str(library)],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     functions: dict[str, list[Instruction]] = {}
     current: list[Instruction] | None = None

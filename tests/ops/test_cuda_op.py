@@ -153,7 +153,9 @@ def test_more_than_2_to_the_31_elements(shape, generator):
     # The rows on both sides of element 2^31 and the last ones, against float64.
     for first in (0, (1 << 31) // hidden - 1, rows - 3):
         sl = slice(first, first + 3)
-        torch.testing.assert_close(out[sl].double(), reference_norm(x[sl], w, b, 1e-6), **TOLERANCES[torch.bfloat16].as_kwargs())
+        torch.testing.assert_close(
+            out[sl].double(), reference_norm(x[sl], w, b, 1e-6), **TOLERANCES[torch.bfloat16].as_kwargs()
+        )
     del x, out
 
 
@@ -175,8 +177,9 @@ def test_an_earlier_pending_error_is_not_reported_as_the_launch_failure(generato
     with pytest.raises(RuntimeError, match=r"not launched: an earlier CUDA error is pending .*cudaErrorInvalidDevice"):
         ops.fused_norm(x, w, b, 1e-6)
     # Reading it cleared it (it was not sticky): the next call runs.
-    torch.testing.assert_close(ops.fused_norm(x, w, b, 1e-6).double(), reference_norm(x, w, b, 1e-6),
-                               **TOLERANCES[torch.float32].as_kwargs())
+    torch.testing.assert_close(
+        ops.fused_norm(x, w, b, 1e-6).double(), reference_norm(x, w, b, 1e-6), **TOLERANCES[torch.float32].as_kwargs()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -197,12 +200,6 @@ def test_every_variant_is_launched(dtype, variants, generator):
         torch.cuda.synchronize()
     launched = {short_kernel_name(e.name) for e in prof.events() if "rows_kernel" in e.name}
     assert launched == kernel_names(variants, dtype_name(dtype))
-
-
-
-
-
-
 
 
 def test_runs_on_the_callers_current_stream(generator):
@@ -233,7 +230,7 @@ def test_mismatched_devices(name, generator):
     with pytest.raises(RuntimeError, match=rf"{name} must be on the device of x \(cuda:0\), got cpu"):
         ops.fused_norm(x, args["weight"], args["bias"], 1e-6)
     # And the other way round: x on the CPU, one parameter on the GPU.
-    with pytest.raises(RuntimeError, match=rf"must be on the device of x \(cpu\), got cuda:0"):
+    with pytest.raises(RuntimeError, match=r"must be on the device of x \(cpu\), got cuda:0"):
         ops.fused_norm(x.cpu(), w if name == "weight" else w.cpu(), b if name == "bias" else b.cpu(), 1e-6)
 
 

@@ -72,7 +72,11 @@ def test_route_exports_with_promised_nodes(route, exported):
     # The summary shows every norm, one line each, with its nodes in order.
     norm_lines = [line for line in result.summary.splitlines() if "X=" in line]
     assert len(norm_lines) == NORMS
-    first = {"standard": "Pow(X, 2) -> ReduceMean(., [-1]", "opset23": "RMSNormalization(X, weight[32]", "custom": "myops::fused_norm(X, weight[32], bias[32], epsilon=1e-06)"}
+    first = {
+        "standard": "Pow(X, 2) -> ReduceMean(., [-1]",
+        "opset23": "RMSNormalization(X, weight[32]",
+        "custom": "myops::fused_norm(X, weight[32], bias[32], epsilon=1e-06)",
+    }
     assert all(first[route] in line for line in norm_lines), result.summary
 
 
@@ -117,7 +121,9 @@ def test_ort_float64_fusion_uses_its_default_epsilon(tmp_path):
         norm = build_norm(16, eps=1e-6, dtype=dtype)
         result = export_model(norm, example_input(2, 3, 16, dtype=dtype), "standard", tmp_path / f"n_{dtype}.onnx")
         optimized = tmp_path / f"n_{dtype}.opt.onnx"
-        create_session(result.path, OrtConfig(optimization="extended", register_custom_ops=False, optimized_model_path=optimized))
+        create_session(
+            result.path, OrtConfig(optimization="extended", register_custom_ops=False, optimized_model_path=optimized)
+        )
         (fused,) = [n for n in onnx.load(optimized).graph.node if n.op_type == "SimplifiedLayerNormalization"]
         eps_of[dtype] = onnx.helper.get_attribute_value(next(a for a in fused.attribute if a.name == "epsilon"))
     assert eps_of[torch.float32] == pytest.approx(1e-6, rel=1e-6)
@@ -209,7 +215,11 @@ def _edit_axes(model):
 
 
 def _edit_eps(model):
-    add = next(n for n in model.graph.node if n.op_type == "Add" and "ReduceMean" in str([_producer(model, i) for i in n.input]))
+    add = next(
+        n
+        for n in model.graph.node
+        if n.op_type == "Add" and "ReduceMean" in str([_producer(model, i) for i in n.input])
+    )
     model.graph.initializer.append(numpy_helper.from_array(np.array(1e-5, dtype=np.float32), "wrong_eps"))
     add.input[1] = "wrong_eps"
 
@@ -264,7 +274,9 @@ def _edit_unfolded_weight(model):
     # A weight that became a runtime computation: Mul(weight, 1) left in front of the norm's Mul.
     mul = next(n for n in model.graph.node if n.op_type == "Mul" and n.input[1].endswith("norm1.weight"))
     model.graph.initializer.append(numpy_helper.from_array(np.array(1.0, dtype=np.float32), "one"))
-    model.graph.node.insert(0, onnx.helper.make_node("Mul", [mul.input[1], "one"], ["computed_weight"], name="scale_weight"))
+    model.graph.node.insert(
+        0, onnx.helper.make_node("Mul", [mul.input[1], "one"], ["computed_weight"], name="scale_weight")
+    )
     mul.input[1] = "computed_weight"
 
 

@@ -81,8 +81,9 @@ def test_import_ops_does_not_import_the_build_system():
         "print(' '.join(sorted(m for m in sys.modules if m == 'env' or m.startswith('env.'))))\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEDBENCH_")}
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=True
+    )
     loaded = done.stdout.split()
     assert "env.paths" in loaded, loaded  # the check itself sees env modules
     assert not [m for m in loaded if m == "env.build" or m.startswith("env.build.")], loaded

@@ -22,7 +22,9 @@ def test_integer_x(good, device):
 
 def test_zero_dim_x(good, device):
     with pytest.raises(ValueError, match="x must have at least 1 dimension"):
-        ops.fused_norm(torch.tensor(1.0, device=device), torch.ones(1, device=device), torch.zeros(1, device=device), 1e-6)
+        ops.fused_norm(
+            torch.tensor(1.0, device=device), torch.ones(1, device=device), torch.zeros(1, device=device), 1e-6
+        )
 
 
 @pytest.mark.parametrize("name", ["weight", "bias"])

@@ -57,7 +57,9 @@ def test_gradient_of_one_input_only(which, generator, device):
     g = torch.randn(4, 33, dtype=torch.float64, generator=generator).to(device)
     (grad,) = torch.autograd.grad(ops.fused_norm(inputs["x"], inputs["weight"], inputs["bias"], 1e-6), inputs[which], g)
     ref_inputs = {k: v.detach().clone().requires_grad_(k == which) for k, v in inputs.items()}
-    (ref,) = torch.autograd.grad(unfused_norm(ref_inputs["x"], ref_inputs["weight"], ref_inputs["bias"], 1e-6), ref_inputs[which], g)
+    (ref,) = torch.autograd.grad(
+        unfused_norm(ref_inputs["x"], ref_inputs["weight"], ref_inputs["bias"], 1e-6), ref_inputs[which], g
+    )
     torch.testing.assert_close(grad, ref, rtol=1e-10, atol=1e-12)
 
 

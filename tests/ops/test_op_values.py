@@ -115,7 +115,9 @@ def test_non_finite_value_stays_in_its_row(dtype, poison, generator, device):
     # The poisoned row follows IEEE rules exactly like the reference: a NaN
     # makes mean(x^2) NaN, so the whole row is NaN; an inf makes the scale
     # rsqrt(inf) = 0, so that element is inf * 0 = NaN and the rest equal bias.
-    torch.testing.assert_close(y[2].double(), reference_norm(x[2], w, b, 1e-6), equal_nan=True, **TOLERANCES[dtype].as_kwargs())
+    torch.testing.assert_close(
+        y[2].double(), reference_norm(x[2], w, b, 1e-6), equal_nan=True, **TOLERANCES[dtype].as_kwargs()
+    )
     assert y[2, 7].isnan()
     if poison != poison:  # NaN
         assert y[2].isnan().all()
@@ -127,7 +129,9 @@ def test_non_finite_value_stays_in_its_row(dtype, poison, generator, device):
 
 def test_one_dimensional_x(generator, device):
     x, w, b = make_inputs((257,), torch.float32, generator, device=device)
-    torch.testing.assert_close(ops.fused_norm(x, w, b, 1e-6).double(), reference_norm(x, w, b, 1e-6), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        ops.fused_norm(x, w, b, 1e-6).double(), reference_norm(x, w, b, 1e-6), rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)

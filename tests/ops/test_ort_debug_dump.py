@@ -12,7 +12,7 @@ import torch
 from ops.ort.dump_replay import DumpError, replay
 from ops.ort.session import OrtConfig, create_session, session_options
 from ops.reference import make_inputs
-from tests.helpers.ort_test_models import two_epsilon_model, single_node_model
+from tests.helpers.ort_test_models import single_node_model, two_epsilon_model
 
 DUMP_KEY = "myops.fused_norm.dump_dir"
 
@@ -109,6 +109,8 @@ def test_the_exported_model_dumps_one_folder_per_norm_node(tmp_path_factory, tmp
     for x in bank.inputs:
         (y,) = session.run(None, {"x": x})
     folders = sorted(p.name for p in tmp_path.iterdir())
-    assert sorted(f.split("__p")[0] for f in folders) == sorted(n.replace("/", "_").replace(":", "_") for n in node_names)
+    assert sorted(f.split("__p")[0] for f in folders) == sorted(
+        n.replace("/", "_").replace(":", "_") for n in node_names
+    )
     results = replay(tmp_path)
     assert len(results) == 2 * len(node_names) and all(r.agrees for r in results)

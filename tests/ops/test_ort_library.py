@@ -23,9 +23,9 @@ from env.build import ort_headers
 from ops.reference import make_inputs, reference_norm, tolerance
 from tests.helpers.ort_test_models import (
     ONNX_TYPES,
+    attribute_eps,
     chained_model,
     from_bfloat16_bits,
-    attribute_eps,
     single_node_model,
     to_bfloat16_bits,
     two_epsilon_model,
@@ -71,8 +71,9 @@ def nan_buffer(shape: tuple[int, ...], dtype: str) -> np.ndarray:
     return np.full(shape, np.nan, dtype=NUMPY_STORAGE[dtype])
 
 
-def run_into_nan_buffer(session: ort.InferenceSession, feeds: dict[str, np.ndarray], dtype: str,
-                        outputs: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+def run_into_nan_buffer(
+    session: ort.InferenceSession, feeds: dict[str, np.ndarray], dtype: str, outputs: dict[str, tuple[int, ...]]
+) -> dict[str, np.ndarray]:
     """Run with IO binding; every output goes into a NaN-filled buffer of ours."""
     onnx_type = ONNX_TYPES[dtype]
     binding = session.io_binding()
@@ -111,8 +112,11 @@ def test_values_match_float64_reference(library, generator, dtype, hidden):
     x, weight, bias = random_inputs(generator, rows, hidden)
     eps = 1e-6
     session = make_session(library, single_node_model(dtype, eps))
-    feeds = {"X": to_storage(x.reshape(1, rows, hidden), dtype),
-             "weight": to_storage(weight, dtype), "bias": to_storage(bias, dtype)}
+    feeds = {
+        "X": to_storage(x.reshape(1, rows, hidden), dtype),
+        "weight": to_storage(weight, dtype),
+        "bias": to_storage(bias, dtype),
+    }
     y = run_into_nan_buffer(session, feeds, dtype, {"Y": (1, rows, hidden)})["Y"]
     # Reference from the inputs as the kernel saw them (rounded to dtype).
     seen = {k: from_storage(v, dtype) for k, v in feeds.items()}
@@ -123,11 +127,18 @@ def test_values_match_float64_reference(library, generator, dtype, hidden):
 def test_plain_run_returns_ort_allocated_output(library, generator):
     x, weight, bias = random_inputs(generator, 24, 64)
     session = make_session(library, single_node_model("float32", 1e-5))
-    feeds = {"X": x.reshape(2, 12, 64).astype(np.float32), "weight": weight.astype(np.float32),
-             "bias": bias.astype(np.float32)}
+    feeds = {
+        "X": x.reshape(2, 12, 64).astype(np.float32),
+        "weight": weight.astype(np.float32),
+        "bias": bias.astype(np.float32),
+    }
     (y,) = session.run(None, feeds)
     assert y.shape == (2, 12, 64) and y.dtype == np.float32
-    assert_close(y.astype(np.float64), reference_norm(*(v.astype(np.float64) for v in feeds.values()), attribute_eps(1e-5)), "float32")
+    assert_close(
+        y.astype(np.float64),
+        reference_norm(*(v.astype(np.float64) for v in feeds.values()), attribute_eps(1e-5)),
+        "float32",
+    )
 
 
 def test_epsilon_is_read_by_name(library, generator):
@@ -165,29 +176,49 @@ def test_output_shape_is_inferred(library):
 
 def _good_feeds(generator) -> dict[str, np.ndarray]:
     x, weight, bias = random_inputs(generator, 6, 8)
-    return {"X": x.reshape(2, 3, 8).astype(np.float32), "weight": weight.astype(np.float32),
-            "bias": bias.astype(np.float32)}
+    return {
+        "X": x.reshape(2, 3, 8).astype(np.float32),
+        "weight": weight.astype(np.float32),
+        "bias": bias.astype(np.float32),
+    }
 
 
 BAD_CALLS = {
     # name: (model kwargs, feeds change, message fragment)
     "0-d X": (dict(x_shape=None), {"X": np.array(1.5, dtype=np.float32)}, "X must have rank >= 1"),
-    "weight length": (dict(weight_shape=["w"]), {"weight": np.ones(7, np.float32)},
-                      r"weight must be 1-D of length 8 \(the last dimension of X\), got shape \[7\]"),
-    "bias length": (dict(bias_shape=None), {"bias": np.ones(9, np.float32)},
-                    r"bias must be 1-D of length 8 \(the last dimension of X\), got shape \[9\]"),
-    "bias rank": (dict(bias_shape=None), {"bias": np.ones((1, 8), np.float32)},
-                  r"bias must be 1-D of length 8 .* got shape \[1, 8\]"),
-    "weight dtype": (dict(weight_dtype="float64"), {"weight": np.ones(8, np.float64)},
-                     "X, weight and bias must share one dtype, got X float32, weight float64, bias float32"),
-    "bias dtype": (dict(bias_dtype="float64"), {"bias": np.ones(8, np.float64)},
-                   "X, weight and bias must share one dtype, got X float32, weight float32, bias float64"),
+    "weight length": (
+        dict(weight_shape=["w"]),
+        {"weight": np.ones(7, np.float32)},
+        r"weight must be 1-D of length 8 \(the last dimension of X\), got shape \[7\]",
+    ),
+    "bias length": (
+        dict(bias_shape=None),
+        {"bias": np.ones(9, np.float32)},
+        r"bias must be 1-D of length 8 \(the last dimension of X\), got shape \[9\]",
+    ),
+    "bias rank": (
+        dict(bias_shape=None),
+        {"bias": np.ones((1, 8), np.float32)},
+        r"bias must be 1-D of length 8 .* got shape \[1, 8\]",
+    ),
+    "weight dtype": (
+        dict(weight_dtype="float64"),
+        {"weight": np.ones(8, np.float64)},
+        "X, weight and bias must share one dtype, got X float32, weight float64, bias float32",
+    ),
+    "bias dtype": (
+        dict(bias_dtype="float64"),
+        {"bias": np.ones(8, np.float64)},
+        "X, weight and bias must share one dtype, got X float32, weight float32, bias float64",
+    ),
     # With X's shape unknown, shape inference cannot type Y and ORT types it
     # after the last untyped input (bias): a consistent graph then declares Y
     # with bias's dtype, and the kernel still refuses the mix.
-    "bias dtype, X shape unknown": (dict(bias_dtype="float64", y_dtype="float64", x_shape=None),
-                                    {"bias": np.ones(8, np.float64)},
-                                    "X, weight and bias must share one dtype, got X float32, weight float32, bias float64"),
+    "bias dtype, X shape unknown": (
+        dict(bias_dtype="float64", y_dtype="float64", x_shape=None),
+        {"bias": np.ones(8, np.float64)},
+        "X, weight and bias must share one dtype, got X float32, weight float32, bias float64",
+    ),
     "negative epsilon": (dict(epsilon=-1e-5), {}, "attribute epsilon must be finite and >= 0, got -1e-05"),
     "nan epsilon": (dict(epsilon=float("nan")), {}, "attribute epsilon must be finite and >= 0, got nan"),
 }
@@ -213,9 +244,14 @@ def test_bad_call_raises_from_run_and_session_lives_on(library, generator, case)
 
 def test_unsupported_dtype_raises_from_run(library):
     session = make_session(library, single_node_model("int32"))
-    feeds = {"X": np.arange(24, dtype=np.int32).reshape(2, 3, 4), "weight": np.ones(4, np.int32),
-             "bias": np.zeros(4, np.int32)}
-    with pytest.raises(InvalidArgument, match="X has unsupported dtype int32; supported: float32, float64, float16, bfloat16"):
+    feeds = {
+        "X": np.arange(24, dtype=np.int32).reshape(2, 3, 4),
+        "weight": np.ones(4, np.int32),
+        "bias": np.zeros(4, np.int32),
+    }
+    with pytest.raises(
+        InvalidArgument, match="X has unsupported dtype int32; supported: float32, float64, float16, bfloat16"
+    ):
         session.run(None, feeds)
     with pytest.raises(InvalidArgument, match="unsupported dtype int32"):
         session.run(None, feeds)  # and again: the failure leaves nothing broken behind
@@ -223,8 +259,9 @@ def test_unsupported_dtype_raises_from_run(library):
 
 def test_empty_input_gives_empty_output(library):
     session = make_session(library, single_node_model("float32"))
-    (y,) = session.run(None, {"X": np.zeros((0, 3, 8), np.float32), "weight": np.ones(8, np.float32),
-                              "bias": np.zeros(8, np.float32)})
+    (y,) = session.run(
+        None, {"X": np.zeros((0, 3, 8), np.float32), "weight": np.ones(8, np.float32), "bias": np.zeros(8, np.float32)}
+    )
     assert y.shape == (0, 3, 8)
 
 

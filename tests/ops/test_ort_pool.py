@@ -10,7 +10,7 @@ import torch
 
 from bench.serve.models import make_bank
 from ops.model import example_input
-from ops.ort.pool import SessionPool, SessionCreationError
+from ops.ort.pool import SessionCreationError, SessionPool
 from ops.ort.session import OrtConfig
 from tests.helpers.serve_models import SMALL, small_model_files
 
@@ -50,14 +50,18 @@ def guard_exclusive_slots(pool: SessionPool) -> list[str]:
 
 @pytest.mark.parametrize("route", ROUTES)
 def test_ten_thousand_concurrent_requests_all_correct(files, bank, route):
-    pool = SessionPool.create(files[route], OrtConfig(threads=1, register_custom_ops=route == "custom"), sessions=2, slots=SLOTS)
+    pool = SessionPool.create(
+        files[route], OrtConfig(threads=1, register_custom_ops=route == "custom"), sessions=2, slots=SLOTS
+    )
     violations = guard_exclusive_slots(pool)
     counts = [0] * CLIENTS
     mismatches: list[tuple[int, int]] = []
     errors: list[str] = []
 
     def client(c: int) -> None:
-        held: list[tuple[int, np.ndarray]] = []  # responses are checked again 4 requests later: they must be the caller's
+        held: list[
+            tuple[int, np.ndarray]
+        ] = []  # responses are checked again 4 requests later: they must be the caller's
         for k in range(REQUESTS // CLIENTS):
             index = (c * 31 + k * CLIENTS) % len(bank)
             try:

@@ -70,7 +70,9 @@ def test_bad_requests_fail_alone_while_good_ones_stay_correct(files, bank, route
             nan_input[0, 3, 5] = np.nan
             (y,) = pool.run({"x": nan_input})
             with torch.inference_mode():
-                reference = SMALL.torch_model(torch.float64, impl="unfused")(torch.from_numpy(nan_input).double()).numpy()
+                reference = SMALL.torch_model(torch.float64, impl="unfused")(
+                    torch.from_numpy(nan_input).double()
+                ).numpy()
             assert np.isnan(y).any()
             np.testing.assert_array_equal(np.isnan(y), np.isnan(reference))
             finite = ~np.isnan(reference)
@@ -120,7 +122,9 @@ def test_a_library_that_is_not_a_custom_op_library_is_named(files, monkeypatch):
 
     not_ort = torch_library_path()  # a real shared library, without RegisterCustomOps
     monkeypatch.setenv("FUSEDBENCH_ORT_LIBRARY", str(not_ort))
-    with pytest.raises(SessionCreationError, match=f"custom-op library {not_ort} could not be registered: .*RegisterCustomOps"):
+    with pytest.raises(
+        SessionCreationError, match=f"custom-op library {not_ort} could not be registered: .*RegisterCustomOps"
+    ):
         SessionPool.create(files["custom"], OrtConfig(threads=1))
 
 
@@ -142,13 +146,18 @@ def test_a_library_built_for_a_newer_runtime_is_named_with_the_versions(files, t
     api.write_text(re.sub(r"#define ORT_API_VERSION \d+", "#define ORT_API_VERSION 99", api.read_text()))
     flags[flags.index("-isystem") + 1] = str(newer)
     entry = tmp_path / "ort_library.o"
-    subprocess.run([cxx_compiler(), *flags, "-c", str(csrc_dir() / "ort" / "ort_library.cc"), "-o", str(entry)], check=True)
+    subprocess.run(
+        [cxx_compiler(), *flags, "-c", str(csrc_dir() / "ort" / "ort_library.cc"), "-o", str(entry)], check=True
+    )
     others = [p for p in (build_dir() / "ort" / "obj").glob("*.o") if not p.name.startswith("ort__ort_library")]
     library = tmp_path / "libfused_norm_ort.so"
     subprocess.run([cxx_compiler(), "-shared", "-fPIC", str(entry), *map(str, others), "-o", str(library)], check=True)
     monkeypatch.setenv("FUSEDBENCH_ORT_LIBRARY", str(library))
-    with pytest.raises(SessionCreationError, match=f"custom-op library {library} could not be registered: .*"
-                                                   r"built against ONNX Runtime C API version 99.*rebuild it"):
+    with pytest.raises(
+        SessionCreationError,
+        match=f"custom-op library {library} could not be registered: .*"
+        r"built against ONNX Runtime C API version 99.*rebuild it",
+    ):
         SessionPool.create(files["custom"], OrtConfig(threads=1))
 
 

@@ -47,7 +47,8 @@ def norm_pattern_model(hidden: int = 32) -> bytes:
         helper.make_node("Add", ["scaled", "bias"], ["Y"]),
     ]
     graph = helper.make_graph(
-        nodes, "norm_pattern",
+        nodes,
+        "norm_pattern",
         [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", "seq", hidden])],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch", "seq", hidden])],
         initializer=inits,
@@ -67,9 +68,11 @@ def test_physical_cores_counts_each_core_once():
     cores = physical_cores()
     logical = len(os.sched_getaffinity(0))
     assert 1 <= cores <= logical
-    siblings = {open(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list").read().strip()
-                for c in os.sched_getaffinity(0)
-                if os.path.exists(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list")}
+    siblings = {
+        open(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list").read().strip()
+        for c in os.sched_getaffinity(0)
+        if os.path.exists(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list")
+    }
     if siblings:  # one sibling group per physical core
         assert cores == len(siblings)
 
@@ -85,10 +88,12 @@ def test_thread_rule(monkeypatch, cores, instances, threads, expected):
 
 @pytest.mark.parametrize(
     "cores,instances,threads,message",
-    [(8, 3, 3, "3 instance.* x 3 thread.* = 9 threads exceeds the 8 physical cores"),
-     (2, 3, None, "3 instance.* x 1 thread.* = 3 threads exceeds the 2 physical cores"),
-     (8, 1, 0, "threads must be >= 1"),
-     (8, 0, None, "instances must be >= 1")],
+    [
+        (8, 3, 3, "3 instance.* x 3 thread.* = 9 threads exceeds the 8 physical cores"),
+        (2, 3, None, "3 instance.* x 1 thread.* = 3 threads exceeds the 2 physical cores"),
+        (8, 1, 0, "threads must be >= 1"),
+        (8, 0, None, "instances must be >= 1"),
+    ],
 )
 def test_thread_rule_refuses_oversubscription(monkeypatch, cores, instances, threads, message):
     monkeypatch.setattr(ort_session, "physical_cores", lambda: cores)
@@ -108,13 +113,18 @@ def test_session_uses_the_chosen_threads():
 
 @pytest.mark.parametrize(
     "level,ort_level",
-    [("disable", ort.GraphOptimizationLevel.ORT_DISABLE_ALL), ("basic", ort.GraphOptimizationLevel.ORT_ENABLE_BASIC),
-     ("extended", ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED), ("all", ort.GraphOptimizationLevel.ORT_ENABLE_ALL)],
+    [
+        ("disable", ort.GraphOptimizationLevel.ORT_DISABLE_ALL),
+        ("basic", ort.GraphOptimizationLevel.ORT_ENABLE_BASIC),
+        ("extended", ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED),
+        ("all", ort.GraphOptimizationLevel.ORT_ENABLE_ALL),
+    ],
 )
 def test_optimization_levels(tmp_path, level, ort_level):
     target = tmp_path / "sub" / f"{level}.onnx"
-    session = create_session(norm_pattern_model(),
-                             OrtConfig(optimization=level, register_custom_ops=False, optimized_model_path=target))
+    session = create_session(
+        norm_pattern_model(), OrtConfig(optimization=level, register_custom_ops=False, optimized_model_path=target)
+    )
     assert session.get_session_options().graph_optimization_level == ort_level
     # The written graph shows what each level did.
     types = op_types(target)
@@ -174,8 +184,10 @@ def test_custom_op_session_runs(generator):
 
 
 def test_custom_op_without_registration_says_how_to_fix():
-    with pytest.raises(CustomOpsNotRegisteredError,
-                       match=r"custom op myops::fused_norm, which is not registered: .*register_custom_ops=True"):
+    with pytest.raises(
+        CustomOpsNotRegisteredError,
+        match=r"custom op myops::fused_norm, which is not registered: .*register_custom_ops=True",
+    ):
         create_session(single_node_model("float32"), OrtConfig(register_custom_ops=False))
 
 
@@ -201,19 +213,25 @@ def test_io_bound_runner_reuses_output_buffers():
     first_feeds = feeds((2, 7, 64))
     first = runner.run(first_feeds)
     first_ptr = first[0].ctypes.data
-    np.testing.assert_allclose(first[0], reference_norm(first_feeds["X"], w, b, attribute_eps(1e-5)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        first[0], reference_norm(first_feeds["X"], w, b, attribute_eps(1e-5)), rtol=1e-5, atol=1e-5
+    )
 
     first[0][...] = np.nan  # anything ORT does not overwrite would stay NaN
     second_feeds = feeds((2, 7, 64))
     second = runner.run(second_feeds)
     assert second[0] is first[0] and second[0].ctypes.data == first_ptr
-    np.testing.assert_allclose(second[0], reference_norm(second_feeds["X"], w, b, attribute_eps(1e-5)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        second[0], reference_norm(second_feeds["X"], w, b, attribute_eps(1e-5)), rtol=1e-5, atol=1e-5
+    )
 
     # New input shapes: new buffers of the new shape.
     third_feeds = feeds((3, 5, 64))
     third = runner.run(third_feeds)
     assert third[0].shape == (3, 5, 64) and third[0] is not first[0]
-    np.testing.assert_allclose(third[0], reference_norm(third_feeds["X"], w, b, attribute_eps(1e-5)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        third[0], reference_norm(third_feeds["X"], w, b, attribute_eps(1e-5)), rtol=1e-5, atol=1e-5
+    )
     fourth = runner.run(feeds((3, 5, 64)))
     assert fourth[0] is third[0]
 
@@ -227,9 +245,13 @@ def test_io_bound_runner_sees_inputs_refilled_in_place_and_new_arrays():
     runner.run(feeds)
     # Same array objects, new contents: the binding reads them where they lie.
     feeds["X"][...] = 3 * rng.standard_normal((4, 3, 32))
-    np.testing.assert_allclose(runner.run(feeds)[0], reference_norm(feeds["X"], w, b, attribute_eps(1e-5)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        runner.run(feeds)[0], reference_norm(feeds["X"], w, b, attribute_eps(1e-5)), rtol=1e-5, atol=1e-5
+    )
     # A new array of the same shape, and a non-contiguous one: rebound.
-    for x in (rng.standard_normal((4, 3, 32)).astype(np.float32),
-              rng.standard_normal((4, 3, 64)).astype(np.float32)[..., ::2]):
+    for x in (
+        rng.standard_normal((4, 3, 32)).astype(np.float32),
+        rng.standard_normal((4, 3, 64)).astype(np.float32)[..., ::2],
+    ):
         y = runner.run({"X": x, "weight": w, "bias": b})[0]
         np.testing.assert_allclose(y, reference_norm(x, w, b, attribute_eps(1e-5)), rtol=1e-5, atol=1e-5)

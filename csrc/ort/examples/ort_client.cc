@@ -52,8 +52,8 @@ std::vector<float> MakeInput(uint32_t seed, int64_t seq, int64_t d_model) {
 std::vector<float> RunOnce(Ort::Session& session, const std::vector<float>& x, const std::vector<int64_t>& shape,
                            const char* input_name, const char* output_name) {
   Ort::MemoryInfo memory = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
-  Ort::Value input = Ort::Value::CreateTensor<float>(memory, const_cast<float*>(x.data()), x.size(), shape.data(),
-                                                     shape.size());
+  Ort::Value input =
+      Ort::Value::CreateTensor<float>(memory, const_cast<float*>(x.data()), x.size(), shape.data(), shape.size());
   std::vector<Ort::Value> outputs = session.Run(Ort::RunOptions{nullptr}, &input_name, &input, 1, &output_name, 1);
   const float* y = outputs[0].GetTensorData<float>();
   const size_t count = outputs[0].GetTensorTypeAndShapeInfo().GetElementCount();
@@ -64,7 +64,8 @@ std::vector<float> RunOnce(Ort::Session& session, const std::vector<float>& x, c
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: %s CUSTOM.onnx REFERENCE.onnx LIBRARY.so [threads] [requests_per_thread] [seq]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s CUSTOM.onnx REFERENCE.onnx LIBRARY.so [threads] [requests_per_thread] [seq]\n",
+                 argv[0]);
     return 2;
   }
   const std::string custom_path = argv[1], reference_path = argv[2], library = argv[3];
@@ -86,7 +87,8 @@ int main(int argc, char** argv) {
     const std::string output_name = custom.GetOutputNameAllocated(0, allocator).get();
     const std::vector<int64_t> declared = custom.GetInputTypeInfo(0).GetTensorTypeAndShapeInfo().GetShape();
     if (declared.size() != 3 || declared[2] <= 0) {
-      std::fprintf(stderr, "error: %s: input must be [batch, seq, d_model] with a fixed d_model\n", custom_path.c_str());
+      std::fprintf(stderr, "error: %s: input must be [batch, seq, d_model] with a fixed d_model\n",
+                   custom_path.c_str());
       return 2;
     }
     const int64_t d_model = declared[2];
@@ -126,9 +128,10 @@ int main(int argc, char** argv) {
     const double max_diff = *std::max_element(worst.begin(), worst.end());
     for (const std::string& message : messages)
       if (!message.empty()) std::fprintf(stderr, "error: %s\n", message.c_str());
-    std::printf("ort_client: %d threads x %d requests on one session (onnxruntime %s): %d mismatches, %d errors, "
-                "max |custom - reference| %.3g\n",
-                threads, per_thread, Ort::GetVersionString().c_str(), mismatches.load(), errors.load(), max_diff);
+    std::printf(
+        "ort_client: %d threads x %d requests on one session (onnxruntime %s): %d mismatches, %d errors, "
+        "max |custom - reference| %.3g\n",
+        threads, per_thread, Ort::GetVersionString().c_str(), mismatches.load(), errors.load(), max_diff);
     if (errors.load()) return 2;
     return mismatches.load() ? 1 : 0;
   } catch (const std::exception& error) {

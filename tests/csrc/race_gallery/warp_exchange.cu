@@ -13,7 +13,7 @@ __global__ void exchange_without_syncwarp(const int* in, int* out) {
   const int t = threadIdx.x;
   const int lane = t % warpSize;
   const int base = t - lane;
-  slot[t] = in[t] * 2;  // gallery: write
+  slot[t] = in[t] * 2;                          // gallery: write
   out[t] = slot[base + (lane + 1) % warpSize];  // gallery: read
 }
 
