@@ -93,7 +93,8 @@ def tasks() -> dict[str, set[str]]:
     options: dict[str, set[str]] = {}
     for name in ns.task_names:
         task = ns[name]
-        flags = {arg.name.replace("_", "-") for arg in task.get_arguments()}
+        # The names invoke parses (`all_` is typed `--all`), not the Python parameters.
+        flags = {n.replace("_", "-") for arg in task.get_arguments() for n in arg.names if len(n) > 1}
         for alias in (name, *ns.task_names[name]):
             options[alias] = flags | {"help"}
     return options
