@@ -85,13 +85,16 @@ def bench(
     c, baseline="all", quick=False, warmup="50", threads="", out="", dtype="", device="all", l2_flush=False, against=""
 ):
     """Benchmark the baselines; write reports/<UTC time>-<host>.csv (+ samples, plot) and print a summary."""
+    # Options are checked before bench.run is imported: that import loads the built library.
+    warmup_calls = cli.integer("--warmup", warmup, minimum=0)
+    thread_count = cli.integer("--threads", threads, minimum=1) if threads else None
     from bench.run import BenchOptions, main
 
     options = BenchOptions(
         baseline=baseline,
         quick=quick,
-        warmup=cli.integer("--warmup", warmup, minimum=0),
-        threads=cli.integer("--threads", threads, minimum=1) if threads else None,
+        warmup=warmup_calls,
+        threads=thread_count,
         out_dir=out or None,
         dtype=dtype,
         device=device,
@@ -261,6 +264,26 @@ def _docker(command: list[str]) -> None:
 
 
 @task(
+    name="ab-measure",
+    help={
+        "aa": "A/A runs (the same commit built twice), an integer >= 0 (default 5)",
+        "slowdowns": "injected slowdowns of the fused op in percent, a comma list (default 10,20)",
+        "runs": "runs per slowdown, an integer >= 0 (default 5)",
+        "out": "results folder (default <repo>/reports/ab_measure)",
+        "reuse": "resume in the existing workspace (its commit and builds)",
+    },
+)
+@cli.fails_with("bench.ab-measure", ValueError)
+def bench_ab_measure(c, aa="5", slowdowns="10,20", runs="5", out="", reuse=False):
+    """How often `bench --quick --against` cries wolf on identical code, and how often it catches a slowdown."""
+    from bench.ab_measure import main
+
+    argv = ["--aa", str(cli.integer("--aa", aa, minimum=0)), "--runs", str(cli.integer("--runs", runs, minimum=0))]
+    argv += ["--slowdowns", slowdowns, *(["--out", out] if out else []), *(["--reuse"] if reuse else [])]
+    main(argv)
+
+
+@task(
     name="serve",
     pre=[build],
     help={
@@ -277,11 +300,12 @@ def bench_serve(c, quick=False, duration="", out="", models=""):
     """Serve the exported model to concurrent clients: req/s, P50-P99, mismatches; sessions x threads x clients."""
     from pathlib import Path
 
+    seconds = cli.positive("--duration", duration, " (seconds)") if duration else None  # before the library loads
     from bench.serve.run import ServeOptions, main
 
     options = ServeOptions(
         quick=quick,
-        duration_s=cli.positive("--duration", duration, " (seconds)") if duration else None,
+        duration_s=seconds,
         out_dir=Path(out) if out else None,
         models_dir=Path(models) if models else None,
     )
@@ -392,7 +416,7 @@ def gpu_check(
 ns = Collection()
 for _task in (build, toolchain, test, export, align, lint, cuda_check, gpu_check):
     ns.add_task(_task)
-_bench = Collection("bench", compare, bench_serve)
+_bench = Collection("bench", compare, bench_serve, bench_ab_measure)
 _bench.add_task(bench, name="run", default=True)  # `invoke bench` runs it
 ns.add_collection(_bench)
 ns.add_collection(Collection("ort", ort_dump_replay, ort_client))

@@ -4,7 +4,7 @@ Everything that compares builds needs the same few steps: check a commit out
 somewhere without touching this repository, make a throwaway repository from
 this checkout (to commit a deliberate change on top), and build a tree into its
 own folder so no build sees another's libraries. `bench --against`, the
-measurement of its error rates (scripts/ab_measure.py) and the A/B tests all use
+measurement of its error rates (bench/ab_measure.py) and the A/B tests all use
 these functions.
 """
 

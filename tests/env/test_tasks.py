@@ -35,6 +35,7 @@ def test_task_names_follow_one_scheme():
         "toolchain",
         "bench",
         "bench.run",
+        "bench.ab-measure",
         "bench.compare",
         "bench.serve",
         "ort.client",

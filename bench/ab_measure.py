@@ -1,6 +1,6 @@
 """How often `bench --quick --against HEAD` cries wolf, and how often it catches a real slowdown, on this machine.
 
-    python scripts/ab_measure.py [--aa 5] [--slowdowns 10,20] [--runs 5] [--reuse]
+    invoke bench.ab-measure [--aa 5] [--slowdowns 10,20] [--runs 5] [--reuse]
 
 This checkout is copied into a scratch repository (bench/scratch.py) as commit
 "clean" and measured:
@@ -27,23 +27,20 @@ import argparse
 import csv
 import io
 import shutil
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import pandas as pd
+from rich.console import Console
 
-import pandas as pd  # noqa: E402
-from rich.console import Console  # noqa: E402
-
-from bench import ab, scratch  # noqa: E402
-from bench.compare import INCONCLUSIVE, LIMIT_WORKLOAD, REGRESSION, compare_reports  # noqa: E402
-from bench.report import read_report  # noqa: E402
-from bench.run import BenchOptions  # noqa: E402
-from env.paths import REPO_ROOT  # noqa: E402
+from bench import ab, scratch
+from bench.compare import INCONCLUSIVE, LIMIT_WORKLOAD, REGRESSION, compare_reports
+from bench.report import read_report
+from bench.run import BenchOptions
+from env.paths import REPO_ROOT
 
 IMPL = "csrc/torch/torch_cpu_impl.cpp"
 OP_BASELINE = "fused"  # the rows that run torch.ops.myops.fused_norm(_out) on the CPU
@@ -90,10 +87,10 @@ def slowed_impl(source: str, percent: float) -> str:
         '  check_norm_args("fused_norm_out", x, weight, bias, eps);\n',
     )
     if not all(source.count(entry) == 1 for entry in entries):
-        raise SystemExit(f"{IMPL} changed: cannot place the injected wait - update scripts/ab_measure.py")
+        raise SystemExit(f"{IMPL} changed: cannot place the injected wait - update bench/ab_measure.py")
     helper = (
         "#include <chrono>\nnamespace {\n"
-        "// A deliberate slowdown (scripts/ab_measure.py): on leaving the call, busy-wait a share of its time.\n"
+        "// A deliberate slowdown (bench/ab_measure.py): on leaving the call, busy-wait a share of its time.\n"
         f"constexpr double kInjectedShare = {percent / 100!r};\n"
         "struct InjectedWait {\n"
         "  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();\n"
@@ -267,7 +264,7 @@ def write_markdown(frame: pd.DataFrame, path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--aa", type=int, default=5, help="A/A runs (default 5)")
     parser.add_argument(
@@ -280,7 +277,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "ab_measure")
     parser.add_argument("--workspace", type=Path, default=REPO_ROOT / "build" / "ab_measure")
     parser.add_argument("--reuse", action="store_true", help="resume in an existing workspace (its commit and builds)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     percents = [float(p) for p in args.slowdowns.split(",") if p.strip()]
     console = Console(width=200)
     workspace = Workspace(args.workspace.resolve())
@@ -311,7 +308,3 @@ def main() -> None:
                     console,
                 )
                 append(args.out, line)
-
-
-if __name__ == "__main__":
-    main()
