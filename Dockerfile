@@ -20,17 +20,18 @@ ARG VARIANT=cuda
 # written, so no digest was checked against one; each is one that public
 # projects pin for exactly this tag. Docker refuses a digest that does not
 # match, so a wrong one fails the build instead of changing it. Names are
-# fully qualified: podman and buildah resolve no short names by default.
+# short, as Docker writes them: buildah and podman find a local image of a short name, and pull
+# one only where their registries.conf lists a search registry.
 # CUDA 13.0 + cuDNN 9: what onnxruntime-gpu 1.31.1 and torch 2.13.0's CUDA wheel are built for.
-ARG CUDA_IMAGE=docker.io/nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04
+ARG CUDA_IMAGE=nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04
 ARG CUDA_IMAGE_DIGEST=sha256:8b2705ea7a8653ad3451b46ab835eced92d77b44e671b9cf3ad4f95fbb2efe5e
 # Exactly the lock's Python (3.11.7) under /usr/local, on Debian 12: a venv of
 # it is the environment, no conda needed. The official image is rebuilt under
 # the same tag when Debian updates; this digest is one of its builds.
-ARG PYTHON_IMAGE=docker.io/library/python:3.11.7-slim-bookworm
+ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
 ARG PYTHON_IMAGE_DIGEST=sha256:53d6284a40eae6b625f22870f5faba6c54f2a28db9027408f4dee111f1e885a2
 # micromamba as the static binary from its own image: pinned by digest, no installer script.
-ARG MICROMAMBA_IMAGE=docker.io/mambaorg/micromamba:2.3.3
+ARG MICROMAMBA_IMAGE=mambaorg/micromamba:2.3.3
 ARG MICROMAMBA_IMAGE_DIGEST=sha256:800e7ade3ffe29c9a9ac2026163131495f8197c3852e572c5835beb4e8a33cd6
 # Distribution packages at exact versions. An apt pin fails the build when the
 # distribution replaces the version with a security update: update it here then.

@@ -34,7 +34,7 @@ python_prefix=${FUSEDBENCH_BASE_PYTHON:-/root/.pyenv/versions/3.11.7}
 image=${FUSEDBENCH_IMAGE:-fusedbench:cpu}
 torch_wheels=${FUSEDBENCH_TORCH_WHEELS:-/opt/wheels}
 PODMAN_RUNTIME=(--runtime runc)
-base_name=docker.io/library/python
+base_name=python  # a short name: podman stores it as localhost/python
 base_tag=3.11.7-slim-bookworm
 say() { echo "ci_image: $*"; }
 

@@ -33,7 +33,7 @@ def test_build_command_passes_the_lock_the_commit_and_the_pinned_base():
     pins = LOCK_PATH.read_bytes() + requirements_path("cuda").read_bytes()
     assert args["LOCK_SHA256"] == hashlib.sha256(pins).hexdigest()
     assert args["TORCH_CUDA_ARCH_LIST"] == read_lock().variables["TORCH_CUDA_ARCH_LIST"]
-    assert args["CUDA_IMAGE"] == "docker.io/nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04"
+    assert args["CUDA_IMAGE"] == "nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04"
     assert args["CUDA_IMAGE_DIGEST"] == docker.dockerfile_arg_defaults()["CUDA_IMAGE_DIGEST"]
     assert args["MAX_JOBS"] == "8"
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
@@ -52,10 +52,7 @@ def test_cpu_variant_passes_its_own_base_and_pins():
     digest = "sha256:" + "ab" * 32
     args = _build_args(docker.build_command("fusedbench:cpu", base_digest=digest, variant="cpu"))
     assert args["VARIANT"] == "cpu"
-    assert (
-        args["PYTHON_IMAGE"] == "docker.io/library/python:3.11.7-slim-bookworm"
-        and args["PYTHON_IMAGE_DIGEST"] == digest
-    )
+    assert args["PYTHON_IMAGE"] == "python:3.11.7-slim-bookworm" and args["PYTHON_IMAGE_DIGEST"] == digest
     assert "CUDA_IMAGE" not in args and "CUDA_IMAGE_DIGEST" not in args
     pins = LOCK_PATH.read_bytes() + requirements_path("cpu").read_bytes()
     assert args["LOCK_SHA256"] == hashlib.sha256(pins).hexdigest()
