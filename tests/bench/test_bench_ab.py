@@ -229,7 +229,8 @@ def test_a_slowed_op_is_flagged_against_the_clean_commit(repo, tmp_path):
     flagged = {r.key[3:5] for r in comparison.regressions}  # (baseline, variant); the device follows
     assert flagged == {("fused", "call"), ("fused", "out")}, text  # the op's two rows, nothing else
     for row in comparison.regressions:
-        assert row.ratio > 2 and row.ci_low > 2 and row.units == PROCESSES and row.paired  # 16 passes instead of 1
+        # 16 passes instead of 1; with 2 pairs the t interval is wide (1 degree of freedom), yet above 1.10.
+        assert row.ratio > 2 and row.ci_low > 1.10 and row.units == PROCESSES and row.paired
     # Each side is its own build of its own commit, in its own folder, measured in its own processes.
     assert (repo["ref"] / "build" / "toolchain.json").is_file() and (
         repo["root"] / "build" / "toolchain.json"
