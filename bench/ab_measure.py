@@ -44,6 +44,7 @@ from env.paths import REPO_ROOT
 
 IMPL = "csrc/torch/torch_cpu_impl.cpp"
 OP_BASELINE = "fused"  # the rows that run torch.ops.myops.fused_norm(_out) on the CPU
+GAP_CAP_US = 20  # a longer gap between two calls is not one call's framework overhead
 FIELDS = (
     "kind",
     "run",
@@ -54,6 +55,8 @@ FIELDS = (
     "flagged_rows",
     "op_rows",
     "op_rows_flagged",
+    "model_op_rows_flagged",
+    "op_rows_intervals",
     "other_rows_flagged",
     "inconclusive",
     "max_ratio",
@@ -73,14 +76,18 @@ def _load() -> str:
 
 
 def slowed_impl(source: str, percent: float) -> str:
-    """The CPU impl with each call made ``percent`` % slower: it busy-waits that share of the time the call took.
+    """The CPU impl with each call made ``percent`` % slower, the framework's share of the call included.
 
-    The wait is measured call by call, inside the call: on a machine whose
-    load changes the op's time, a wait sized beforehand would be another share
-    of it in every run. What gets slower is the time spent inside the C++
-    implementation (checks, allocation, kernel); the dispatcher's and Python's
-    share of a call is not, so a dispatch-bound call slows by less than
-    ``percent`` %, and so does a model, whose other layers are untouched.
+    On leaving a call it busy-waits ``percent`` % of the call's period: the
+    time inside the C++ implementation (checks, allocation, kernel) plus the
+    gap since the previous call left it, which back to back is the time
+    Python and the dispatcher take to get from one call into the next. A gap
+    longer than GAP_CAP_US is not a call's overhead (the first call of a
+    block, or a model's other layers between two norms), so only the inside
+    time counts then. Measured call by call: on a machine whose load changes
+    the op's time, a wait sized beforehand would be another share of it in
+    every run. An op row is then ``percent`` % slower whatever its shape; a
+    model row by ``percent`` % of the norms' share of the model.
     """
     entries = (
         '  check_norm_args("fused_norm", x, weight, bias, eps);\n',
@@ -90,15 +97,20 @@ def slowed_impl(source: str, percent: float) -> str:
         raise SystemExit(f"{IMPL} changed: cannot place the injected wait - update bench/ab_measure.py")
     helper = (
         "#include <chrono>\nnamespace {\n"
-        "// A deliberate slowdown (bench/ab_measure.py): on leaving the call, busy-wait a share of its time.\n"
+        "// A deliberate slowdown (bench/ab_measure.py): on leaving the call, busy-wait a share of its period.\n"
         f"constexpr double kInjectedShare = {percent / 100!r};\n"
+        f"constexpr std::chrono::nanoseconds kGapCap{{{GAP_CAP_US * 1000}}};\n"
+        "using Clock = std::chrono::steady_clock;\n"
+        "thread_local Clock::time_point last_exit{};\n"
         "struct InjectedWait {\n"
-        "  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();\n"
+        "  Clock::time_point start = Clock::now();\n"
         "  ~InjectedWait() {\n"
-        "    const auto now = std::chrono::steady_clock::now();\n"
-        "    const auto share = std::chrono::duration_cast<std::chrono::nanoseconds>((now - start) * kInjectedShare);\n"
-        "    const auto until = now + share;\n"
-        "    while (std::chrono::steady_clock::now() < until) {\n    }\n"
+        "    const auto now = Clock::now();\n"
+        "    const auto gap = start - last_exit;\n"
+        "    const auto period = (now - start) + (gap < kGapCap ? gap : Clock::duration::zero());\n"
+        "    const auto until = now + std::chrono::duration_cast<std::chrono::nanoseconds>(period * kInjectedShare);\n"
+        "    while (Clock::now() < until) {\n    }\n"
+        "    last_exit = Clock::now();\n"
         "  }\n};\n}  // namespace\n"
     )
     source = source.replace('#include "torch_adapter.h"\n', '#include "torch_adapter.h"\n' + helper, 1)
@@ -196,7 +208,9 @@ def one_run(
     comparison = compare_reports(result.base_csv, result.new_csv, threshold=threshold, paired=True)
     rows = [r for r in comparison.rows if r.key[0] != LIMIT_WORKLOAD]
     flagged = [r for r in comparison.regressions]
-    op_rows = [r for r in rows if r.key[3] == OP_BASELINE]
+    # The op's own rows (an op shape, the op alone in the timed call), and model rows whose norms are the op.
+    op_rows = [r for r in rows if r.key[3] == OP_BASELINE and r.key[0] == "op"]
+    model_op_rows = [r for r in rows if r.key[3] == OP_BASELINE and r.key[0] != "op"]
     top = max(rows, key=lambda r: r.ratio)
     busy = max(read_report(result.new_csv).other_cpu_share.max(), read_report(result.base_csv).other_cpu_share.max())
     line = {
@@ -209,6 +223,10 @@ def one_run(
         "flagged_rows": "; ".join(f"{'/'.join(r.key[3:5])} {r.key[0]} {r.key[1]} {r.ratio:.3f}" for r in flagged),
         "op_rows": len(op_rows),
         "op_rows_flagged": sum(r.verdict == REGRESSION for r in op_rows),
+        "op_rows_intervals": "; ".join(
+            f"{r.key[4]} {r.key[1]} {r.ratio:.3f} [{r.low:.3f}, {r.high:.3f}]" for r in op_rows + model_op_rows
+        ),
+        "model_op_rows_flagged": f"{sum(r.verdict == REGRESSION for r in model_op_rows)}/{len(model_op_rows)}",
         "other_rows_flagged": sum(r.key[3] != OP_BASELINE for r in flagged),
         "inconclusive": sum(r.verdict == INCONCLUSIVE for r in rows),
         "max_ratio": round(top.ratio, 3),
@@ -287,6 +305,10 @@ def main(argv: list[str] | None = None) -> None:
     slowed = {p: add_slowdown(workspace, clean, p) for p in percents}
     build_all(workspace, clean, list(slowed.values()), console)
     done = {"aa": 0, **{p: 0 for p in percents}}
+    if args.reuse and (args.out / "results.csv").exists():
+        # Resume: count the runs already recorded, so the numbering and the totals carry on.
+        counts = pd.read_csv(args.out / "results.csv").kind.value_counts()
+        done = {"aa": int(counts.get("aa", 0)), **{p: int(counts.get(f"slow{p:g}", 0)) for p in percents}}
     while done["aa"] < args.aa or any(done[p] < args.runs for p in percents):
         if done["aa"] < args.aa:
             done["aa"] += 1
