@@ -224,7 +224,7 @@ def one_run(
         "op_rows": len(op_rows),
         "op_rows_flagged": sum(r.verdict == REGRESSION for r in op_rows),
         "op_rows_intervals": "; ".join(
-            f"{r.key[4]} {r.key[1]} {r.ratio:.3f} [{r.low:.3f}, {r.high:.3f}]" for r in op_rows + model_op_rows
+            f"{r.key[4]} {r.key[1]} {r.ratio:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]" for r in op_rows + model_op_rows
         ),
         "model_op_rows_flagged": f"{sum(r.verdict == REGRESSION for r in model_op_rows)}/{len(model_op_rows)}",
         "other_rows_flagged": sum(r.key[3] != OP_BASELINE for r in flagged),

@@ -43,6 +43,7 @@ from bench import metrics
 from bench.devices import device_label, resolve_devices
 from bench.environment import environment_columns, utc_timestamp
 from bench.limits import copy_limits, dispatch_floor, launch_floor
+from bench.pinning import pinned_for_timing
 from bench.registry import Baseline, Prepared, Unsupported, Variant, select
 from bench.report import ReportPaths, RowKey, RowSamples, to_frame, write_report
 from bench.timing import L2Flush, Timing, TimingConfig, measure, measure_cuda, timer_resolution_ns
@@ -283,7 +284,8 @@ def _measure(case, variant: Variant, config: TimingConfig, settings: RunSettings
     if not isinstance(prepared, Prepared):
         prepared = Prepared(prepared, variant.note)
     verify(prepared.call(), case.reference(), case.tolerance, "output")  # every round: a wrong call is never timed
-    timing, timer = _time(case, prepared, config, settings, block)
+    with pinned_for_timing():  # the setup above ran unpinned: pools it created keep every CPU
+        timing, timer = _time(case, prepared, config, settings, block)
     return _Measured(timing, setup_s + prepared.reused_setup_s, prepared.note or variant.note, timer)
 
 

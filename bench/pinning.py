@@ -1,0 +1,45 @@
+"""The CPU the measuring thread runs on while a variant is timed.
+
+The virtual CPUs of a VM are not equal, and left to the scheduler a process's
+main thread stays on whichever CPU it started on, so that choice becomes a
+bias of the process. Measured on the 2-CPU development VM in fresh processes,
+one after the other, with nothing else running: a no-op torch call took
+1.7-2.1 us with the process pinned to CPU 1, 1.9-3.7 us pinned to CPU 0, and
+1.7-4.1 us left to the scheduler.
+
+So the timed loop runs with its calling thread pinned to one CPU: the
+highest-numbered one the process may use, away from CPU 0, which takes most
+interrupts. It is unpinned right after, so the thread pools a variant creates
+while it is set up (OpenMP's on the first parallel op, ONNX Runtime's in each
+session) inherit every CPU, and a second thread of a 2-thread run goes where
+the scheduler puts it. With a single CPU nothing changes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+def timing_cpu() -> int | None:
+    """The CPU timed loops pin to; None where the calling thread may use only one (or the OS cannot pin)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    cpus = os.sched_getaffinity(0)
+    return max(cpus) if len(cpus) > 1 else None
+
+
+@contextmanager
+def pinned_for_timing() -> Iterator[int | None]:
+    """Pin the calling thread to :func:`timing_cpu` for the block (yields it), then restore its CPUs."""
+    cpu = timing_cpu()
+    if cpu is None:
+        yield None
+        return
+    allowed = os.sched_getaffinity(0)  # 0: the calling thread, not the whole process
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield cpu
+    finally:
+        os.sched_setaffinity(0, allowed)

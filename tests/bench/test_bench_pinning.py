@@ -1,0 +1,48 @@
+"""bench/pinning.py: the timed loop's thread is pinned to one CPU and unpinned after; other threads are not."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from bench.pinning import pinned_for_timing, timing_cpu
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs two or more CPUs this process may run on",
+)
+
+
+def test_the_calling_thread_runs_on_the_highest_cpu_inside_and_on_all_after():
+    allowed = os.sched_getaffinity(0)
+    assert timing_cpu() == max(allowed)
+    with pinned_for_timing() as cpu:
+        assert cpu == max(allowed) and os.sched_getaffinity(0) == {cpu}
+        assert timing_cpu() is None  # already pinned: a nested block changes nothing
+    assert os.sched_getaffinity(0) == allowed
+
+
+def test_the_affinity_is_restored_when_the_block_raises():
+    allowed = os.sched_getaffinity(0)
+    with pytest.raises(RuntimeError, match="timed call failed"), pinned_for_timing():
+        raise RuntimeError("timed call failed")
+    assert os.sched_getaffinity(0) == allowed
+
+
+def test_a_thread_started_before_the_block_keeps_every_cpu():
+    # A pool made while a variant is set up (OpenMP's, ONNX Runtime's) must keep every CPU while the loop runs.
+    allowed = os.sched_getaffinity(0)
+    inside, seen = threading.Event(), {}
+
+    def worker():
+        inside.wait(timeout=10)
+        seen["cpus"] = os.sched_getaffinity(0)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    with pinned_for_timing():
+        inside.set()
+        thread.join(timeout=10)
+    assert seen["cpus"] == allowed
