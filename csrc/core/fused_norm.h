@@ -2,6 +2,9 @@
 //
 //   y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * weight + bias
 //
+// and of the fused residual add + norm, which normalises x + residual and
+// also returns that sum (AddNormProblem).
+//
 // Everything here works on raw pointers and sizes so that the torch adapter
 // (csrc/torch) and the ONNX Runtime custom-op library (csrc/ort) run the very
 // same math. Adapters validate arguments, allocate outputs, choose threads or
@@ -69,6 +72,24 @@ struct NormProblem {
   DType dtype = DType::kFloat32;
 };
 
+// One call of the fused residual add + norm (myops::fused_add_norm):
+//
+//   s = x + residual, rounded to the dtype (the residual stream a model carries on)
+//   residual_out = s
+//   y = s * rsqrt(mean(s^2) + eps) * weight + bias
+//
+// y is the norm of the stored residual_out, computed by the same reduction
+// and scaled write as NormProblem's, so fused_add_norm(x, r) equals
+// fused_norm(x + r) bit for bit. `norm` holds x (norm.x), weight, bias, y
+// (norm.y) and the sizes. In place is allowed: residual_out may be residual
+// and y may be x, because a row is read whole before it is written; y must
+// not overlap residual_out, and no output may overlap weight or bias.
+struct AddNormProblem {
+  NormProblem norm;
+  const void* residual = nullptr;
+  void* residual_out = nullptr;
+};
+
 // --- CPU --------------------------------------------------------------------
 
 // Normalises rows [row_begin, row_end) of `p`. Thread-safe for disjoint row
@@ -78,6 +99,11 @@ struct NormProblem {
 // float64. The binary carries AVX-512 / AVX2 / baseline clones of the inner
 // loops and picks one at load time, so no -march flag is needed.
 void cpu_forward_rows(const NormProblem& p, int64_t row_begin, int64_t row_end);
+
+// The fused residual add + norm of rows [row_begin, row_end): the add folded
+// into the first pass's loads, the same reduction and scaled write as
+// cpu_forward_rows. Thread-safe for disjoint row ranges.
+void cpu_add_forward_rows(const AddNormProblem& p, int64_t row_begin, int64_t row_end);
 
 // Rows per parallel task, so that a task touches about 32K elements: below
 // that the cost of waking a thread exceeds the work (same constant as

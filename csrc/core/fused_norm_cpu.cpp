@@ -213,24 +213,14 @@ inline __attribute__((always_inline)) void add_squares(const T* __restrict p, ty
   }
 }
 
-// 1 / sqrt(mean(x^2) + eps) of one row.
+// 1 / sqrt(mean + eps) from the partial sums of squares of one row.
 template <typename T, int B>
-inline __attribute__((always_inline)) typename Numeric<T>::acc_t row_inv_rms(const T* __restrict xr, int64_t hidden,
-                                                                             typename Numeric<T>::acc_t inv_hidden,
-                                                                             typename Numeric<T>::acc_t eps) {
+inline __attribute__((always_inline)) typename Numeric<T>::acc_t fold_inv_rms(const typename Layout<T, B>::acc_v* acc,
+                                                                              typename Numeric<T>::acc_t inv_hidden,
+                                                                              typename Numeric<T>::acc_t eps) {
   using L = Layout<T, B>;
   using acc_t = typename L::acc_t;
   constexpr int A = L::G::kAccPerGroup;
-  typename L::acc_v acc[L::kAccVecs] = {};
-  int64_t i = 0;
-  for (; i + L::kLanes <= hidden; i += L::kLanes) add_squares<T, B>(xr + i, acc);
-  if (i < hidden) {
-    // The last partial chunk, zero-padded: +0 (all bits clear in every
-    // element type) adds nothing to a partial sum.
-    T pad[L::kLanes] = {};
-    std::memcpy(pad, xr + i, static_cast<size_t>(hidden - i) * sizeof(T));
-    add_squares<T, B>(pad, acc);
-  }
   // partial[e] sums the elements at position e of every chunk, whatever B.
   acc_t partial[L::kLanes];
 #pragma GCC unroll 16
@@ -249,6 +239,70 @@ inline __attribute__((always_inline)) typename Numeric<T>::acc_t row_inv_rms(con
     for (int j = 0; j < width; ++j) partial[j] += partial[j + width];
   }
   return acc_t(1) / std::sqrt(partial[0] * inv_hidden + eps);
+}
+
+// 1 / sqrt(mean(x^2) + eps) of one row.
+template <typename T, int B>
+inline __attribute__((always_inline)) typename Numeric<T>::acc_t row_inv_rms(const T* __restrict xr, int64_t hidden,
+                                                                             typename Numeric<T>::acc_t inv_hidden,
+                                                                             typename Numeric<T>::acc_t eps) {
+  using L = Layout<T, B>;
+  typename L::acc_v acc[L::kAccVecs] = {};
+  int64_t i = 0;
+  for (; i + L::kLanes <= hidden; i += L::kLanes) add_squares<T, B>(xr + i, acc);
+  if (i < hidden) {
+    // The last partial chunk, zero-padded: +0 (all bits clear in every
+    // element type) adds nothing to a partial sum.
+    T pad[L::kLanes] = {};
+    std::memcpy(pad, xr + i, static_cast<size_t>(hidden - i) * sizeof(T));
+    add_squares<T, B>(pad, acc);
+  }
+  return fold_inv_rms<T, B>(acc, inv_hidden, eps);
+}
+
+// s = x + r for one chunk (kLanes elements), added in the accumulation type
+// and stored rounded to T; then the squares of the stored chunk, re-read, go
+// into the partial sums, so the statistics are those of s as stored. No
+// __restrict: s may be r (the residual updated in place).
+template <typename T, int B>
+inline __attribute__((always_inline)) void add_store_squares(const T* x, const T* r, T* s,
+                                                             typename Layout<T, B>::acc_v* acc) {
+  using L = Layout<T, B>;
+  constexpr int A = L::G::kAccPerGroup;
+#pragma GCC unroll 16
+  for (int g = 0; g < L::kGroupsPerChunk; ++g) {
+    typename L::acc_v xv[A], rv[A];
+    L::G::load(x + g * L::kGroup, xv);
+    L::G::load(r + g * L::kGroup, rv);
+#pragma GCC unroll 2
+    for (int a = 0; a < A; ++a) xv[a] += rv[a];
+    L::G::store(s + g * L::kGroup, xv);
+  }
+  add_squares<T, B>(s, acc);
+}
+
+// Writes s = x + r of one row and returns 1 / sqrt(mean(s^2) + eps): the
+// value row_inv_rms gives for the stored s, bit for bit (same chunks, same
+// lanes, same fold).
+template <typename T, int B>
+inline __attribute__((always_inline)) typename Numeric<T>::acc_t row_add_inv_rms(const T* x, const T* r, T* s,
+                                                                                 int64_t hidden,
+                                                                                 typename Numeric<T>::acc_t inv_hidden,
+                                                                                 typename Numeric<T>::acc_t eps) {
+  using L = Layout<T, B>;
+  typename L::acc_v acc[L::kAccVecs] = {};
+  int64_t i = 0;
+  for (; i + L::kLanes <= hidden; i += L::kLanes) add_store_squares<T, B>(x + i, r + i, s + i, acc);
+  if (i < hidden) {
+    // Zero-padded copies: 0 + 0 stores +0, whose square adds nothing.
+    const size_t tail_bytes = static_cast<size_t>(hidden - i) * sizeof(T);
+    T xpad[L::kLanes] = {}, rpad[L::kLanes] = {}, spad[L::kLanes];
+    std::memcpy(xpad, x + i, tail_bytes);
+    std::memcpy(rpad, r + i, tail_bytes);
+    add_store_squares<T, B>(xpad, rpad, spad, acc);
+    std::memcpy(s + i, spad, tail_bytes);
+  }
+  return fold_inv_rms<T, B>(acc, inv_hidden, eps);
 }
 
 // y = x * inv_rms * w + b for one group of `Rows` rows (row j at x + j * hidden).
@@ -317,33 +371,67 @@ inline __attribute__((always_inline)) void normalise_rows(const NormProblem& p, 
   }
 }
 
-// One non-template entry point per dtype (overloads on the type tag), in one
-// version per instruction-set level: function multi-versioning applies to
-// concrete functions, and each version instantiates the always_inline
-// kernel at its own vector width.
+// The residual add + norm: the first pass writes s = x + residual and sums
+// its squares, the second pass is the same scaled write, reading s (just
+// written, still in L1/L2) instead of x.
+template <typename T, int B>
+inline __attribute__((always_inline)) void add_normalise_rows(const AddNormProblem& p, int64_t row_begin,
+                                                              int64_t row_end) {
+  using acc_t = typename Numeric<T>::acc_t;
+  const T* x = static_cast<const T*>(p.norm.x);
+  const T* residual = static_cast<const T*>(p.residual);
+  T* s = static_cast<T*>(p.residual_out);
+  const T* __restrict weight = static_cast<const T*>(p.norm.weight);
+  const T* __restrict bias = static_cast<const T*>(p.norm.bias);
+  // y may be x (in place), never s: x is not read in the second pass.
+  T* y = static_cast<T*>(p.norm.y);
+  const int64_t hidden = p.norm.hidden;
+  const acc_t eps = static_cast<acc_t>(p.norm.eps);
+  const acc_t inv_hidden = acc_t(1) / static_cast<acc_t>(hidden);
+
+  int64_t r = row_begin;
+  for (; r + kRowBlock <= row_end; r += kRowBlock) {
+    acc_t inv_rms[kRowBlock];
+    for (int j = 0; j < kRowBlock; ++j) {
+      const int64_t offset = (r + j) * hidden;
+      inv_rms[j] = row_add_inv_rms<T, B>(x + offset, residual + offset, s + offset, hidden, inv_hidden, eps);
+    }
+    write_rows<T, B, kRowBlock>(s + r * hidden, weight, bias, y + r * hidden, hidden, inv_rms);
+  }
+  for (; r < row_end; ++r) {
+    const int64_t offset = r * hidden;
+    const acc_t inv_rms = row_add_inv_rms<T, B>(x + offset, residual + offset, s + offset, hidden, inv_hidden, eps);
+    write_rows<T, B, 1>(s + offset, weight, bias, y + offset, hidden, &inv_rms);
+  }
+}
+
+// One non-template entry point per op and dtype (overloads on the type tag),
+// in one version per instruction-set level: function multi-versioning
+// applies to concrete functions, and each version instantiates the
+// always_inline kernel at its own vector width.
 #if FUSED_NORM_CPU_VERSIONS
-#define FUSED_NORM_CPU_ENTRY(T)                                                                                      \
-  __attribute__((target("arch=x86-64-v4"))) void clone_rows(TypeTag<T>, const NormProblem& p, int64_t begin,         \
-                                                            int64_t end) {                                           \
-    normalise_rows<T, 64>(p, begin, end);                                                                            \
-  }                                                                                                                  \
-  __attribute__((target("arch=x86-64-v3"))) void clone_rows(TypeTag<T>, const NormProblem& p, int64_t begin,         \
-                                                            int64_t end) {                                           \
-    normalise_rows<T, 32>(p, begin, end);                                                                            \
-  }                                                                                                                  \
-  __attribute__((target("default"))) void clone_rows(TypeTag<T>, const NormProblem& p, int64_t begin, int64_t end) { \
-    normalise_rows<T, 16>(p, begin, end);                                                                            \
+#define FUSED_NORM_CPU_ENTRY(NAME, PROBLEM, KERNEL, T)                                                            \
+  __attribute__((target("arch=x86-64-v4"))) void NAME(TypeTag<T>, const PROBLEM& p, int64_t begin, int64_t end) { \
+    KERNEL<T, 64>(p, begin, end);                                                                                 \
+  }                                                                                                               \
+  __attribute__((target("arch=x86-64-v3"))) void NAME(TypeTag<T>, const PROBLEM& p, int64_t begin, int64_t end) { \
+    KERNEL<T, 32>(p, begin, end);                                                                                 \
+  }                                                                                                               \
+  __attribute__((target("default"))) void NAME(TypeTag<T>, const PROBLEM& p, int64_t begin, int64_t end) {        \
+    KERNEL<T, 16>(p, begin, end);                                                                                 \
   }
 #else
-#define FUSED_NORM_CPU_ENTRY(T)                                                   \
-  void clone_rows(TypeTag<T>, const NormProblem& p, int64_t begin, int64_t end) { \
-    normalise_rows<T, kBuildVectorBytes>(p, begin, end);                          \
-  }
+#define FUSED_NORM_CPU_ENTRY(NAME, PROBLEM, KERNEL, T) \
+  void NAME(TypeTag<T>, const PROBLEM& p, int64_t begin, int64_t end) { KERNEL<T, kBuildVectorBytes>(p, begin, end); }
 #endif
-FUSED_NORM_CPU_ENTRY(float)
-FUSED_NORM_CPU_ENTRY(double)
-FUSED_NORM_CPU_ENTRY(Half)
-FUSED_NORM_CPU_ENTRY(BFloat16)
+#define FUSED_NORM_CPU_ENTRIES(T)                                  \
+  FUSED_NORM_CPU_ENTRY(clone_rows, NormProblem, normalise_rows, T) \
+  FUSED_NORM_CPU_ENTRY(clone_add_rows, AddNormProblem, add_normalise_rows, T)
+FUSED_NORM_CPU_ENTRIES(float)
+FUSED_NORM_CPU_ENTRIES(double)
+FUSED_NORM_CPU_ENTRIES(Half)
+FUSED_NORM_CPU_ENTRIES(BFloat16)
+#undef FUSED_NORM_CPU_ENTRIES
 #undef FUSED_NORM_CPU_ENTRY
 
 }  // namespace
@@ -351,6 +439,11 @@ FUSED_NORM_CPU_ENTRY(BFloat16)
 void cpu_forward_rows(const NormProblem& p, int64_t row_begin, int64_t row_end) {
   if (row_begin >= row_end || p.hidden <= 0 || !is_known_dtype(p.dtype)) return;
   visit(p.dtype, [&](auto tag) { clone_rows(tag, p, row_begin, row_end); });
+}
+
+void cpu_add_forward_rows(const AddNormProblem& p, int64_t row_begin, int64_t row_end) {
+  if (row_begin >= row_end || p.norm.hidden <= 0 || !is_known_dtype(p.norm.dtype)) return;
+  visit(p.norm.dtype, [&](auto tag) { clone_add_rows(tag, p, row_begin, row_end); });
 }
 
 int64_t cpu_rows_per_task(int64_t hidden) {

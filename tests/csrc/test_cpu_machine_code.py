@@ -8,7 +8,9 @@ the ONNX Runtime custom-op library). For every library, dtype and version,
 do floating-point arithmetic (the hot loops) must
 
 * exist for both passes: the sum of squares (no output store) and the scaled
-  write (stores vectors to y);
+  write (stores vectors to y); in the residual add + norm entry both passes
+  store (the first writes x + residual as it sums the squares), so there it
+  takes two storing loops;
 * use packed arithmetic at the version's register width only (zmm, ymm, xmm);
 * hold no scalar arithmetic (``vmulss``, ``vaddsd``, ``cvtsi2ss``...): a scalar
   instruction in a hot loop means a lane-at-a-time path.
@@ -31,7 +33,8 @@ from tests.helpers.x86_code import Function, Loop, disassemble, objdump
 
 pytestmark = pytest.mark.skipif(objdump() is None, reason="objdump not installed (binutils): no disassembly")
 
-ENTRY = "clone_rows"
+# Each kernel entry and the passes its hot loops must cover.
+ENTRIES = {"clone_rows": ("sum of squares", "write"), "clone_add_rows": ("write", "write")}
 # Register width of each compiled version (the symbol suffix GCC gives it).
 VERSION_BITS = {"x86-64-v4": 512, "x86-64-v3": 256, "default": 128}
 DTYPES = {"f": "float32", "d": "float64", "NS_4HalfE": "float16", "NS_8BFloat16E": "bfloat16"}
@@ -65,10 +68,10 @@ def libraries() -> dict[str, Path]:
     return {name: Path(path) for name, path in candidates.items() if path and Path(path).exists()}
 
 
-def kernel_versions(library: Path) -> dict[tuple[str, str], Function]:
-    """{(dtype, version): entry function} of one library."""
+def kernel_versions(library: Path, entry: str) -> dict[tuple[str, str], Function]:
+    """{(dtype, version): entry function} of one library's kernel ``entry``."""
     found = {}
-    for symbol, function in disassemble(library, ENTRY).items():
+    for symbol, function in disassemble(library, entry).items():
         version = version_of(symbol)
         if version is not None and function.instructions:
             found[(dtype_of(symbol), version)] = function
@@ -101,8 +104,8 @@ def loop_rows(library_name: str, dtype: str, version: str, function: Function) -
     return rows
 
 
-def problems(rows: list[dict], version: str) -> list[str]:
-    """What is wrong with one version's hot loops, as messages."""
+def problems(rows: list[dict], version: str, passes: tuple[str, ...] = ENTRIES["clone_rows"]) -> list[str]:
+    """What is wrong with one version's hot loops, as messages; ``passes``: the loops the entry must have."""
     want = VERSION_BITS[version]
     found = []
     for r in rows:
@@ -113,33 +116,40 @@ def problems(rows: list[dict], version: str) -> list[str]:
             found.append(f"{where}: no packed arithmetic")
         elif r["widths"] != [want]:
             found.append(f"{where}: packed arithmetic at {r['widths']} bits, want {want} only")
-    for kind in ("sum of squares", "write"):
-        if not any(r["pass"] == kind for r in rows):
-            found.append(f"{rows[0]['library'] if rows else '?'} {version}: no {kind} loop found")
+    for kind in set(passes):
+        if sum(r["pass"] == kind for r in rows) < passes.count(kind):
+            want = f"{passes.count(kind)} {kind} loops" if passes.count(kind) > 1 else f"a {kind} loop"
+            found.append(f"{rows[0]['library'] if rows else '?'} {version}: {want} expected, not found")
     return found
 
 
 @pytest.fixture(scope="module")
-def code() -> dict[str, dict[tuple[str, str], Function]]:
+def code() -> dict[tuple[str, str], dict[tuple[str, str], Function]]:
+    """{(library, entry): {(dtype, version): function}}."""
     libs = libraries()
     if not libs:
         pytest.skip("no library built: run `invoke build` first")
-    return {name: kernel_versions(path) for name, path in libs.items()}
+    return {(name, entry): kernel_versions(path, entry) for name, path in libs.items() for entry in ENTRIES}
 
 
 def test_every_library_carries_every_version_of_every_dtype(code):
-    for name, versions in code.items():
-        assert set(versions) == {(d, v) for d in DTYPES.values() for v in VERSION_BITS}, (name, sorted(versions))
+    for (name, entry), versions in code.items():
+        expected = {(d, v) for d in DTYPES.values() for v in VERSION_BITS}
+        assert set(versions) == expected, (name, entry, sorted(versions))
 
 
+@pytest.mark.parametrize("entry", list(ENTRIES))
 @pytest.mark.parametrize("version", list(VERSION_BITS))
 @pytest.mark.parametrize("dtype", list(DTYPES.values()))
-def test_hot_loops_of_both_passes_are_packed_at_the_version_width(code, dtype, version):
+def test_hot_loops_of_both_passes_are_packed_at_the_version_width(code, entry, dtype, version):
     found = []
-    for name, versions in code.items():
+    for (name, code_entry), versions in code.items():
+        if code_entry != entry:
+            continue
         function = versions[(dtype, version)]
         rows = loop_rows(name, dtype, version, function)
-        found += problems(rows, version) if rows else [f"{name} {dtype} {version}: no loop does arithmetic"]
+        where = f"{name} {entry} {dtype} {version}"
+        found += problems(rows, version, ENTRIES[entry]) if rows else [f"{where}: no loop does arithmetic"]
     assert not found, "\n".join(found)
 
 
@@ -183,23 +193,24 @@ def main() -> None:
     for col in ("library", "dtype", "version", "pass", "loop", "insts", "packed", "widths", "scalar", "verdict"):
         table.add_column(col)
     for name, path in libraries().items():
-        for (dtype, version), function in sorted(kernel_versions(path).items()):
-            rows = loop_rows(name, dtype, version, function)
-            bad = set(problems(rows, version))
-            for r in rows:
-                verdict = "ok" if not any(r["loop"] in b for b in bad) else "FAIL"
-                table.add_row(
-                    r["library"],
-                    dtype,
-                    version,
-                    r["pass"],
-                    r["loop"],
-                    str(r["instructions"]),
-                    str(r["packed"]),
-                    ",".join(map(str, r["widths"])),
-                    str(r["scalar"]),
-                    verdict,
-                )
+        for entry, passes in ENTRIES.items():
+            for (dtype, version), function in sorted(kernel_versions(path, entry).items()):
+                rows = loop_rows(f"{name} {entry}", dtype, version, function)
+                bad = set(problems(rows, version, passes))
+                for r in rows:
+                    verdict = "ok" if not any(r["loop"] in b for b in bad) else "FAIL"
+                    table.add_row(
+                        r["library"],
+                        dtype,
+                        version,
+                        r["pass"],
+                        r["loop"],
+                        str(r["instructions"]),
+                        str(r["packed"]),
+                        ",".join(map(str, r["widths"])),
+                        str(r["scalar"]),
+                        verdict,
+                    )
     Console(width=160).print(table)
 
 
