@@ -2,7 +2,8 @@
 
 ``import ops`` loads the compiled library (``invoke build`` makes it) and makes
 ``torch.ops.myops.fused_norm`` and ``torch.ops.myops.fused_norm_out`` available,
-with fake kernels and autograd registered.
+and the fused residual add + norm ``torch.ops.myops.fused_add_norm`` and
+``fused_add_norm_inplace``, with fake kernels and autograd registered.
 """
 
 from ops._library import (
@@ -15,11 +16,18 @@ from ops._library import (
 
 load_torch_library()
 
-from ops.op import fused_norm, fused_norm_out  # noqa: E402  (needs the library loaded)
+from ops.op import (  # noqa: E402  (needs the library loaded)
+    fused_add_norm,
+    fused_add_norm_inplace,
+    fused_norm,
+    fused_norm_out,
+)
 
 __all__ = [
     "LibraryLoadError",
     "LibraryNotBuiltError",
+    "fused_add_norm",
+    "fused_add_norm_inplace",
     "fused_norm",
     "fused_norm_out",
     "ort_library_path",

@@ -1,4 +1,4 @@
-"""Python side of myops::fused_norm: typed entry points, fake kernels, autograd.
+"""Python side of the myops norms (fused_norm, fused_add_norm): typed entry points, fake kernels.
 
 The schema and the CPU/CUDA kernels are registered in C++ (csrc/torch). This
 module adds the fake kernels, so FakeTensor tracing (torch.compile,
@@ -27,6 +27,29 @@ def fused_norm_out(x: Tensor, weight: Tensor, bias: Tensor, eps: float, out: Ten
     """Like :func:`fused_norm`, but writes into the caller's contiguous ``out`` and returns it."""
     torch.ops.myops.fused_norm_out.default(x, weight, bias, eps, out)
     return out
+
+
+def fused_add_norm(
+    x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, eps: float = EPS
+) -> tuple[Tensor, Tensor]:
+    """``s = x + residual``, then :func:`fused_norm` of ``s``, in one pass: returns ``(norm(s), s)``.
+
+    ``s`` is rounded to the dtype as ``x + residual`` is, and the norm is that
+    of the rounded ``s``: the result equals ``fused_norm(x + residual)`` bit for bit.
+    """
+    return torch.ops.myops.fused_add_norm.default(x, residual, weight, bias, eps)
+
+
+def fused_add_norm_inplace(
+    x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, eps: float = EPS
+) -> tuple[Tensor, Tensor]:
+    """:func:`fused_add_norm` without allocating: ``x`` receives the norm and ``residual`` the sum; returns both.
+
+    Both must be contiguous and must not share memory. No backward (it
+    overwrites its inputs): use :func:`fused_add_norm` for training.
+    """
+    torch.ops.myops.fused_add_norm_inplace.default(x, residual, weight, bias, eps)
+    return x, residual
 
 
 # --- fake kernels -------------------------------------------------------------
@@ -64,6 +87,36 @@ def _fused_norm_fake(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Ten
     _check_args("fused_norm", x, weight, bias, eps)
     # The real kernel returns a fresh contiguous tensor whatever x's strides.
     return x.new_empty(x.shape)
+
+
+def _check_residual(op: str, x: Tensor, residual: Tensor) -> None:
+    torch._check_value(
+        residual.shape == x.shape,
+        lambda: f"{op}: residual must have the shape of x {list(x.shape)}, got {list(residual.shape)}",
+    )
+    torch._check_type(
+        residual.dtype == x.dtype, lambda: f"{op}: residual must have the dtype of x ({x.dtype}), got {residual.dtype}"
+    )
+    torch._check(
+        residual.device == x.device,
+        lambda: f"{op}: residual must be on the device of x ({x.device}), got {residual.device}",
+    )
+
+
+@torch.library.register_fake("myops::fused_add_norm")
+def _fused_add_norm_fake(
+    x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, eps: float
+) -> tuple[Tensor, Tensor]:
+    _check_args("fused_add_norm", x, weight, bias, eps)
+    _check_residual("fused_add_norm", x, residual)
+    # Both outputs are fresh contiguous tensors, whatever the inputs' strides.
+    return x.new_empty(x.shape), x.new_empty(x.shape)
+
+
+@torch.library.register_fake("myops::fused_add_norm_inplace")
+def _fused_add_norm_inplace_fake(x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, eps: float) -> None:
+    _check_args("fused_add_norm_inplace", x, weight, bias, eps)
+    _check_residual("fused_add_norm_inplace", x, residual)
 
 
 @torch.library.register_fake("myops::fused_norm_out")

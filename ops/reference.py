@@ -6,6 +6,7 @@ from here, so "correct" means the same thing everywhere.
 
   * :func:`reference_norm` - ``x * rsqrt(mean(x^2, -1) + eps) * weight + bias``
     evaluated in float64 from the given (already rounded) inputs, on their device;
+    :func:`reference_add_norm` - the same norm of ``x + residual``, and that sum;
   * :func:`make_inputs` - x, weight, bias drawn as a trained network would show
     them (see :data:`DISTRIBUTIONS`), for any shape, dtype and device, from a
     seed or a generator;
@@ -39,6 +40,17 @@ def reference_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tenso
     x64, w64, b64 = (torch.as_tensor(t).detach().to(torch.float64) for t in (x, weight, bias))
     y = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps) * w64 + b64
     return y.numpy() if arrays else y
+
+
+def reference_add_norm(x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """``(y, s)`` of the fused residual add + norm, in float64.
+
+    ``s = x + residual`` is summed in float64 and rounded once to x's dtype,
+    as the op stores it; ``y`` is :func:`reference_norm` of that stored ``s``,
+    so comparing the op's ``y`` against it measures the kernel's own error.
+    """
+    stored = (x.detach().double() + residual.detach().double()).to(x.dtype)
+    return reference_norm(stored, weight, bias, eps), stored.double()
 
 
 # --- inputs ----------------------------------------------------------------------------------

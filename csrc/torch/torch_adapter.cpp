@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <utility>
 
 #include "torch_adapter.h"
 
@@ -136,6 +137,41 @@ fused_norm::NormProblem make_problem(const at::Tensor& x, const at::Tensor& weig
   const std::optional<fused_norm::DType> dtype = core_dtype(x.scalar_type());
   TORCH_INTERNAL_ASSERT(dtype.has_value(), "dtype was validated by check_norm_args");
   p.dtype = *dtype;
+  return p;
+}
+
+void check_add_norm_args(const char* op, const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
+                         const at::Tensor& bias, double eps) {
+  check_norm_args(op, x, weight, bias, eps);
+  TORCH_CHECK_VALUE(residual.sizes() == x.sizes(), op, ": residual must have the shape of x ", x.sizes(), ", got ",
+                    residual.sizes());
+  TORCH_CHECK_TYPE(residual.scalar_type() == x.scalar_type(), op, ": residual must have the dtype of x (",
+                   x.scalar_type(), "), got ", residual.scalar_type());
+  TORCH_CHECK(residual.device() == x.device(), op, ": residual must be on the device of x (", x.device(), "), got ",
+              residual.device());
+}
+
+void check_add_norm_inplace_args(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
+                                 const at::Tensor& bias) {
+  constexpr const char* op = "fused_add_norm_inplace";
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"x", &x}, {"residual", &residual}}) {
+    TORCH_CHECK_VALUE(t->is_contiguous(), op, ": ", name,
+                      " must be contiguous (it is overwritten in place, row by row)");
+    TORCH_CHECK_VALUE(!writes_into(*t, weight) && !writes_into(*t, bias), op, ": ", name,
+                      " must not share memory with weight or bias (they are read for every row)");
+  }
+  TORCH_CHECK_VALUE(!writes_into(x, residual), op,
+                    ": x and residual must not share memory (x receives the norm, residual the sum)");
+}
+
+fused_norm::AddNormProblem make_add_problem(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
+                                            const at::Tensor& bias, const at::Tensor& y, const at::Tensor& residual_out,
+                                            double eps) {
+  TORCH_INTERNAL_ASSERT(residual.is_contiguous() && residual_out.is_contiguous());
+  fused_norm::AddNormProblem p;
+  p.norm = make_problem(x, weight, bias, y, eps);
+  p.residual = residual.const_data_ptr();
+  p.residual_out = residual_out.mutable_data_ptr();
   return p;
 }
 

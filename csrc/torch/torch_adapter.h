@@ -1,5 +1,6 @@
 // Shared pieces of the torch adapter: argument checks and the conversion of
-// tensors into the core's NormProblem. Used by the CPU and the CUDA impls.
+// tensors into the core's NormProblem and AddNormProblem. Used by the CPU and
+// the CUDA impls.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -20,5 +21,22 @@ void check_out_arg(const at::Tensor& out, const at::Tensor& x, const at::Tensor&
 // [x.numel() / hidden, hidden] rows.
 fused_norm::NormProblem make_problem(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                                      const at::Tensor& y, double eps);
+
+// User-facing checks of fused_add_norm / fused_add_norm_inplace arguments:
+// those of the norm, and residual with x's shape, dtype and device.
+void check_add_norm_args(const char* op, const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
+                         const at::Tensor& bias, double eps);
+
+// Checks that x and residual can be overwritten in place (y into x, x + residual
+// into residual): both contiguous, sharing no memory with each other or with
+// weight and bias.
+void check_add_norm_inplace_args(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
+                                 const at::Tensor& bias);
+
+// Views contiguous operands as an AddNormProblem (y may be x and
+// residual_out may be residual: the in-place form).
+fused_norm::AddNormProblem make_add_problem(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
+                                            const at::Tensor& bias, const at::Tensor& y, const at::Tensor& residual_out,
+                                            double eps);
 
 }  // namespace fused_norm_torch

@@ -1,9 +1,12 @@
-// CPU kernels of myops::fused_norm and myops::fused_norm_out: checks, then
-// rows split over ATen's intra-op thread pool, each chunk run by the core.
+// CPU kernels of the myops norms (fused_norm, fused_norm_out, fused_add_norm,
+// fused_add_norm_inplace): checks, then rows split over ATen's intra-op thread
+// pool, each chunk run by the core.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
+
+#include <tuple>
 
 #include "torch_adapter.h"
 
@@ -32,10 +35,35 @@ void fused_norm_out_cpu(const at::Tensor& x, const at::Tensor& weight, const at:
   run_cpu(x.contiguous(), weight.contiguous(), bias.contiguous(), out, eps);
 }
 
+void run_add_cpu(const fused_norm::AddNormProblem& p) {
+  at::parallel_for(0, p.norm.rows, fused_norm::cpu_rows_per_task(p.norm.hidden),
+                   [&p](int64_t begin, int64_t end) { fused_norm::cpu_add_forward_rows(p, begin, end); });
+}
+
+std::tuple<at::Tensor, at::Tensor> fused_add_norm_cpu(const at::Tensor& x, const at::Tensor& residual,
+                                                      const at::Tensor& weight, const at::Tensor& bias, double eps) {
+  check_add_norm_args("fused_add_norm", x, residual, weight, bias, eps);
+  const auto options = x.options().memory_format(at::MemoryFormat::Contiguous);
+  at::Tensor y = at::empty(x.sizes(), options);
+  at::Tensor residual_out = at::empty(x.sizes(), options);
+  run_add_cpu(make_add_problem(x.contiguous(), residual.contiguous(), weight.contiguous(), bias.contiguous(), y,
+                               residual_out, eps));
+  return {y, residual_out};
+}
+
+void fused_add_norm_inplace_cpu(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
+                                const at::Tensor& bias, double eps) {
+  check_add_norm_args("fused_add_norm_inplace", x, residual, weight, bias, eps);
+  check_add_norm_inplace_args(x, residual, weight, bias);
+  run_add_cpu(make_add_problem(x, residual, weight.contiguous(), bias.contiguous(), x, residual, eps));
+}
+
 }  // namespace
 }  // namespace fused_norm_torch
 
 TORCH_LIBRARY_IMPL(myops, CPU, m) {
   m.impl("fused_norm", &fused_norm_torch::fused_norm_cpu);
   m.impl("fused_norm_out", &fused_norm_torch::fused_norm_out_cpu);
+  m.impl("fused_add_norm", &fused_norm_torch::fused_add_norm_cpu);
+  m.impl("fused_add_norm_inplace", &fused_norm_torch::fused_add_norm_inplace_cpu);
 }
