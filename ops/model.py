@@ -115,9 +115,28 @@ class SequenceModel(nn.Module):
                 x.dim() == 3 and x.shape[-1] == self.config.d_model,
                 lambda: f"x must have shape [batch, seq, {self.config.d_model}], got {list(x.shape)}",
             )
+        if self.impl == "fused_add":
+            return self._forward_residual_stream(x)
         for block in self.blocks:
             x = block(x)
         return self.final_norm(x)
+
+    def _forward_residual_stream(self, x: Tensor) -> Tensor:
+        """The same math with each residual add folded into the norm that reads its sum.
+
+        Every norm but the first reads ``residual + delta``, where delta is an
+        attention or feed-forward output; ``add_forward`` returns that norm and
+        the sum, which carries on as the residual stream. The adds are those of
+        ``Block.forward`` in the same order (``residual + delta``), so the
+        result equals the ``fused`` model's bit for bit.
+        """
+        blocks = list(self.blocks)
+        h, residual = blocks[0].norm1(x), x
+        for i, block in enumerate(blocks):
+            h, residual = block.norm2.add_forward(block.attn(h), residual)
+            following = blocks[i + 1].norm1 if i + 1 < len(blocks) else self.final_norm
+            h, residual = following.add_forward(block.ffn(h), residual)
+        return h
 
     def norms(self) -> list[Norm]:
         """The norms in execution order (block 0 norm1, norm2, block 1 ..., final)."""
@@ -172,7 +191,8 @@ def build_model(
     impl: str = "fused", config: ModelConfig | None = None, seed: int = 0, dtype: torch.dtype = torch.float32
 ) -> SequenceModel:
     """The model of ``config`` (default: :class:`ModelConfig`'s sizes) with its norms computed by ``impl``
-    ("unfused" | "native" | "fused"), in eval mode."""
+    ("unfused" | "native" | "fused" | "fused_add": the fused op, with the residual adds folded into it), in eval
+    mode."""
     model = SequenceModel(config or ModelConfig(), impl)
     init_weights(model, seed)
     return model.to(dtype).eval()

@@ -18,9 +18,9 @@ def _reference(seed: int) -> torch.nn.Module:
 
 
 def test_same_seed_same_weights_for_every_impl():
-    models = {impl: build_model(impl, seed=3, config=SMALL) for impl in ("unfused", "native", "fused")}
+    models = {impl: build_model(impl, seed=3, config=SMALL) for impl in ("unfused", "native", "fused", "fused_add")}
     states = {impl: m.state_dict() for impl, m in models.items()}
-    for impl in ("native", "fused"):
+    for impl in ("native", "fused", "fused_add"):
         assert states[impl].keys() == states["unfused"].keys()
         for name, value in states["unfused"].items():
             assert torch.equal(states[impl][name], value), f"{impl}: {name} differs"
@@ -42,7 +42,7 @@ def test_seed_changes_weights_and_scale_is_realistic():
         assert (linear.bias != 0).all()
 
 
-@pytest.mark.parametrize("impl", ["unfused", "native", "fused"])
+@pytest.mark.parametrize("impl", ["unfused", "native", "fused", "fused_add"])
 def test_impls_match_float64_reference(impl, generator):
     model = build_model(impl, seed=5, config=SMALL)
     reference = _reference(5)
@@ -90,6 +90,33 @@ def test_fused_gradients_match_unfused(generator):
         torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10, msg=lambda m, key=key: f"{key}: {m}")
     # The norms' own parameters receive gradient (the op is not a dead end).
     assert all(n.weight.grad.abs().sum() > 0 and n.bias.grad.abs().sum() > 0 for n in fused.norms())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_residual_adds_folded_into_the_norms_change_no_bit(dtype, generator):
+    # fused_add_norm(x, r) is fused_norm(x + r) bit for bit, and the folded
+    # model adds in Block.forward's order: the outputs must be identical.
+    fused = build_model("fused", seed=7, config=SMALL, dtype=dtype)
+    folded = with_norm_impl(fused, "fused_add")
+    x = example_input(3, 11, SMALL.d_model, generator, dtype)
+    with torch.no_grad():
+        assert torch.equal(folded(x), fused(x))
+
+
+def test_folded_residual_gradients_match_unfused(generator):
+    folded = build_model("fused_add", seed=8, dtype=torch.float64, config=SMALL).train()
+    unfused = with_norm_impl(folded, "unfused")
+    x = example_input(2, 5, SMALL.d_model, generator, torch.float64)
+    grad_out = torch.randn(x.shape, generator=generator, dtype=torch.float64)
+    grads = {}
+    for name, model in (("folded", folded), ("unfused", unfused)):
+        xi = x.clone().requires_grad_(True)
+        (model(xi) * grad_out).sum().backward()
+        grads[name] = {"x": xi.grad, **{n: p.grad for n, p in model.named_parameters()}}
+    for key, expected in grads["unfused"].items():
+        torch.testing.assert_close(
+            grads["folded"][key], expected, atol=1e-10, rtol=1e-10, msg=lambda m, k=key: f"{k}: {m}"
+        )
 
 
 def test_build_norm_weights_and_dtype():
