@@ -142,7 +142,7 @@ def add_ratios(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _allocates_fresh_pages(row) -> bool:
-    return row.device == "cpu" and row.workload == "op" and row.variant in ALLOCATING_VARIANTS
+    return row.device == "cpu" and row.workload in ("op", "add_norm") and row.variant in ALLOCATING_VARIANTS
 
 
 def fault_cost_us(frame: pd.DataFrame) -> float:

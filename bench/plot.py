@@ -30,6 +30,7 @@ _COLORS = {
     "native": "tab:orange",
     "compiled": "tab:purple",
     "fused": "tab:green",
+    "fused_add": "tab:olive",
     "ort standard": "#08519c",
     "ort opset23": "#4292c6",
     "ort custom": "#9ecae1",

@@ -29,7 +29,7 @@ SCHEMA_VERSION = 5
 # of the format: writing, reading, validation and the tests all use this table.
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("schema_version", "int64", "version of this column table"),
-    ("workload", "string", "op | model | limit"),
+    ("workload", "string", "op | add_norm | model | limit | serve"),
     ("shape", "string", "input shape, e.g. 8x128x1024"),
     ("dtype", "string", "torch dtype name of the input"),
     ("baseline", "string", "registry name (bench/baselines/*.py), or copy/dispatch for limits"),

@@ -47,8 +47,8 @@ from bench.pinning import pinned_for_timing
 from bench.registry import Baseline, Prepared, Unsupported, Variant, select
 from bench.report import ReportPaths, RowKey, RowSamples, to_frame, write_report
 from bench.timing import L2Flush, Timing, TimingConfig, measure, measure_cuda, timer_resolution_ns
-from bench.verify import VerificationError, verify
-from bench.workloads import GRIDS, ModelCase, OpCase, shape_label
+from bench.verify import VerificationError, verify_outputs
+from bench.workloads import GRIDS, AddNormCase, ModelCase, OpCase, shape_label
 from env.paths import REPO_ROOT
 from ops.dtypes import dtype_name, parse_dtypes
 
@@ -71,6 +71,8 @@ class BenchOptions:
     dtype: str = ""  # "": each device's default dtypes (bench/workloads.py GRIDS)
     budget_s: float | None = None
     op_shapes: tuple[tuple[int, ...], ...] | None = None  # override every device's grid (tests)
+    # The fused residual add + norm's shapes; None: the grid's (none when op_shapes overrides the grid)
+    add_norm_shapes: tuple[tuple[int, ...], ...] | None = None
     model_batches: tuple[tuple[str, int, int], ...] | None = None
     rounds: int = ROUNDS
     device: str = "all"  # cpu | cuda | all (every device present) | a comma list
@@ -152,6 +154,15 @@ def _op_jobs(
     return jobs
 
 
+def _add_norm_jobs(
+    shape: tuple[int, ...], dtype: torch.dtype, device: str, baselines: list[Baseline], workdir: Path
+) -> list[Job]:
+    # No copy job of its own: the op's copy rows at the same shape are its limit too (same bytes per second).
+    case = _LazyCase(lambda: AddNormCase.create(shape, dtype, workdir, device=device))
+    label = f"{_prefix(device)}add_norm {shape_label(shape)} {dtype_name(dtype)}"
+    return [_baseline_job(label, b, case, release=i == len(baselines) - 1) for i, b in enumerate(baselines)]
+
+
 def _model_jobs(
     name: str, batch: int, seq: int, dtype: torch.dtype, device: str, baselines: list[Baseline], workdir: Path
 ) -> list[Job]:
@@ -174,14 +185,22 @@ def plan_jobs(options: BenchOptions, workdir: Path) -> list[Job]:
         grid = GRIDS[device]
         dtypes = [d.torch for d in parse_dtypes(options.dtype or grid.dtypes)]
         op_shapes = options.op_shapes or grid.shapes(options.quick)
+        add_norm_shapes = (
+            options.add_norm_shapes
+            if options.add_norm_shapes is not None
+            else (() if options.op_shapes else grid.add_norm(options.quick))
+        )
         batches = options.model_batches if options.model_batches is not None else grid.batches(options.quick)
         here = [b for b in baselines if device in b.devices]
         op_baselines = [b for b in here if "op" in b.workloads]
+        add_norm_baselines = [b for b in here if "add_norm" in b.workloads]
         model_baselines = [b for b in here if "model" in b.workloads]
         jobs.append(_floor_job(device, workdir))
         for dtype in dtypes:
             for shape in op_shapes:
                 jobs += _op_jobs(shape, dtype, device, op_baselines, workdir)
+            for shape in add_norm_shapes if add_norm_baselines else ():
+                jobs += _add_norm_jobs(shape, dtype, device, add_norm_baselines, workdir)
             for name, batch, seq in batches:
                 jobs += _model_jobs(name, batch, seq, dtype, device, model_baselines, workdir)
     return jobs
@@ -283,7 +302,7 @@ def _measure(case, variant: Variant, config: TimingConfig, settings: RunSettings
     setup_s = time.perf_counter() - started
     if not isinstance(prepared, Prepared):
         prepared = Prepared(prepared, variant.note)
-    verify(prepared.call(), case.reference(), case.tolerance, "output")  # every round: a wrong call is never timed
+    verify_outputs(prepared.call(), case.reference(), case.tolerance)  # every round: a wrong call is never timed
     with pinned_for_timing():  # the setup above ran unpinned: pools it created keep every CPU
         timing, timer = _time(case, prepared, config, settings, block)
     return _Measured(timing, setup_s + prepared.reused_setup_s, prepared.note or variant.note, timer)

@@ -31,6 +31,19 @@ def as_float64(output: object) -> Tensor:
     raise VerificationError(f"output must be a tensor or an array, got {type(output).__name__}")
 
 
+def verify_outputs(output: object, reference: Tensor | tuple[Tensor, ...], tolerance: Tolerance) -> float:
+    """:func:`verify` of each output against its reference; ``reference`` a tuple where the call returns several.
+
+    Returns the largest error of any output.
+    """
+    if not isinstance(reference, tuple):
+        return verify(output, reference, tolerance, "output")
+    outputs = list(output) if isinstance(output, Sequence) else [output]
+    if len(outputs) != len(reference):
+        raise VerificationError(f"expected {len(reference)} outputs, got {len(outputs)}")
+    return max(verify(o, r, tolerance, f"output {i}") for i, (o, r) in enumerate(zip(outputs, reference, strict=True)))
+
+
 def verify(output: object, reference: Tensor, tolerance: Tolerance, what: str) -> float:
     """Raise VerificationError unless |out - ref| <= atol + rtol * |ref| everywhere; return the max error."""
     out = as_float64(output)

@@ -4,7 +4,8 @@ CPU op shapes span the three regimes of a norm on a CPU:
   * dispatch-bound  1x8x512     (16 KiB: the Python/dispatcher cost of each call dominates);
   * cache-resident  8x128x1024  (4 MiB: fits the 32 MiB L3, compute and L3 bandwidth count);
   * memory-bound    32x512x4096 (256 MiB: DRAM bandwidth, and page faults for fresh outputs);
-plus two in between for the plot. CUDA shapes span the same regimes on a GPU:
+plus two in between for the plot. The fused residual add + norm (workload
+``add_norm``) runs at the same CPU shapes in a full run. CUDA shapes span the same regimes on a GPU:
 launch-bound 1x8x512, L2-resident 8x128x1024, and HBM-bound 4096x8192 and
 16384x8192 (64 and 256 MiB in bfloat16, past any L2), where the fused kernel
 is held against a device-to-device copy. Model-level cases run the sequence
@@ -24,7 +25,16 @@ from torch import Tensor
 
 from bench.placement import placed
 from ops.model import SequenceModel, build_model, example_input
-from ops.reference import COMPOSITION_TOLERANCES, EPS, Tolerance, make_inputs, model_tolerance, reference_norm
+from ops.reference import (
+    COMPOSITION_TOLERANCES,
+    EPS,
+    Tolerance,
+    activations,
+    make_inputs,
+    model_tolerance,
+    reference_add_norm,
+    reference_norm,
+)
 
 Shape = tuple[int, ...]
 
@@ -38,9 +48,15 @@ class Grid:
     model_batches: tuple[tuple[str, int, int], ...]  # (label, batch, seq) for the model's default size
     model_batches_quick: tuple[tuple[str, int, int], ...]
     dtypes: str  # the --dtype used when none is given
+    # The fused residual add + norm, full runs only (a quick run keeps CI's grid): the op shapes where the
+    # device has the op's kernel.
+    add_norm_shapes: tuple[Shape, ...] = ()
 
     def shapes(self, quick: bool) -> tuple[Shape, ...]:
         return self.op_shapes_quick if quick else self.op_shapes
+
+    def add_norm(self, quick: bool) -> tuple[Shape, ...]:
+        return () if quick else self.add_norm_shapes
 
     def batches(self, quick: bool) -> tuple[tuple[str, int, int], ...]:
         return self.model_batches_quick if quick else self.model_batches
@@ -53,6 +69,7 @@ GRIDS: dict[str, Grid] = {
         model_batches=(("small", 1, 32), ("medium", 8, 128)),
         model_batches_quick=(("small", 1, 32),),
         dtypes="float32",
+        add_norm_shapes=((1, 8, 512), (4, 64, 768), (8, 128, 1024), (16, 256, 2048), (32, 512, 4096)),
     ),
     "cuda": Grid(
         op_shapes=((1, 8, 512), (8, 128, 1024), (32, 512, 4096), (4096, 8192), (16384, 8192)),
@@ -113,6 +130,58 @@ class OpCase:
 
 
 @dataclass
+class AddNormCase:
+    """One fused residual add + norm: x (a block's output) and residual (the stream) [*shape], weight and bias
+    [hidden]; the call returns (norm(x + residual), x + residual)."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    x: Tensor
+    residual: Tensor
+    weight: Tensor
+    bias: Tensor
+    workdir: Path
+    eps: float = EPS
+    device: str = "cpu"
+    workload: str = field(default="add_norm", init=False)
+    _reference: tuple[Tensor, Tensor] | None = field(default=None, init=False, repr=False)
+
+    @classmethod
+    def create(cls, shape: Shape, dtype: torch.dtype, workdir: Path, seed: int = 0, device: str = "cpu") -> AddNormCase:
+        x, weight, bias = make_inputs(tuple(shape), dtype, seed=seed, device=device, distribution="features")
+        residual = activations(tuple(shape), dtype, seed=seed + 1, device=device, distribution="features")
+        return cls(
+            shape=tuple(shape),
+            dtype=dtype,
+            x=placed(x),
+            residual=placed(residual),
+            weight=weight,
+            bias=bias,
+            workdir=workdir,
+            device=device,
+        )
+
+    @property
+    def hidden(self) -> int:
+        return self.shape[-1]
+
+    @property
+    def bytes_moved(self) -> float:
+        # The minimum traffic: read x and residual, write y and the sum, read weight and bias.
+        return float((4 * self.x.numel() + 2 * self.hidden) * self.x.element_size())
+
+    @property
+    def tolerance(self) -> Tolerance:
+        return COMPOSITION_TOLERANCES[self.dtype]
+
+    def reference(self) -> tuple[Tensor, Tensor]:
+        """(y, sum) in float64; the sum rounded to the dtype, as every implementation stores it."""
+        if self._reference is None:
+            self._reference = reference_add_norm(self.x, self.residual, self.weight, self.bias, self.eps)
+        return self._reference
+
+
+@dataclass
 class ModelCase:
     """One forward pass of the sequence model on [batch, seq, d_model] activations, on ``device``."""
 
@@ -164,4 +233,4 @@ class ModelCase:
         return self._reference
 
 
-Case = OpCase | ModelCase
+Case = OpCase | AddNormCase | ModelCase

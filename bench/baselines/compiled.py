@@ -1,5 +1,8 @@
 """``compiled``: ``torch.compile`` of the unfused composition (Inductor: a C++ kernel on the CPU, Triton on CUDA).
 
+On the residual add + norm workload it compiles the add and the composition
+together (Inductor fuses them as it sees fit).
+
 The compile happens in ``prepare`` (reported as setup_s), never in the timed
 loop. It is a cold compile every time: Dynamo is reset (no reuse across shapes,
 no silent fall-back to eager after the recompile limit) and Inductor gets an
@@ -20,9 +23,9 @@ import torch
 import torch._inductor.config
 
 from bench.registry import Variant, register
-from bench.workloads import Case, OpCase, shape_label
+from bench.workloads import AddNormCase, Case, OpCase, shape_label
 from ops.dtypes import dtype_name
-from ops.norms import unfused_norm
+from ops.norms import add_then, unfused_norm
 
 _CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # Inductor reads it on every cache access
 
@@ -43,20 +46,24 @@ def _inductor_cache(folder: Path) -> Iterator[None]:
 @register
 class Compiled:
     name = "compiled"
-    workloads = frozenset({"op"})
+    workloads = frozenset({"op", "add_norm"})
     devices = frozenset({"cpu", "cuda"})
     order = 30
 
     def variants(self, case: Case) -> list[Variant]:
-        assert isinstance(case, OpCase)
-        x, w, b, eps = case.x, case.weight, case.bias, case.eps
-        cache = case.workdir / f"inductor-{case.device}-{shape_label(case.shape)}-{dtype_name(case.dtype)}"
+        assert isinstance(case, (OpCase, AddNormCase))
+        if isinstance(case, AddNormCase):
+            function, args = add_then(unfused_norm), (case.x, case.residual, case.weight, case.bias, case.eps)
+        else:
+            function, args = unfused_norm, (case.x, case.weight, case.bias, case.eps)
+        folder = f"inductor-{case.workload}-{case.device}-{shape_label(case.shape)}-{dtype_name(case.dtype)}"
+        cache = case.workdir / folder
 
         def prepare():
             torch._dynamo.reset()
-            compiled = torch.compile(unfused_norm, fullgraph=True, dynamic=False)
+            compiled = torch.compile(function, fullgraph=True, dynamic=False)
             with _inductor_cache(cache), torch._inductor.config.patch(compile_threads=1):
-                compiled(x, w, b, eps)  # compiles now, so setup_s is the (cold) compile time
-            return lambda: compiled(x, w, b, eps)
+                compiled(*args)  # compiles now, so setup_s is the (cold) compile time
+            return lambda: compiled(*args)
 
         return [Variant("call", prepare, note="inductor, fullgraph, dynamic=False; setup_s = cold compile time")]

@@ -1,5 +1,8 @@
 """``fused``: the custom op, allocating its output (``call``) or writing a preallocated buffer (``out``).
 
+On the residual add + norm workload: a separate ``x + residual``, then the op
+(what a model without the fused add + norm runs).
+
 On CUDA also ``graph``: GRAPH_CALLS calls captured in one CUDA graph and
 replayed, timed per call - the kernel's own time without the host's launch
 cost, as a model captured in a graph runs it.
@@ -12,17 +15,21 @@ import torch
 import ops  # noqa: F401  (loads the op library: registers torch.ops.myops.*)
 from bench.registry import Prepared, Variant, register
 from bench.timing import GRAPH_CALLS, capture_cuda_graph
-from bench.workloads import Case, OpCase
+from bench.workloads import AddNormCase, Case, OpCase
+from ops.norms import add_then, fused_norm
 
 
 @register
 class Fused:
     name = "fused"
-    workloads = frozenset({"op", "model"})
+    workloads = frozenset({"op", "add_norm", "model"})
     devices = frozenset({"cpu", "cuda"})
     order = 10
 
     def variants(self, case: Case) -> list[Variant]:
+        if isinstance(case, AddNormCase):
+            x, r, w, b, eps, add_norm = case.x, case.residual, case.weight, case.bias, case.eps, add_then(fused_norm)
+            return [Variant("call", lambda: lambda: add_norm(x, r, w, b, eps), note="x + residual, then the fused op")]
         if not isinstance(case, OpCase):
             return [Variant("call", lambda: case.forward_call("fused"))]
         x, w, b, eps = case.x, case.weight, case.bias, case.eps

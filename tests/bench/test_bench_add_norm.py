@@ -1,0 +1,115 @@
+"""The fused residual add + norm in the benchmark: its workload's rows, their ratios, its verification, its targets."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from rich.console import Console
+
+from bench.report import KEY_COLUMNS, read_report
+from bench.run import BenchOptions, plan_jobs, run_bench
+from bench.targets import ADD_NORM_SPEEDUP, evaluate_targets
+from bench.verify import VerificationError, verify_outputs
+from bench.workloads import GRIDS
+from ops.reference import COMPOSITION_TOLERANCES
+
+SHAPE = (2, 8, 128)
+TINY_MODEL = (("tiny", 1, 4),)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    options = BenchOptions(
+        baseline="unfused,native,fused,fused_add",
+        op_shapes=(SHAPE,),
+        add_norm_shapes=(SHAPE,),
+        model_batches=TINY_MODEL,
+        warmup=3,
+        budget_s=0.01,
+        threads=1,
+        out_dir=tmp_path_factory.mktemp("reports"),
+        device="cpu",
+    )
+    return run_bench(options, Console(file=io.StringIO(), width=200))
+
+
+def test_add_norm_rows_of_every_baseline_and_the_folded_model(run):
+    assert run.failures == [] and run.skipped == []
+    frame = read_report(run.paths.csv)
+    keys = {tuple(k) for k in frame[list(KEY_COLUMNS)].values.tolist()}
+    for baseline, variant in (
+        ("unfused", "call"),
+        ("native", "call"),
+        ("fused", "call"),
+        ("fused_add", "call"),
+        ("fused_add", "inplace"),
+    ):
+        assert ("add_norm", "2x8x128", "float32", baseline, variant, "cpu") in keys
+    assert ("model", "1x4x128", "float32", "fused_add", "call", "cpu") in keys
+
+
+def test_add_norm_ratios_use_its_own_unfused_row_and_the_copy_at_its_shape(run):
+    frame = read_report(run.paths.csv)
+    rows = frame[frame.workload == "add_norm"]
+    unfused = rows[rows.baseline == "unfused"].median_us.iloc[0]
+    np.testing.assert_allclose(rows.speedup_vs_unfused, unfused / rows.median_us)
+    elements = 2 * 8 * 128
+    assert (rows.bytes_moved == (4 * elements + 2 * 128) * 4).all()  # read x, residual; write y, the sum
+    for row in rows.itertuples():
+        limit = "fresh_output" if row.variant == "call" else "into_preallocated"
+        copy = frame[(frame.baseline == "copy") & (frame["shape"] == row.shape) & (frame.variant == limit)].iloc[0]
+        assert row.copy_limit == limit and row.copy_share == pytest.approx(row.gbps / copy.gbps)
+
+
+def test_two_outputs_are_each_verified():
+    y = torch.randn(4, 8, dtype=torch.float64)
+    s = torch.randn(4, 8, dtype=torch.float64)
+    tolerance = COMPOSITION_TOLERANCES[torch.float32]
+    assert verify_outputs((y, s), (y, s), tolerance) == 0.0
+    with pytest.raises(VerificationError, match="output 1: 1 of 32 outputs differ"):
+        wrong = s.clone()
+        wrong[2, 3] += 1.0
+        verify_outputs((y, wrong), (y, s), tolerance)
+    with pytest.raises(VerificationError, match="expected 2 outputs, got 1"):
+        verify_outputs(y, (y, s), tolerance)
+
+
+def test_the_workload_runs_in_full_runs_only_and_where_asked(tmp_path):
+    def add_norm_labels(**kwargs):
+        options = BenchOptions(baseline="fused_add", device="cpu", model_batches=(), **kwargs)
+        return [job.label for job in plan_jobs(options, tmp_path) if job.label.startswith("add_norm")]
+
+    full = [f"add_norm {'x'.join(map(str, s))} float32 fused_add" for s in GRIDS["cpu"].add_norm_shapes]
+    assert add_norm_labels() == full and len(full) == len(GRIDS["cpu"].op_shapes)
+    assert add_norm_labels(quick=True) == []  # the quick grid (CI, A/B) is unchanged
+    assert add_norm_labels(op_shapes=(SHAPE,)) == []  # a grid override names its add_norm shapes itself
+    assert add_norm_labels(op_shapes=(SHAPE,), add_norm_shapes=(SHAPE,)) == ["add_norm 2x8x128 float32 fused_add"]
+
+
+def _target(frame: pd.DataFrame, prefix: str):
+    (result,) = [r for r in evaluate_targets(frame) if r.name.startswith(prefix)]
+    return result
+
+
+def test_targets_judge_the_fused_add_against_the_separate_add(generator):
+    base = float(torch.empty(1).uniform_(10.0, 50.0, generator=generator))
+    rows = [
+        ("add_norm", "1x8x512", "fused", "call", base),
+        ("add_norm", "1x8x512", "fused_add", "call", base / 1.8),
+        ("add_norm", "32x512x4096", "fused", "call", 100 * base),
+        ("add_norm", "32x512x4096", "fused_add", "call", 100 * base / 1.2),
+        ("model", "1x32x128", "fused", "call", 20 * base),
+        ("model", "1x32x128", "fused_add", "call", 19 * base),
+    ]
+    frame = pd.DataFrame(rows, columns=["workload", "shape", "baseline", "variant", "median_us"]).assign(
+        dtype="float32", copy_share=np.nan, copy_limit=""
+    )
+    add_norm = _target(frame, "fused residual add + norm")
+    assert add_norm.met is False and "1x8x512 1.80x" in add_norm.detail and "32x512x4096 1.20x" in add_norm.detail
+    assert f">= {ADD_NORM_SPEEDUP}x" in add_norm.name
+    model = _target(frame, "sequence model with its residual adds folded")
+    assert model.met is True and "1x32x128 fused/fused_add 1.053" in model.detail
