@@ -214,7 +214,7 @@ def test_every_baseline_declares_its_order_and_devices():
 
 
 def test_baseline_selection_and_errors():
-    assert [b.name for b in select("all")] == ["unfused", "fused", "native", "compiled", "liger", "ort"]
+    assert [b.name for b in select("all")] == ["unfused", "fused", "fused_add", "native", "compiled", "liger", "ort"]
     assert [b.name for b in select("ort, fused,ort")] == ["ort", "fused"]
     with pytest.raises(ValueError, match=r"unknown baseline\(s\) \['fast'\]: choose from"):
         select("fused,fast")
