@@ -125,17 +125,17 @@ class SequenceModel(nn.Module):
         """The same math with each residual add folded into the norm that reads its sum.
 
         Every norm but the first reads ``residual + delta``, where delta is an
-        attention or feed-forward output; ``add_forward`` returns that norm and
-        the sum, which carries on as the residual stream. The adds are those of
+        attention or feed-forward output; called with the residual, the norm
+        returns its output and the sum, which carries on as the residual stream. The adds are those of
         ``Block.forward`` in the same order (``residual + delta``), so the
         result equals the ``fused`` model's bit for bit.
         """
         blocks = list(self.blocks)
         h, residual = blocks[0].norm1(x), x
         for i, block in enumerate(blocks):
-            h, residual = block.norm2.add_forward(block.attn(h), residual)
+            h, residual = block.norm2(block.attn(h), residual)
             following = blocks[i + 1].norm1 if i + 1 < len(blocks) else self.final_norm
-            h, residual = following.add_forward(block.ffn(h), residual)
+            h, residual = following(block.ffn(h), residual)
         return h
 
     def norms(self) -> list[Norm]:

@@ -97,11 +97,15 @@ class Norm(nn.Module):
         self.weight = nn.Parameter(torch.ones(hidden))
         self.bias = nn.Parameter(torch.zeros(hidden))
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self._fn(x, self.weight, self.bias, self.eps)
+    def forward(self, x: Tensor, residual: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+        """The norm of ``x``; with ``residual``, ``(norm(x + residual), x + residual)``.
 
-    def add_forward(self, x: Tensor, residual: Tensor) -> tuple[Tensor, Tensor]:
-        """``(self(x + residual), x + residual)``: in one op for impl ``fused_add``, an add and the norm otherwise."""
+        The residual form runs as one op for impl ``fused_add``, as an add and
+        the norm otherwise. Both go through the module call, so exporters
+        record the add under this norm's module path.
+        """
+        if residual is None:
+            return self._fn(x, self.weight, self.bias, self.eps)
         return self._add_fn(x, residual, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:

@@ -1,5 +1,5 @@
-// Provider-independent parts of myops::fused_norm: attribute, validation,
-// output allocation, shape inference, error conversion.
+// Provider-independent parts of the myops ops (fused_norm, fused_add_norm):
+// attribute, validation, output allocation, shape inference, error conversion.
 #include "ort_norm_op.h"
 
 #include <cmath>
@@ -66,8 +66,8 @@ bool ToCoreDType(ONNXTensorElementDataType type, fused_norm::DType* dtype) {
   return false;
 }
 
-Ort::Status InvalidArgument(const std::string& message) {
-  return Ort::Status(("fused_norm: " + message).c_str(), ORT_INVALID_ARGUMENT);
+Ort::Status InvalidArgument(const std::string& message, const char* op = kOpName) {
+  return Ort::Status((std::string(op) + ": " + message).c_str(), ORT_INVALID_ARGUMENT);
 }
 
 // One input, as a tensor: its element type and shape.
@@ -76,23 +76,73 @@ struct TensorFacts {
   std::vector<int64_t> shape;
 };
 
-Ort::Status ReadTensorFacts(const Ort::ConstValue& value, const char* name, TensorFacts* facts) {
-  if (!value) return InvalidArgument(std::string("input ") + name + " is missing");
-  if (!value.IsTensor()) return InvalidArgument(std::string("input ") + name + " must be a tensor");
+Ort::Status ReadTensorFacts(const Ort::ConstValue& value, const char* name, TensorFacts* facts,
+                            const char* op = kOpName) {
+  if (!value) return InvalidArgument(std::string("input ") + name + " is missing", op);
+  if (!value.IsTensor()) return InvalidArgument(std::string("input ") + name + " must be a tensor", op);
   const Ort::TensorTypeAndShapeInfo info = value.GetTensorTypeAndShapeInfo();
   facts->type = info.GetElementType();
   facts->shape = info.GetShape();
   return Ort::Status{nullptr};
 }
 
-Ort::Status CheckVector(const TensorFacts& facts, const char* name, int64_t hidden) {
+Ort::Status CheckVector(const TensorFacts& facts, const char* name, int64_t hidden, const char* op = kOpName) {
   if (facts.shape.size() != 1 || facts.shape[0] != hidden) {
     std::ostringstream out;
     out << name << " must be 1-D of length " << hidden << " (the last dimension of X), got shape "
         << ShapeString(facts.shape);
-    return InvalidArgument(out.str());
+    return InvalidArgument(out.str(), op);
   }
   return Ort::Status{nullptr};
+}
+
+// X's checks shared by both ops: a tensor of rank >= 1 and a supported dtype,
+// weight and bias [hidden] of its dtype, epsilon finite and >= 0.
+Ort::Status CheckNormOperands(const TensorFacts& xf, const TensorFacts& wf, const TensorFacts& bf, float epsilon,
+                              const char* op, fused_norm::DType* dtype) {
+  if (xf.shape.empty()) {
+    return InvalidArgument("X must have rank >= 1 (its last dimension is normalised), got a 0-d tensor", op);
+  }
+  if (!ToCoreDType(xf.type, dtype)) {
+    return InvalidArgument(std::string("X has unsupported dtype ") + ElementTypeName(xf.type) +
+                               "; supported: float32, float64, float16, bfloat16",
+                           op);
+  }
+  if (wf.type != xf.type || bf.type != xf.type) {
+    return InvalidArgument(std::string("X, weight and bias must share one dtype, got X ") + ElementTypeName(xf.type) +
+                               ", weight " + ElementTypeName(wf.type) + ", bias " + ElementTypeName(bf.type),
+                           op);
+  }
+  const int64_t hidden = xf.shape.back();
+  if (Ort::Status s = CheckVector(wf, "weight", hidden, op); !s.IsOK()) return s;
+  if (Ort::Status s = CheckVector(bf, "bias", hidden, op); !s.IsOK()) return s;
+  if (!std::isfinite(epsilon) || epsilon < 0.0f) {
+    std::ostringstream out;
+    out << "attribute epsilon must be finite and >= 0, got " << epsilon;
+    return InvalidArgument(out.str(), op);
+  }
+  return Ort::Status{nullptr};
+}
+
+// Output `index` of X's shape, allocated by ORT for this node, checked to have X's dtype.
+Ort::Status AllocateLikeX(Ort::KernelContext& context, size_t index, const char* name, const TensorFacts& xf,
+                          const char* op, Ort::UnownedValue* out) {
+  *out = context.GetOutput(index, xf.shape);
+  if (!*out) return InvalidArgument(std::string("ORT did not provide the output ") + name, op);
+  const ONNXTensorElementDataType type = out->GetTensorTypeAndShapeInfo().GetElementType();
+  if (type != xf.type) {
+    // Only a model that declares the output with another dtype than X gets here.
+    return InvalidArgument(std::string("the graph declares ") + name + " as " + ElementTypeName(type) + " but X is " +
+                               ElementTypeName(xf.type) + "; " + name + " must have X's dtype",
+                           op);
+  }
+  return Ort::Status{nullptr};
+}
+
+int64_t RowsOf(const std::vector<int64_t>& shape) {
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
+  return rows;
 }
 
 }  // namespace
@@ -117,13 +167,13 @@ OrtStatusPtr StatusFromCurrentException() noexcept {
   }
 }
 
-OrtStatusPtr ReadEpsilon(const OrtKernelInfo* info, float* epsilon) noexcept {
+OrtStatusPtr ReadEpsilon(const OrtKernelInfo* info, float* epsilon, const char* op) noexcept {
   try {
     const OrtApi& api = Ort::GetApi();
     if (OrtStatusPtr status = api.KernelInfoGetAttribute_float(info, kEpsilonAttribute, epsilon)) {
       const std::string reason = api.GetErrorMessage(status);
       api.ReleaseStatus(status);
-      return Ort::Status(("fused_norm: the node needs a float attribute 'epsilon' (added to mean(X^2) before the "
+      return Ort::Status((std::string(op) + ": the node needs a float attribute 'epsilon' (added to mean(X^2) before the "
                           "rsqrt); reading it failed: " +
                           reason)
                              .c_str(),
@@ -149,41 +199,13 @@ Ort::Status PrepareNormCall(Ort::KernelContext& context, float epsilon, NormCall
   if (Ort::Status s = ReadTensorFacts(x, "X", &xf); !s.IsOK()) return s;
   if (Ort::Status s = ReadTensorFacts(weight, "weight", &wf); !s.IsOK()) return s;
   if (Ort::Status s = ReadTensorFacts(bias, "bias", &bf); !s.IsOK()) return s;
-
-  if (xf.shape.empty()) {
-    return InvalidArgument("X must have rank >= 1 (its last dimension is normalised), got a 0-d tensor");
-  }
   fused_norm::DType dtype;
-  if (!ToCoreDType(xf.type, &dtype)) {
-    return InvalidArgument(std::string("X has unsupported dtype ") + ElementTypeName(xf.type) +
-                           "; supported: float32, float64, float16, bfloat16");
-  }
-  if (wf.type != xf.type || bf.type != xf.type) {
-    return InvalidArgument(std::string("X, weight and bias must share one dtype, got X ") + ElementTypeName(xf.type) +
-                           ", weight " + ElementTypeName(wf.type) + ", bias " + ElementTypeName(bf.type));
-  }
-  const int64_t hidden = xf.shape.back();
-  if (Ort::Status s = CheckVector(wf, "weight", hidden); !s.IsOK()) return s;
-  if (Ort::Status s = CheckVector(bf, "bias", hidden); !s.IsOK()) return s;
-  if (!std::isfinite(epsilon) || epsilon < 0.0f) {
-    std::ostringstream out;
-    out << "attribute epsilon must be finite and >= 0, got " << epsilon;
-    return InvalidArgument(out.str());
-  }
-
-  int64_t rows = 1;
-  for (size_t i = 0; i + 1 < xf.shape.size(); ++i) rows *= xf.shape[i];
+  if (Ort::Status s = CheckNormOperands(xf, wf, bf, epsilon, kOpName, &dtype); !s.IsOK()) return s;
 
   // Y comes from ORT's allocator for this node (its arena, on the provider's
   // device), never from malloc/cudaMalloc of ours.
-  Ort::UnownedValue y = context.GetOutput(0, xf.shape);
-  if (!y) return InvalidArgument("ORT did not provide the output Y");
-  const ONNXTensorElementDataType y_type = y.GetTensorTypeAndShapeInfo().GetElementType();
-  if (y_type != xf.type) {
-    // Only a model that declares Y with another dtype than X gets here.
-    return InvalidArgument(std::string("the graph declares Y as ") + ElementTypeName(y_type) + " but X is " +
-                           ElementTypeName(xf.type) + "; Y must have X's dtype");
-  }
+  Ort::UnownedValue y{nullptr};
+  if (Ort::Status s = AllocateLikeX(context, 0, "Y", xf, kOpName, &y); !s.IsOK()) return s;
 
   const Ort::ConstMemoryInfo y_memory = y.GetTensorMemoryInfo();
   call.y_device_type = y_memory.GetDeviceType();
@@ -193,14 +215,60 @@ Ort::Status PrepareNormCall(Ort::KernelContext& context, float epsilon, NormCall
   problem.weight = weight.GetTensorRawData();
   problem.bias = bias.GetTensorRawData();
   problem.y = y.GetTensorMutableRawData();
-  problem.rows = rows;
-  problem.hidden = hidden;
+  problem.rows = RowsOf(xf.shape);
+  problem.hidden = xf.shape.back();
   problem.eps = static_cast<double>(epsilon);
   problem.dtype = dtype;
   return Ort::Status{nullptr};
 }
 
-OrtStatusPtr InferNormOutputShape(OrtShapeInferContext* context) noexcept {
+Ort::Status PrepareAddNormCall(Ort::KernelContext& context, float epsilon, AddNormCall& call) {
+  constexpr const char* op = kAddOpName;
+  if (context.GetInputCount() != 4) {
+    return InvalidArgument(
+        "expects 4 inputs (X, residual, weight, bias), got " + std::to_string(context.GetInputCount()), op);
+  }
+  if (context.GetOutputCount() != 2) return InvalidArgument("the node must have both outputs (Y, S)", op);
+
+  const Ort::ConstValue x = context.GetInput(0);
+  const Ort::ConstValue residual = context.GetInput(1);
+  const Ort::ConstValue weight = context.GetInput(2);
+  const Ort::ConstValue bias = context.GetInput(3);
+  TensorFacts xf, rf, wf, bf;
+  if (Ort::Status s = ReadTensorFacts(x, "X", &xf, op); !s.IsOK()) return s;
+  if (Ort::Status s = ReadTensorFacts(residual, "residual", &rf, op); !s.IsOK()) return s;
+  if (Ort::Status s = ReadTensorFacts(weight, "weight", &wf, op); !s.IsOK()) return s;
+  if (Ort::Status s = ReadTensorFacts(bias, "bias", &bf, op); !s.IsOK()) return s;
+  fused_norm::DType dtype;
+  if (Ort::Status s = CheckNormOperands(xf, wf, bf, epsilon, op, &dtype); !s.IsOK()) return s;
+  if (rf.type != xf.type || rf.shape != xf.shape) {
+    return InvalidArgument(std::string("residual must have X's dtype and shape ") + ElementTypeName(xf.type) +
+                               ShapeString(xf.shape) + ", got " + ElementTypeName(rf.type) + ShapeString(rf.shape),
+                           op);
+  }
+
+  Ort::UnownedValue y{nullptr}, sum{nullptr};
+  if (Ort::Status s = AllocateLikeX(context, 0, "Y", xf, op, &y); !s.IsOK()) return s;
+  if (Ort::Status s = AllocateLikeX(context, 1, "S", xf, op, &sum); !s.IsOK()) return s;
+
+  const Ort::ConstMemoryInfo y_memory = y.GetTensorMemoryInfo();
+  call.y_device_type = y_memory.GetDeviceType();
+  call.y_device_id = y_memory.GetDeviceId();
+  fused_norm::NormProblem& norm = call.problem.norm;
+  norm.x = x.GetTensorRawData();
+  norm.weight = weight.GetTensorRawData();
+  norm.bias = bias.GetTensorRawData();
+  norm.y = y.GetTensorMutableRawData();
+  norm.rows = RowsOf(xf.shape);
+  norm.hidden = xf.shape.back();
+  norm.eps = static_cast<double>(epsilon);
+  norm.dtype = dtype;
+  call.problem.residual = residual.GetTensorRawData();
+  call.problem.residual_out = sum.GetTensorMutableRawData();
+  return Ort::Status{nullptr};
+}
+
+OrtStatusPtr InferNormOutputShape(OrtShapeInferContext* context, size_t outputs) noexcept {
   try {
     const OrtApi& api = Ort::GetApi();
     // Owned by the context: must not be released.
@@ -221,8 +289,11 @@ OrtStatusPtr InferNormOutputShape(OrtShapeInferContext* context) noexcept {
       // Leave Y's shape unknown rather than state a wrong one.
       if (dims[i] < 0 && (symbols[i] == nullptr || symbols[i][0] == '\0')) return nullptr;
     }
-    // X's own type-and-shape: Y gets both its dims and its element type.
-    return api.ShapeInferContext_SetOutputTypeShape(context, 0, x_info);
+    // X's own type-and-shape: every output gets both its dims and its element type.
+    for (size_t index = 0; index < outputs; ++index) {
+      if (OrtStatusPtr status = api.ShapeInferContext_SetOutputTypeShape(context, index, x_info)) return status;
+    }
+    return nullptr;
   } catch (...) {
     return StatusFromCurrentException();
   }

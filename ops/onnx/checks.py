@@ -9,7 +9,10 @@ failure, so one run shows all that is wrong:
   * no stray custom-domain or norm-like node, and per norm exactly the route's
     nodes, wired as the math says (Pow exponent 2, ReduceMean over the last
     axis, the module's eps, Div(x, .), the module's weight and bias), which is
-    what catches a wrong axis that happens to give close numbers;
+    what catches a wrong axis that happens to give close numbers; a norm
+    called with a residual has the route's residual form (an Add of two
+    computed values in front, its output normalised; or one fused_add_norm
+    node);
   * every parameter of the module stays an initializer (by value: the
     exporters rename and transpose Linear weights), no graph input besides the
     data, and no node that computes only from constants (a weight that
@@ -29,11 +32,12 @@ from torch import nn
 
 from ops.norms import Norm
 from ops.onnx.graph import GraphIndex, attribute_values, norm_groups, op_key, tensor_type_text
-from ops.onnx.routes import CUSTOM_DOMAIN, CUSTOM_OP_TYPE, Route
+from ops.onnx.routes import CUSTOM_ADD_OP_TYPE, CUSTOM_DOMAIN, CUSTOM_OP_TYPE, Route
 from ops.onnx.schema import register_custom_schema
 
+_CUSTOM_OPS = {(CUSTOM_DOMAIN, CUSTOM_OP_TYPE), (CUSTOM_DOMAIN, CUSTOM_ADD_OP_TYPE)}
 # Ops that only a norm may produce: one outside a norm's nodes is stray.
-_NORM_ONLY_OPS = {("", "RMSNormalization"), ("", "SimplifiedLayerNormalization"), (CUSTOM_DOMAIN, CUSTOM_OP_TYPE)}
+_NORM_ONLY_OPS = {("", "RMSNormalization"), ("", "SimplifiedLayerNormalization"), *_CUSTOM_OPS}
 
 
 class ExportCheckError(RuntimeError):
@@ -157,10 +161,10 @@ def _stray_nodes(model: onnx.ModelProto, route: Route, groups: dict[str, list[on
             )
         elif key in _NORM_ONLY_OPS and id(node) not in in_norms:
             failures.append(f"stray {key[0] or 'ai.onnx'}::{key[1]} node {node.name!r} outside every norm")
-    custom = sum(1 for n in model.graph.node if op_key(n) == (CUSTOM_DOMAIN, CUSTOM_OP_TYPE))
+    custom = sum(1 for n in model.graph.node if op_key(n) in _CUSTOM_OPS)
     expected = len(groups) if route.custom_domain else 0
     if custom != expected:
-        failures.append(f"{custom} {CUSTOM_DOMAIN}::{CUSTOM_OP_TYPE} nodes, expected {expected}")
+        failures.append(f"{custom} {CUSTOM_DOMAIN} nodes, expected {expected} (one per norm)")
     return failures
 
 
@@ -170,10 +174,16 @@ def _stray_nodes(model: onnx.ModelProto, route: Route, groups: dict[str, list[on
 def _norm_nodes(nodes: list[onnx.NodeProto], route: Route, norm: Norm, index: GraphIndex) -> list[str]:
     compute = [n for n in nodes if n.op_type != "Constant"]
     found = tuple(op_key(n) for n in compute)
-    if found != route.norm_ops:
-        return [f"nodes {_ops_text(found)}, the route promises {_ops_text(route.norm_ops)}"]
-    verify = {"standard": _standard_wiring, "opset23": _opset23_wiring, "custom": _custom_wiring}[route.name]
-    wiring = verify(compute, norm.eps, index)
+    if found == route.norm_ops:
+        verify = {"standard": _standard_wiring, "opset23": _opset23_wiring, "custom": _custom_wiring}[route.name]
+        wiring = verify(compute, norm.eps, index)
+    elif found == route.add_norm_ops:
+        wiring = _residual_wiring(compute, route, norm.eps, index)
+    else:
+        return [
+            f"nodes {_ops_text(found)}, the route promises {_ops_text(route.norm_ops)} "
+            f"(or with a residual {_ops_text(route.add_norm_ops)})"
+        ]
     failures = wiring.failures
     failures += _is_parameter(index, wiring.weight, _exact(norm.weight), "weight")
     failures += _is_parameter(index, wiring.bias, _exact(norm.bias), "bias")
@@ -286,14 +296,60 @@ def _custom_wiring(n: list[onnx.NodeProto], eps: float, index: GraphIndex) -> _W
 
 
 def _custom_output_type(node: onnx.NodeProto, index: GraphIndex) -> list[str]:
-    """The exporter must record Y with X's dtype and shape (no schema-derived shape to fall back on in a runtime)."""
+    """The exporter must record each used output with X's dtype and shape (no schema-derived shape to fall back on
+    in a runtime); an output nothing reads (the sum of the last residual norm) may go unrecorded."""
     recorded = index.value_types()
-    x, y = recorded.get(node.input[0]), recorded.get(node.output[0])
-    if y is None or not y.tensor_type.HasField("shape"):
-        return [f"the exported graph records no shape for {CUSTOM_OP_TYPE}'s output {node.output[0]!r}"]
-    if x is not None and x.tensor_type != y.tensor_type:
-        return [f"{CUSTOM_OP_TYPE}'s recorded output type differs from its input X's ({node.input[0]!r})"]
-    return []
+    read = {name for other in index.model.graph.node for name in other.input} | {
+        v.name for v in index.model.graph.output
+    }
+    x = recorded.get(node.input[0])
+    failures = []
+    for position, name in enumerate(node.output):
+        if position and name not in read:
+            continue
+        value = recorded.get(name)
+        if value is None or not value.tensor_type.HasField("shape"):
+            failures.append(f"the exported graph records no shape for {node.op_type}'s output {name!r}")
+        elif x is not None and x.tensor_type != value.tensor_type:
+            failures.append(f"{node.op_type}'s recorded output {name!r} type differs from its input X's")
+    return failures
+
+
+def _residual_wiring(n: list[onnx.NodeProto], route: Route, eps: float, index: GraphIndex) -> _Wiring:
+    """A norm called with a residual: Add(x, residual) and the route's norm of its output, or one fused_add_norm."""
+    if route.name == "custom":
+        return _custom_add_wiring(n, eps, index)
+    add, rest = n[0], n[1:]
+    wiring = {"standard": _standard_wiring, "opset23": _opset23_wiring}[route.name](rest, eps, index)
+    failures = list(wiring.failures)
+    if wiring.x != add.output[0]:
+        failures.append("the norm does not read the residual Add's output")
+    constant = [name for name in add.input if index.is_constant(name)]
+    if len(add.input) != 2 or constant:
+        failures.append(f"the residual Add must add two computed values, got inputs {list(add.input)}")
+    # The sum is what the norm reads and what the op returns; the checks of x below look at the Add's inputs.
+    return _Wiring(x=add.input[0], weight=wiring.weight, bias=wiring.bias, failures=failures)
+
+
+def _custom_add_wiring(n: list[onnx.NodeProto], eps: float, index: GraphIndex) -> _Wiring:
+    (node,) = n
+    attrs = attribute_values(node)
+    failures = []
+    if len(node.input) != 4 or len(node.output) != 2:
+        failures.append(
+            f"{CUSTOM_ADD_OP_TYPE} has {len(node.input)} inputs and {len(node.output)} outputs, expected 4 and 2"
+        )
+        return _Wiring(x=node.input[0] if node.input else "", weight="", bias="", failures=failures)
+    if (
+        set(attrs) != {"epsilon"}
+        or not isinstance(attrs["epsilon"], float)
+        or not _eps_matches(attrs["epsilon"], eps, np.float32)
+    ):
+        failures.append(f"{CUSTOM_ADD_OP_TYPE} attributes {attrs}, expected only the float epsilon={eps}")
+    if index.is_constant(node.input[1]):
+        failures.append(f"{CUSTOM_ADD_OP_TYPE}'s residual {node.input[1]!r} is a constant")
+    failures += _custom_output_type(node, index)
+    return _Wiring(x=node.input[0], weight=node.input[2], bias=node.input[3], failures=failures)
 
 
 def _is_parameter(index: GraphIndex, name: str, value: np.ndarray, role: str) -> list[str]:

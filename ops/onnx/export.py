@@ -1,11 +1,14 @@
 """Export a module that uses the fused op to ONNX by one route, then check the file.
 
     export_model(module, example_input, route, path)          # any module: the model or one Norm
+    export_model(norm, (x, residual), route, path)             # one norm with its residual: two inputs, two outputs
     export_routes("all", out_dir)                              # ``invoke export``
 
-The module's norms must be ``Norm(impl="fused")``: the routes are
-translations of ``torch.ops.myops.fused_norm``. Every dim but the last is
-exported dynamic (named ``batch``, ``seq``, ...). The file is written only
+The module's norms must be ``Norm(impl="fused")`` or ``"fused_add"``: the
+routes are translations of ``torch.ops.myops.fused_norm`` and
+``fused_add_norm``. Every dim but the last is exported dynamic (named
+``batch``, ``seq``, ...). Inputs are named ``x`` (and ``residual``), outputs
+``y`` (and ``s``, the sum of a module that returns it). The file is written only
 after it passes the post-export checks (ops/onnx/checks.py); a file that fails
 them is kept beside it as ``<name>.rejected.onnx`` for inspection.
 
@@ -36,13 +39,23 @@ from env.files import atomic_path
 from env.paths import build_dir
 from ops.norms import Norm
 from ops.onnx.checks import CheckReport, ExportCheckError, check_export, norm_paths_of
-from ops.onnx.routes import CUSTOM_DOMAIN, CUSTOM_DOMAIN_VERSION, CUSTOM_OP_TYPE, Route, get_route, parse_routes
+from ops.onnx.routes import (
+    CUSTOM_ADD_OP_TYPE,
+    CUSTOM_DOMAIN,
+    CUSTOM_DOMAIN_VERSION,
+    CUSTOM_OP_TYPE,
+    Route,
+    get_route,
+    parse_routes,
+)
 from ops.onnx.summary import format_summary
 
 if TYPE_CHECKING:
     from ops.model import ModelConfig
 
 INPUT_NAME, OUTPUT_NAME = "x", "y"
+INPUT_NAMES, OUTPUT_NAMES = (INPUT_NAME, "residual"), (OUTPUT_NAME, "s")
+FUSED_IMPLS = ("fused", "fused_add")  # the impls whose norms are the ops the routes translate
 _DIM_NAMES = ("batch", "seq")
 # The TorchScript exporter looks a custom-namespace symbolic up at the version
 # `custom_opsets` gives its domain (1 for myops), not at the export's opset:
@@ -71,28 +84,32 @@ class ExportResult:
 
 def export_model(
     module: nn.Module,
-    example_input: Tensor,
+    example_input: Tensor | tuple[Tensor, ...],
     route: str | Route,
     path: Path | str,
     dynamo: bool = True,
 ) -> ExportResult:
-    """Export ``module`` (eval mode) by ``route`` to ``path``; check the file; return what was written."""
+    """Export ``module`` (eval mode) by ``route`` to ``path``; check the file; return what was written.
+
+    ``example_input``: one tensor, or a tuple (x, residual) for a module called with both.
+    """
     route = get_route(route) if isinstance(route, str) else route
-    _check_exportable(module, example_input, route, dynamo)
+    inputs = example_input if isinstance(example_input, tuple) else (example_input,)
+    _check_exportable(module, inputs, route, dynamo)
     path = Path(path)
     module = module.eval()
+    with torch.no_grad():
+        produced = module(*inputs)
+    names = _Names(INPUT_NAMES[: len(inputs)], OUTPUT_NAMES[: len(produced) if isinstance(produced, tuple) else 1])
     start = time.perf_counter()
     with _quiet_exporter():
-        model = (
-            _export_dynamo(module, example_input, route)
-            if dynamo
-            else _export_torchscript(module, example_input, route)
-        )
+        export = _export_dynamo if dynamo else _export_torchscript
+        model = export(module, inputs, route, names)
     seconds = time.perf_counter() - start
     exporter = "dynamo" if dynamo else "torchscript"
     _stamp(model, route, exporter, norm_paths_of(module))
     try:
-        report = check_export(model, route, module, [INPUT_NAME])
+        report = check_export(model, route, module, list(names.inputs))
     except ExportCheckError as error:
         rejected = path.with_name(path.stem + ".rejected.onnx")
         _save(model, rejected)
@@ -101,21 +118,34 @@ def export_model(
     return ExportResult(path, route, exporter, report, seconds, format_summary(model, report, path, exporter))
 
 
-def _check_exportable(module: nn.Module, example_input: Tensor, route: Route, dynamo: bool) -> None:
+@dataclass(frozen=True)
+class _Names:
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+def _check_exportable(module: nn.Module, inputs: tuple, route: Route, dynamo: bool) -> None:
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
-    if not isinstance(example_input, Tensor) or example_input.dim() < 1:
-        raise ValueError("example_input must be a tensor with at least 1 dim (the normalised last one)")
+    if not 1 <= len(inputs) <= len(INPUT_NAMES) or not all(isinstance(t, Tensor) and t.dim() >= 1 for t in inputs):
+        raise ValueError(
+            "example_input must be a tensor with at least 1 dim (the normalised last one), or a tuple (x, residual) "
+            "of two such tensors"
+        )
+    if len(inputs) == 2 and inputs[0].shape != inputs[1].shape:
+        raise ValueError(f"x and residual must have one shape, got {list(inputs[0].shape)} and {list(inputs[1].shape)}")
+    example_input = inputs[0]
     norms = {name or "(module)": m.impl for name, m in module.named_modules() if isinstance(m, Norm)}
     if not norms:
         raise ExportError(
             "module contains no ops.norms.Norm: the routes translate the fused norm op, there is nothing to route"
         )
-    not_fused = {name: impl for name, impl in norms.items() if impl != "fused"}
+    not_fused = {name: impl for name, impl in norms.items() if impl not in FUSED_IMPLS}
     if not_fused:
         raise ExportError(
-            f"every Norm must use impl='fused' (the routes translate torch.ops.myops.fused_norm); "
-            f"these do not: {not_fused} - build the module with impl='fused' (ops.model.with_norm_impl)"
+            f"every Norm must use impl='fused' or 'fused_add' (the routes translate torch.ops.myops.fused_norm and "
+            f"fused_add_norm); these do not: {not_fused} - build the module with one of them "
+            "(ops.model.with_norm_impl)"
         )
     small = [axis for axis, size in enumerate(example_input.shape[:-1]) if size < 2]
     if small:
@@ -125,49 +155,70 @@ def _check_exportable(module: nn.Module, example_input: Tensor, route: Route, dy
         )
     if not dynamo and route.torchscript_symbolic is None:
         raise ExportError(f"route {route.name!r} has no TorchScript-exporter form: {route.torchscript_unavailable}")
+    if not dynamo and "fused_add" in norms.values():
+        # Its scopes name a norm called from outside its own block by the attribute name alone (/norm1, not
+        # /blocks.1/norm1), so no check could tell which norm a node belongs to.
+        raise ExportError(
+            "impl 'fused_add' exports with the dynamo exporter only (the default): the TorchScript exporter does not "
+            "record which norm the residual adds' nodes belong to"
+        )
+
+
+def _translations(route: Route) -> dict:
+    return {
+        torch.ops.myops.fused_norm.default: route.dynamo_translation,
+        torch.ops.myops.fused_add_norm.default: route.add_dynamo_translation,
+    }
 
 
 def _dynamic_dim_names(rank: int) -> list[str]:
     return [_DIM_NAMES[a] if a < len(_DIM_NAMES) else f"d{a}" for a in range(rank - 1)]
 
 
-def _export_dynamo(module: nn.Module, x: Tensor, route: Route) -> onnx.ModelProto:
-    dims = {axis: torch.export.Dim(name) for axis, name in enumerate(_dynamic_dim_names(x.dim()))}
+def _export_dynamo(module: nn.Module, inputs: tuple, route: Route, names: _Names) -> onnx.ModelProto:
+    # One Dim object per axis name, shared by every input: x and residual have one shape.
+    dims = {axis: torch.export.Dim(name) for axis, name in enumerate(_dynamic_dim_names(inputs[0].dim()))}
     program = torch.onnx.export(
         module,
-        (x,),
+        inputs,
         dynamo=True,
         opset_version=route.opset,
-        custom_translation_table={torch.ops.myops.fused_norm.default: route.dynamo_translation},
-        dynamic_shapes=(dims,),
-        input_names=[INPUT_NAME],
-        output_names=[OUTPUT_NAME],
+        custom_translation_table=_translations(route),
+        dynamic_shapes=tuple(dims for _ in inputs),
+        input_names=list(names.inputs),
+        output_names=list(names.outputs),
         optimize=True,  # folds constant work (e.g. the transposes of Linear weights) into initializers
         verbose=False,
     )
     return program.model_proto
 
 
-def _export_torchscript(module: nn.Module, x: Tensor, route: Route) -> onnx.ModelProto:
-    dims = dict(enumerate(_dynamic_dim_names(x.dim())))
+def _export_torchscript(module: nn.Module, inputs: tuple, route: Route, names: _Names) -> onnx.ModelProto:
+    dims = dict(enumerate(_dynamic_dim_names(inputs[0].dim())))
     buffer = io.BytesIO()
-    name = f"{CUSTOM_DOMAIN}::{CUSTOM_OP_TYPE}"
-    torch.onnx.register_custom_op_symbolic(name, route.torchscript_symbolic, _SYMBOLIC_FROM_OPSET)
+    symbolics = {
+        f"{CUSTOM_DOMAIN}::{CUSTOM_OP_TYPE}": route.torchscript_symbolic,
+        f"{CUSTOM_DOMAIN}::{CUSTOM_ADD_OP_TYPE}": route.add_torchscript_symbolic,
+    }
+    registered = [name for name, symbolic in symbolics.items() if symbolic is not None]
+    for name in registered:
+        torch.onnx.register_custom_op_symbolic(name, symbolics[name], _SYMBOLIC_FROM_OPSET)
     try:
         torch.onnx.export(
             module,
-            (x,),
+            inputs,
             buffer,
             dynamo=False,
             opset_version=route.opset,
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            dynamic_axes={INPUT_NAME: dims, OUTPUT_NAME: dims},
+            input_names=list(names.inputs),
+            output_names=list(names.outputs),
+            dynamic_axes={name: dims for name in (*names.inputs, *names.outputs)},
             custom_opsets={CUSTOM_DOMAIN: CUSTOM_DOMAIN_VERSION} if route.custom_domain else None,
             do_constant_folding=True,
         )
     finally:
-        torch.onnx.unregister_custom_op_symbolic(name, _SYMBOLIC_FROM_OPSET)
+        for name in registered:
+            torch.onnx.unregister_custom_op_symbolic(name, _SYMBOLIC_FROM_OPSET)
     return onnx.load_from_string(buffer.getvalue())
 
 
@@ -181,6 +232,8 @@ def _quiet_exporter() -> Iterator[None]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", category=DeprecationWarning)
             warnings.simplefilter("ignore", category=FutureWarning)
+            # x and residual share their dims on purpose: the exporter notes that it keeps one name for each.
+            warnings.filterwarnings("ignore", message=".*shares the same shape constraints with another axis")
             yield
     finally:
         logger.setLevel(level)

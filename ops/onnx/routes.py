@@ -1,13 +1,21 @@
-"""The three ways ``myops::fused_norm`` becomes ONNX, and what each promises.
+"""The three ways ``myops::fused_norm`` and ``myops::fused_add_norm`` become ONNX, and what each promises.
 
-A route says which nodes one norm becomes and how each exporter makes them:
+A route says which nodes one norm becomes and how each exporter makes them;
+a norm called with a residual (``fused_add_norm``) becomes the same nodes
+after an ``Add`` of x and the residual, whose output is the op's second
+output (the residual stream), or one ``myops::fused_add_norm`` node with two
+outputs in the ``custom`` route:
 
   * ``standard``: plain ONNX ops in exactly the pattern ONNX Runtime's
     SimplifiedLayerNormFusion recognises (Pow(x, 2) -> ReduceMean(last axis)
     -> Add(eps) -> Sqrt -> Div(x, .) -> Mul(weight)), then the bias Add. Any
     ONNX runtime runs it; ORT with graph optimisation on runs one
     SimplifiedLayerNormalization per norm. (x * rsqrt(.) or Mul(x, x) compute
-    the same but do not fuse: see FACTS.md.)
+    the same but do not fuse.) The Add in front of a residual norm is the
+    pattern onnxruntime.transformers' SkipLayerNormalization fusion turns
+    into SkipSimplifiedLayerNormalization (com.microsoft), whose fourth output
+    is the sum; ORT's session optimiser (1.31) does not: its fusion handles
+    LayerNormalization only, and only when the Add feeds nothing else.
   * ``opset23``: ONNX's own RMSNormalization (opset 23) plus the bias Add.
   * ``custom``: one opaque ``myops::fused_norm`` node; the runtime needs the
     custom-op library (csrc/ort), which runs the same kernel as the torch op.
@@ -33,6 +41,7 @@ from torch.onnx import symbolic_helper
 CUSTOM_DOMAIN = "myops"
 CUSTOM_DOMAIN_VERSION = 1
 CUSTOM_OP_TYPE = "fused_norm"
+CUSTOM_ADD_OP_TYPE = "fused_add_norm"
 
 # ONNX opset of the standard and custom files: the dynamo exporter's default
 # and the newest the TorchScript exporter can write, so both exporters give
@@ -57,6 +66,10 @@ class Route:
     opset_imports: dict[str, int]
     dynamo_translation: Callable
     torchscript_symbolic: Callable | None
+    # The same for a norm called with a residual (myops::fused_add_norm).
+    add_norm_ops: tuple[tuple[str, str], ...]
+    add_dynamo_translation: Callable
+    add_torchscript_symbolic: Callable | None
     torchscript_unavailable: str = ""
 
     @property
@@ -91,6 +104,17 @@ def _opset23_translation(x, weight, bias, eps: float):
     return op23.Add(op23.RMSNormalization(x, weight, axis=-1, epsilon=eps, stash_type=stash), bias)
 
 
+# A residual norm: the Add first, its output both normalised and returned.
+def _standard_add_translation(x, residual, weight, bias, eps: float):
+    s = op18.Add(x, residual)
+    return _standard_translation(s, weight, bias, eps), s
+
+
+def _opset23_add_translation(x, residual, weight, bias, eps: float):
+    s = op23.Add(x, residual)
+    return _opset23_translation(s, weight, bias, eps), s
+
+
 _myops = onnxscript.values.Opset(CUSTOM_DOMAIN, CUSTOM_DOMAIN_VERSION)
 
 
@@ -106,6 +130,13 @@ def _custom_translation(x: FLOAT, weight: FLOAT, bias: FLOAT, eps: float) -> FLO
     return y
 
 
+# Two targets: the node gets two outputs (the op has no schema to say so).
+@onnxscript.script(_myops)
+def _custom_add_translation(x: FLOAT, residual: FLOAT, weight: FLOAT, bias: FLOAT, eps: float) -> tuple[FLOAT, FLOAT]:
+    y, s = _myops.fused_add_norm(x, residual, weight, bias, epsilon=eps)
+    return y, s
+
+
 # --- TorchScript exporter symbolics (deprecated exporter, kept for its users) --
 # parse_args turns eps into a Python float ("f") and keeps tensors as graph
 # values ("v"); without it eps arrives as a graph Value and cannot become an
@@ -116,12 +147,22 @@ def _typed_scalar(g, value: float, like) -> torch.Value:
     return g.op("Constant", value_t=torch.tensor(value, dtype=like.type().dtype()))
 
 
-@symbolic_helper.parse_args("v", "v", "v", "f")
-def _standard_symbolic(g, x, weight, bias, eps):
+def _standard_nodes(g, x, weight, bias, eps: float):
     axes = g.op("Constant", value_t=torch.tensor([-1], dtype=torch.int64))  # opset >= 18: axes is an input
     mean_square = g.op("ReduceMean", g.op("Pow", x, _typed_scalar(g, 2.0, x)), axes, keepdims_i=1)
     rms = g.op("Sqrt", g.op("Add", mean_square, _typed_scalar(g, eps, x)))
     return g.op("Add", g.op("Mul", g.op("Div", x, rms), weight), bias)
+
+
+@symbolic_helper.parse_args("v", "v", "v", "f")
+def _standard_symbolic(g, x, weight, bias, eps):
+    return _standard_nodes(g, x, weight, bias, eps)
+
+
+@symbolic_helper.parse_args("v", "v", "v", "v", "f")
+def _standard_add_symbolic(g, x, residual, weight, bias, eps):
+    s = g.op("Add", x, residual)
+    return _standard_nodes(g, s, weight, bias, eps), s
 
 
 @symbolic_helper.parse_args("v", "v", "v", "f")
@@ -133,6 +174,14 @@ def _custom_symbolic(g, x, weight, bias, eps):
     return y
 
 
+@symbolic_helper.parse_args("v", "v", "v", "v", "f")
+def _custom_add_symbolic(g, x, residual, weight, bias, eps):
+    y, s = g.op(f"{CUSTOM_DOMAIN}::{CUSTOM_ADD_OP_TYPE}", x, residual, weight, bias, epsilon_f=eps, outputs=2)
+    y.setType(x.type())
+    s.setType(x.type())
+    return y, s
+
+
 ROUTES: dict[str, Route] = {
     "standard": Route(
         name="standard",
@@ -142,6 +191,9 @@ ROUTES: dict[str, Route] = {
         opset_imports={"": DEFAULT_OPSET},
         dynamo_translation=_standard_translation,
         torchscript_symbolic=_standard_symbolic,
+        add_norm_ops=(("", "Add"), *(("", t) for t in ("Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul", "Add"))),
+        add_dynamo_translation=_standard_add_translation,
+        add_torchscript_symbolic=_standard_add_symbolic,
     ),
     "opset23": Route(
         name="opset23",
@@ -151,16 +203,23 @@ ROUTES: dict[str, Route] = {
         opset_imports={"": 23},
         dynamo_translation=_opset23_translation,
         torchscript_symbolic=None,
+        add_norm_ops=(("", "Add"), ("", "RMSNormalization"), ("", "Add")),
+        add_dynamo_translation=_opset23_add_translation,
+        add_torchscript_symbolic=None,
         torchscript_unavailable="the TorchScript exporter writes opset 20 at most; RMSNormalization needs opset 23",
     ),
     "custom": Route(
         name="custom",
-        summary=f"one opaque {CUSTOM_DOMAIN}::{CUSTOM_OP_TYPE} node (needs the ORT custom-op library)",
+        summary=f"one opaque {CUSTOM_DOMAIN}::{CUSTOM_OP_TYPE} (or {CUSTOM_ADD_OP_TYPE}) node per norm (needs the ORT "
+        "custom-op library)",
         opset=DEFAULT_OPSET,
         norm_ops=((CUSTOM_DOMAIN, CUSTOM_OP_TYPE),),
         opset_imports={"": DEFAULT_OPSET, CUSTOM_DOMAIN: CUSTOM_DOMAIN_VERSION},
         dynamo_translation=_custom_translation,
         torchscript_symbolic=_custom_symbolic,
+        add_norm_ops=((CUSTOM_DOMAIN, CUSTOM_ADD_OP_TYPE),),
+        add_dynamo_translation=_custom_add_translation,
+        add_torchscript_symbolic=_custom_add_symbolic,
     ),
 }
 
