@@ -173,7 +173,8 @@ OrtStatusPtr ReadEpsilon(const OrtKernelInfo* info, float* epsilon, const char* 
     if (OrtStatusPtr status = api.KernelInfoGetAttribute_float(info, kEpsilonAttribute, epsilon)) {
       const std::string reason = api.GetErrorMessage(status);
       api.ReleaseStatus(status);
-      return Ort::Status((std::string(op) + ": the node needs a float attribute 'epsilon' (added to mean(X^2) before the "
+      return Ort::Status((std::string(op) +
+                          ": the node needs a float attribute 'epsilon' (added to mean(X^2) before the "
                           "rsqrt); reading it failed: " +
                           reason)
                              .c_str(),
