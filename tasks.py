@@ -122,9 +122,10 @@ def bench(
 )
 def compare(c, base, new, threshold="0.10", alpha="0.05", allow_different_machines=False):
     """Compare two bench reports row by row; exit 1 on a regression (interval above threshold), 3 if machines differ."""
+    # Options are checked before the comparison's modules (pandas, scipy) are imported.
+    threshold, alpha = cli.fraction("--threshold", threshold), cli.fraction("--alpha", alpha)
     from bench.compare import main
 
-    threshold, alpha = cli.fraction("--threshold", threshold), cli.fraction("--alpha", alpha)
     if code := main(base, new, threshold=threshold, alpha=alpha, allow_different_machines=allow_different_machines):
         raise Exit(code=code)
 

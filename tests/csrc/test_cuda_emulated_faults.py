@@ -63,14 +63,27 @@ def kernels() -> EmulatedKernels:
     return load_emulated_kernels()  # skips where CUDA's headers are missing
 
 
-@pytest.fixture(scope="module")
-def faulted(kernels, tmp_path_factory) -> dict[str, EmulatedKernels]:
-    """Every fault's build, compiled a core's worth at a time (cached under build/cuda_emulated/)."""
-    directory = tmp_path_factory.mktemp("faulted")
-    faults = FAULTS + EMULATOR_CHECKS
+# The faults the fast tier's tests use; the others' copies are compiled for the slow tier only (a fresh checkout
+# compiles each copy, 5-10 s on 2 cores, before the content cache has it).
+FAST_FAULTS = [FAULTS[0], SHARED_SLOTS_REUSED]
+
+
+def _build_faults(faults: list[Fault], directory) -> dict[str, EmulatedKernels]:
+    """The faults' builds, compiled a core's worth at a time (cached under build/cuda_emulated/)."""
     copies = [fault.write_copy(core_cuda_sources()[0], directory) for fault in faults]
     libraries = build_many(copies, workers=max(2, os.cpu_count() or 2))
     return {fault.name: EmulatedKernels(lib) for fault, lib in zip(faults, libraries, strict=True)}
+
+
+@pytest.fixture(scope="module")
+def faulted(kernels, tmp_path_factory) -> dict[str, EmulatedKernels]:
+    return _build_faults(FAST_FAULTS, tmp_path_factory.mktemp("faulted"))
+
+
+@pytest.fixture(scope="module")
+def all_faulted(kernels, faulted, tmp_path_factory) -> dict[str, EmulatedKernels]:
+    rest = [f for f in FAULTS + EMULATOR_CHECKS if f.name not in faulted]
+    return {**faulted, **_build_faults(rest, tmp_path_factory.mktemp("faulted-rest"))}
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +129,13 @@ def clean_problems(_clean_runs, kernels, detection_cases, generator) -> list[str
     return _clean_runs["problems"]
 
 
-@pytest.mark.parametrize("fault", FAULTS, ids=lambda f: f.name.replace(" ", "-"))
-def test_injected_fault_is_caught(faulted, clean_problems, detection_cases, generator, fault: Fault):
+@pytest.mark.parametrize(
+    "fault",
+    [f if f in FAST_FAULTS else pytest.param(f, marks=pytest.mark.slow) for f in FAULTS],
+    ids=lambda f: f.name.replace(" ", "-"),
+)
+def test_injected_fault_is_caught(request, clean_problems, detection_cases, generator, fault: Fault):
+    faulted = request.getfixturevalue("faulted" if fault in FAST_FAULTS else "all_faulted")
     # The unmodified kernels pass the very same cases, so what fails below is the fault. The value checks
     # alone (detector off) must catch every fault: they are what a race-free wrong kernel meets.
     assert not clean_problems, "the unmodified kernels fail the detection cases:\n" + "\n".join(clean_problems[:10])
@@ -153,10 +171,11 @@ def test_the_race_detector_names_the_racing_lines_in_every_order(faulted, genera
             assert ("data race" in problem and write in problem) or "uninitialised shared memory" in problem, problem
 
 
-def test_a_barrier_not_every_thread_reaches_is_reported(faulted, generator):
+@pytest.mark.slow  # a fault copy of its own to compile (see FAST_FAULTS)
+def test_a_barrier_not_every_thread_reaches_is_reported(all_faulted, generator):
     case = Case(torch.float32, 2, 1000)  # block_rows_kernel, 64 threads (250 vectors of 4)
     # Detector off: it would first report lane 1 reading a slot warp 1 has not written yet.
-    problems, _ = check_case(faulted[BARRIER_IN_A_BRANCH.name], case, "round_robin", generator, detect_races=False)
+    problems, _ = check_case(all_faulted[BARRIER_IN_A_BRANCH.name], case, "round_robin", generator, detect_races=False)
     (problem,) = problems
     # The kernel, the block and the threads that never arrive are named.
     assert "deadlock in fused_norm::cuda_kernels::block_rows_kernel<float, 4, 4>" in problem, problem
@@ -164,10 +183,11 @@ def test_a_barrier_not_every_thread_reaches_is_reported(faulted, generator):
     assert "thread (1,0,0) [warp 0 lane 1] waits at __shfl_xor_sync(mask=0xffffffff)" in problem, problem
 
 
-def test_a_shuffle_reading_an_exited_lane_is_reported(faulted, generator):
+@pytest.mark.slow  # a fault copy of its own to compile (see FAST_FAULTS)
+def test_a_shuffle_reading_an_exited_lane_is_reported(all_faulted, generator):
     # As in CUDA, the other lanes' shuffle goes ahead without the exited lane 5, but lane 21 reads it (xor 16).
     problems, _ = check_case(
-        faulted[LANE_EXITS_BEFORE_THE_REDUCTION.name], Case(torch.float32, 1, 64), "warp_ahead", generator
+        all_faulted[LANE_EXITS_BEFORE_THE_REDUCTION.name], Case(torch.float32, 1, 64), "warp_ahead", generator
     )
     (problem,) = problems
     assert (
@@ -176,8 +196,11 @@ def test_a_shuffle_reading_an_exited_lane_is_reported(faulted, generator):
     ) in problem, problem
 
 
-def test_a_shuffle_reading_outside_its_mask_is_reported(faulted, generator):
-    problems, _ = check_case(faulted[HALF_WARP_SHUFFLE_MASK.name], Case(torch.float32, 1, 64), "warp_ahead", generator)
+@pytest.mark.slow  # a fault copy of its own to compile (see FAST_FAULTS)
+def test_a_shuffle_reading_outside_its_mask_is_reported(all_faulted, generator):
+    problems, _ = check_case(
+        all_faulted[HALF_WARP_SHUFFLE_MASK.name], Case(torch.float32, 1, 64), "warp_ahead", generator
+    )
     (problem,) = problems
     # Lanes 0-15 meet first; lane 0's xor partner 16 is outside their mask: undefined on the GPU, an error here.
     assert "__shfl_xor_sync(mask=0x0000ffff): lane 0 reads lane 16, which is not in the mask" in problem, problem

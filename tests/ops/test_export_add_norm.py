@@ -45,6 +45,7 @@ def _session(path, route: str):
     return create_session(path, OrtConfig(register_custom_ops=get_route(route).custom_domain))
 
 
+@pytest.mark.slow  # the folded model's export by every route: about 16 s on 2 cores
 @pytest.mark.parametrize("route", list(ROUTES))
 def test_folded_model_exports_each_residual_norm_in_the_routes_residual_form(route, exported):
     result = exported[route]
@@ -57,6 +58,7 @@ def test_folded_model_exports_each_residual_norm_in_the_routes_residual_form(rou
     assert result.norm_count == RESIDUAL_NORMS + 1
 
 
+@pytest.mark.slow  # the folded model's export by every route: about 16 s on 2 cores
 @pytest.mark.parametrize("route", list(ROUTES))
 def test_folded_model_runs_in_ort_like_torch(route, exported, model, generator):
     session = _session(exported[route].path, route)
@@ -84,6 +86,7 @@ def test_one_norm_with_its_residual_has_two_inputs_and_two_outputs(route, tmp_pa
         np.testing.assert_allclose(y, y_torch.numpy(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # the folded model's export by every route: about 16 s on 2 cores
 def test_standard_residual_form_fuses_into_skip_simplified_layer_normalization(exported, model, generator):
     # onnxruntime.transformers' fusions turn Add + the standard pattern into SkipSimplifiedLayerNormalization
     # (its fourth output is the sum); ORT's session optimiser of this release does not (its skip fusion takes
@@ -103,6 +106,7 @@ def test_standard_residual_form_fuses_into_skip_simplified_layer_normalization(e
         np.testing.assert_allclose(y, model(x).numpy(), **TOL)
 
 
+@pytest.mark.slow  # the folded model's export by every route: about 16 s on 2 cores
 def test_checks_catch_a_residual_add_of_a_constant(exported, model):
     broken = onnx.ModelProto()
     broken.CopyFrom(onnx.load(exported["standard"].path))
@@ -113,6 +117,7 @@ def test_checks_catch_a_residual_add_of_a_constant(exported, model):
         check_export(broken, get_route("standard"), model, ["x"])
 
 
+@pytest.mark.slow  # the folded model's export by every route: about 16 s on 2 cores
 def test_checks_catch_a_custom_residual_node_without_its_sum_output(exported, model):
     broken = onnx.ModelProto()
     broken.CopyFrom(onnx.load(exported["custom"].path))
