@@ -119,7 +119,10 @@ def test_a_wrong_baseline_is_a_failure_and_never_a_row(tmp_path, wrong_baseline_
 def test_main_exits_non_zero_when_a_baseline_is_wrong(tmp_path, wrong_baseline_registered, monkeypatch):
     from bench import run
 
+    # quick: in this process, where the wrong baseline is registered (a full run's fresh workers would not
+    # know it and fail for that reason instead).
     options = BenchOptions(
+        quick=True,
         baseline="test_wrong",
         warmup=1,
         budget_s=0.01,

@@ -87,6 +87,15 @@ def test_bad_numeric_option_of_a_building_task_names_the_option(options, option)
 
 
 def test_an_expected_module_error_ends_without_traceback():
+    # env.lock.docker raises DockerError, which docker.build lists: one line, its name first, no traceback.
+    done = invoke("docker.build", "--variant", "nope")
+    assert done.returncode != 0
+    assert done.stderr.startswith("docker.build: --variant must be one of"), done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+@pytest.mark.slow  # the bench task builds first (its up-to-date checks import torch): about 10 s
+def test_a_bench_option_error_ends_without_traceback_after_the_build():
     done = invoke("bench", "--dtype", "int8", "--baseline", "fused")
     assert done.returncode != 0
     assert done.stderr.startswith("bench: ") and "--dtype" in done.stderr, done.stderr
