@@ -110,7 +110,8 @@ std::unique_ptr<DebugDump> DebugDump::ForKernel(const OrtKernelInfo* info, const
   }
 }
 
-void DebugDump::Write(Ort::KernelContext& context, const fused_norm::NormProblem& problem) noexcept {
+void DebugDump::Write(Ort::KernelContext& context, const fused_norm::NormProblem& problem, const void* residual,
+                      const void* sum) noexcept {
   const uint64_t call = calls_.fetch_add(1) + 1;
   try {
     const std::vector<int64_t> x_shape = context.GetInput(0).GetTensorTypeAndShapeInfo().GetShape();
@@ -126,13 +127,16 @@ void DebugDump::Write(Ort::KernelContext& context, const fused_norm::NormProblem
     WriteNpy(tmp / "weight.npy", type.descr, vector_shape, problem.weight, problem.hidden * type.size);
     WriteNpy(tmp / "bias.npy", type.descr, vector_shape, problem.bias, problem.hidden * type.size);
     WriteNpy(tmp / "y.npy", type.descr, x_shape, problem.y, elements * type.size);
+    if (residual != nullptr) WriteNpy(tmp / "residual.npy", type.descr, x_shape, residual, elements * type.size);
+    if (sum != nullptr) WriteNpy(tmp / "s.npy", type.descr, x_shape, sum, elements * type.size);
     const float epsilon = static_cast<float>(problem.eps);
     WriteNpy(tmp / "epsilon.npy", "<f4", {}, &epsilon, sizeof epsilon);
     {
       std::ofstream meta(tmp / "meta.json");
       char eps_text[32];
       std::snprintf(eps_text, sizeof eps_text, "%.9g", static_cast<double>(epsilon));
-      meta << "{\"node\": \"" << fs::path(folder_).filename().string() << "\", \"call\": " << call
+      meta << "{\"op\": \"" << (residual != nullptr ? kAddOpName : kOpName) << "\", \"node\": \""
+           << fs::path(folder_).filename().string() << "\", \"call\": " << call
            << ", \"epsilon\": " << eps_text << ", \"dtype\": \"" << type.name
            << "\", \"x_shape\": " << ShapeString(x_shape) << ", \"hidden\": " << problem.hidden << "}\n";
     }

@@ -80,18 +80,20 @@ Ort::Status PrepareAddNormCall(Ort::KernelContext& context, float epsilon, AddNo
 // to X's dtype in any graph the kernel accepts.
 OrtStatusPtr InferNormOutputShape(OrtShapeInferContext* context, size_t outputs = 1) noexcept;
 
-// What differs between the ops: name, arity, how a call is prepared, and
-// whether the debug dump serves it.
+// What differs between the ops: name, arity, how a call is prepared and how
+// the debug dump writes it.
 struct FusedNormKind {
   using Call = NormCall;
   static constexpr const char* kName = kOpName;
   static constexpr size_t kInputs = 3;
   static constexpr size_t kOutputs = 1;
-  static constexpr bool kDumps = true;
   static Ort::Status Prepare(Ort::KernelContext& context, float epsilon, Call& call) {
     return PrepareNormCall(context, epsilon, call);
   }
   static const fused_norm::NormProblem& Norm(const Call& call) { return call.problem; }
+  static void Dump(DebugDump& dump, Ort::KernelContext& context, const Call& call) {
+    dump.Write(context, call.problem);
+  }
 };
 
 struct FusedAddNormKind {
@@ -99,11 +101,13 @@ struct FusedAddNormKind {
   static constexpr const char* kName = kAddOpName;
   static constexpr size_t kInputs = 4;
   static constexpr size_t kOutputs = 2;
-  static constexpr bool kDumps = false;  // the dump's files and replay are those of fused_norm
   static Ort::Status Prepare(Ort::KernelContext& context, float epsilon, Call& call) {
     return PrepareAddNormCall(context, epsilon, call);
   }
   static const fused_norm::NormProblem& Norm(const Call& call) { return call.problem.norm; }
+  static void Dump(DebugDump& dump, Ort::KernelContext& context, const Call& call) {
+    dump.Write(context, call.problem.norm, call.problem.residual, call.problem.residual_out);
+  }
 };
 
 // Converts the exception being handled into an OrtStatus (call in catch blocks).
@@ -127,9 +131,7 @@ class NormKernel {
       const fused_norm::NormProblem& norm = Kind::Norm(call);
       if (norm.rows == 0 || norm.hidden == 0) return nullptr;  // empty outputs: nothing to write
       Ort::Status run = Backend::Run(context, call);
-      if constexpr (Kind::kDumps) {
-        if (dump_ && run.IsOK()) dump_->Write(context, norm);  // null unless a debug dump was asked for
-      }
+      if (dump_ && run.IsOK()) Kind::Dump(*dump_, context, call);  // null unless a debug dump was asked for
       return run.release();
     } catch (...) {
       return StatusFromCurrentException();
@@ -175,9 +177,7 @@ struct NormOp : Ort::CustomOpBase<NormOp<Backend, Kind>, NormKernel<Backend, Kin
     try {
       float epsilon = 0.0f;
       if (OrtStatusPtr status = ReadEpsilon(info, &epsilon, Kind::kName)) return status;
-      std::unique_ptr<DebugDump> dump;
-      if constexpr (Kind::kDumps) dump = DebugDump::ForKernel(info, Backend::kExecutionProvider);
-      *kernel = new NormKernel<Backend, Kind>(epsilon, std::move(dump));
+      *kernel = new NormKernel<Backend, Kind>(epsilon, DebugDump::ForKernel(info, Backend::kExecutionProvider));
       return nullptr;
     } catch (...) {
       return StatusFromCurrentException();

@@ -7,7 +7,9 @@ or ``FUSEDBENCH_ORT_DUMP_DIR``):
     DUMP/<node>__p<pid>k<kernel>/call-000001/{x,weight,bias,y,epsilon}.npy + meta.json
 
 Each call's x, weight, bias and epsilon go through ``torch.ops.myops.fused_norm``
-and ORT's y is compared with its result. Both sides run the same kernel core,
+and ORT's y is compared with its result; a ``fused_add_norm`` call (meta.json's
+"op", with residual.npy and s.npy) goes through ``torch.ops.myops.fused_add_norm``
+and both its outputs are compared. Both sides run the same kernel core,
 so they should agree within the fused kernel's tolerance for the dtype
 (ops/reference.py); the first call that does not is where a deployed graph
 went wrong.
@@ -41,7 +43,8 @@ class CallReplay:
     max_abs: float
     max_rel: float
     outside: int  # elements outside rtol/atol (NaN only where both are NaN counts as equal)
-    elements: int
+    elements: int  # of every output compared (fused_add_norm: the norm's and the sum's)
+    op: str = "fused_norm"
 
     @property
     def agrees(self) -> bool:
@@ -76,15 +79,23 @@ def replay_call(folder: Path) -> CallReplay:
 
     try:
         meta = json.loads((folder / "meta.json").read_text())
-        dtype = meta["dtype"]
+        dtype, op = meta["dtype"], meta.get("op", "fused_norm")
         x, weight, bias, y = (_load(folder, n, dtype) for n in ("x", "weight", "bias", "y"))
         epsilon = float(np.load(folder / "epsilon.npy"))
+        residual, s = (_load(folder, n, dtype) for n in ("residual", "s")) if op == "fused_add_norm" else (None, None)
     except (OSError, KeyError, ValueError) as error:
         raise DumpError(f"{folder}: not a complete dumped call ({error})") from error
     if dtype not in BY_NAME:
         raise DumpError(f"{folder}: dtype {dtype!r} is not one the op supports ({', '.join(BY_NAME)})")
-    expected = torch.ops.myops.fused_norm(x, weight, bias, epsilon)
-    got, want = y.double(), expected.double()
+    if op not in ("fused_norm", "fused_add_norm"):
+        raise DumpError(f"{folder}: op {op!r} is not one of the library's (fused_norm, fused_add_norm)")
+    if residual is None:
+        got, want = y.double(), torch.ops.myops.fused_norm(x, weight, bias, epsilon).double()
+    else:
+        # Both outputs, as one comparison: the norm and the sum side by side.
+        expected_y, expected_s = torch.ops.myops.fused_add_norm(x, residual, weight, bias, epsilon)
+        got = torch.stack([y.double(), s.double()])
+        want = torch.stack([expected_y.double(), expected_s.double()])
     tolerance = TOLERANCES[BY_NAME[dtype].torch]
     both_nan = got.isnan() & want.isnan()
     diff = (got - want).abs().masked_fill(both_nan, 0.0)
@@ -100,7 +111,8 @@ def replay_call(folder: Path) -> CallReplay:
         max_abs=float(diff[finite].max()) if finite.any() else math.nan,
         max_rel=float(rel[finite].max()) if finite.any() else math.nan,
         outside=int((~close).sum()),
-        elements=y.numel(),
+        elements=got.numel(),
+        op=op,
     )
 
 
@@ -113,11 +125,12 @@ def print_replay(results: list[CallReplay]) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="debug dump replayed through torch.ops.myops.fused_norm (ORT y vs torch)")
-    for name in ("node", "call", "dtype", "shape", "epsilon", "max abs", "max rel", "outside tol", "agrees"):
-        table.add_column(name, justify="left" if name in ("node", "dtype") else "right")
+    table = Table(title="debug dump replayed through the torch ops (ORT's outputs vs torch's)")
+    for name in ("op", "node", "call", "dtype", "shape", "epsilon", "max abs", "max rel", "outside tol", "agrees"):
+        table.add_column(name, justify="left" if name in ("op", "node", "dtype") else "right")
     for r in results:
         table.add_row(
+            r.op,
             r.node,
             str(r.call),
             r.dtype,

@@ -61,3 +61,21 @@ def test_the_client_names_a_missing_library(client, files, tmp_path):
     )
     assert result.returncode == 2
     assert "missing.so" in result.stderr
+
+
+@pytest.mark.slow  # two exports of the folded model: about 10 s on 2 cores
+def test_cpp_threads_serve_the_folded_model_with_its_two_output_nodes(client, tmp_path):
+    # The model with its residual adds folded into the norms: one myops::fused_add_norm node per residual norm,
+    # which the same library serves; its answers must match the standard route's.
+    from ops.model import ModelConfig, build_model, example_input
+    from ops.onnx.export import export_model
+
+    config = ModelConfig(d_model=64, heads=2, layers=2)
+    model = build_model("fused_add", config, seed=4)
+    x = example_input(2, 8, config.d_model)
+    custom = export_model(model, x, "custom", tmp_path / "custom.onnx")
+    standard = export_model(model, x, "standard", tmp_path / "standard.onnx")
+    assert custom.report.node_counts[("myops", "fused_add_norm")] == 2 * config.layers
+    result = run_client(client, custom.path, standard.path, 4, 50, 8)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 mismatches, 0 errors" in result.stdout

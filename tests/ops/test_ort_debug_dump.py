@@ -114,3 +114,25 @@ def test_the_exported_model_dumps_one_folder_per_norm_node(tmp_path_factory, tmp
     )
     results = replay(tmp_path)
     assert len(results) == 2 * len(node_names) and all(r.agrees for r in results)
+
+
+def test_a_fused_add_norm_call_dumps_its_residual_and_sum_and_replays(tmp_path, generator):
+    from ops.model import build_norm
+    from ops.onnx.export import export_model
+
+    norm = build_norm(48, "fused_add", seed=2)
+    x, residual = (make_inputs((2, 3, 48), torch.float32, generator)[0] for _ in range(2))
+    exported = export_model(norm, (x, residual), "custom", tmp_path / "add_norm.onnx")
+    session = dumping_session(exported.path.read_bytes(), tmp_path / "dump")
+    y, s = session.run(None, {"x": x.numpy(), "residual": residual.numpy()})
+    (folder,) = sorted((tmp_path / "dump").glob("*/call-*"))
+    np.testing.assert_array_equal(np.load(folder / "residual.npy"), residual.numpy())
+    np.testing.assert_array_equal(np.load(folder / "s.npy"), s)
+    assert json.loads((folder / "meta.json").read_text())["op"] == "fused_add_norm"
+    (result,) = replay(tmp_path / "dump")
+    assert result.op == "fused_add_norm" and result.agrees and result.elements == 2 * x.numel()
+    corrupted = s.copy()
+    corrupted[1, 2, 3] += 1.0
+    np.save(folder / "s.npy", corrupted)
+    (result,) = replay(tmp_path / "dump")
+    assert not result.agrees and result.outside == 1  # a wrong sum is caught, not only a wrong norm
