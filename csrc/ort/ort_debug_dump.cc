@@ -136,9 +136,9 @@ void DebugDump::Write(Ort::KernelContext& context, const fused_norm::NormProblem
       char eps_text[32];
       std::snprintf(eps_text, sizeof eps_text, "%.9g", static_cast<double>(epsilon));
       meta << "{\"op\": \"" << (residual != nullptr ? kAddOpName : kOpName) << "\", \"node\": \""
-           << fs::path(folder_).filename().string() << "\", \"call\": " << call
-           << ", \"epsilon\": " << eps_text << ", \"dtype\": \"" << type.name
-           << "\", \"x_shape\": " << ShapeString(x_shape) << ", \"hidden\": " << problem.hidden << "}\n";
+           << fs::path(folder_).filename().string() << "\", \"call\": " << call << ", \"epsilon\": " << eps_text
+           << ", \"dtype\": \"" << type.name << "\", \"x_shape\": " << ShapeString(x_shape)
+           << ", \"hidden\": " << problem.hidden << "}\n";
     }
     fs::rename(tmp, final_folder);
   } catch (const std::exception& error) {
