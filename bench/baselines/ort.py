@@ -8,6 +8,8 @@ crosses the bus. The routes are those of ops/onnx/routes.py:
   * ``standard``: plain ONNX ops that ORT fuses into SimplifiedLayerNormalization;
   * ``opset23``: ONNX RMSNormalization;
   * ``custom``:  one myops::fused_norm node run by the custom-op library.
+On the add_norm workload each route's residual form: one norm exported with
+its residual (inputs x and residual, outputs the norm and the sum).
 Each file is exported once per run (every dim but the last is dynamic, so one
 export serves every batch and sequence length) and the session threads match
 torch's. setup_s = export time + session creation; the note lists the norm
@@ -28,7 +30,7 @@ import torch
 from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as OrtNotImplemented
 
 from bench.registry import Prepared, Unsupported, Variant, register
-from bench.workloads import Case, OpCase
+from bench.workloads import AddNormCase, Case, OpCase
 from ops.dtypes import BY_TORCH, dtype_name
 from ops.norms import Norm
 from ops.onnx.export import export_model
@@ -40,6 +42,8 @@ _NORM_NODE_TYPES = (
     "SimplifiedLayerNormalization",
     "RMSNormalization",
     "fused_norm",
+    "fused_add_norm",
+    "SkipSimplifiedLayerNormalization",
     "Pow",
     "ReduceMean",
     "Sqrt",
@@ -65,14 +69,17 @@ def _exported(case: Case, route: str, cache: dict) -> _Exported:
     """Export the case's module by ``route`` once per run (op: a lone Norm with the case's weights)."""
     key = _export_key(case, route)
     if key not in cache:
-        if isinstance(case, OpCase):
-            module = Norm(case.hidden, impl="fused", eps=case.eps).to(case.dtype)
+        if isinstance(case, (OpCase, AddNormCase)):
+            impl = "fused_add" if isinstance(case, AddNormCase) else "fused"
+            module = Norm(case.hidden, impl=impl, eps=case.eps).to(case.dtype)
             with torch.no_grad():
                 module.weight.copy_(case.weight.cpu())
                 module.bias.copy_(case.bias.cpu())
         else:
             module = case.model("fused").cpu()
         example = torch.randn(_EXPORT_BATCH, _EXPORT_SEQ, case.shape[-1]).to(case.dtype)
+        if isinstance(case, AddNormCase):
+            example = (example, torch.randn(example.shape).to(case.dtype))  # x and residual
         path = case.workdir / f"ort-{'-'.join(str(k) for k in key[1:])}.onnx"
         if path.is_file():  # written (atomically) by an earlier process of this build sharing the workdir
             cache[key] = _Exported(path, 0.0)
@@ -115,7 +122,7 @@ def _device_binding(session, case: Case):
 @register
 class Ort:
     name = "ort"
-    workloads = frozenset({"op", "model"})
+    workloads = frozenset({"op", "add_norm", "model"})
     devices = frozenset({"cpu", "cuda"})
     order = 40
 
@@ -172,7 +179,8 @@ class Ort:
                     reused,
                     timer="perf_counter",
                 )
-            feeds = {session.get_inputs()[0].name: case.x.numpy()}
+            inputs = (case.x, case.residual) if isinstance(case, AddNormCase) else (case.x,)
+            feeds = {arg.name: t.numpy() for arg, t in zip(session.get_inputs(), inputs, strict=True)}
             if mode == "run":
                 return Prepared(lambda: session.run(None, feeds), note, reused)
             runner = IOBoundRunner(session)

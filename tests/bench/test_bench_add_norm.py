@@ -113,3 +113,25 @@ def test_targets_judge_the_fused_add_against_the_separate_add(generator):
     assert f">= {ADD_NORM_SPEEDUP}x" in add_norm.name
     model = _target(frame, "sequence model with its residual adds folded")
     assert model.met is True and "1x32x128 fused/fused_add 1.053" in model.detail
+
+
+@pytest.mark.slow  # three exports of the norm with its residual and six sessions
+def test_ort_runs_every_route_of_the_add_norm_workload(tmp_path):
+    options = BenchOptions(
+        baseline="unfused,ort",
+        op_shapes=(SHAPE,),
+        add_norm_shapes=(SHAPE,),
+        model_batches=(),
+        warmup=3,
+        budget_s=0.01,
+        threads=1,
+        out_dir=tmp_path,
+        device="cpu",
+    )
+    outcome = run_bench(options, Console(file=io.StringIO(), width=200))
+    assert outcome.failures == [], outcome.failures
+    rows = outcome.frame[(outcome.frame.workload == "add_norm") & (outcome.frame.baseline == "ort")]
+    variants = {f"{route}-{mode}" for route in ("standard", "opset23", "custom") for mode in ("run", "iobinding")}
+    assert set(rows.variant) == variants
+    custom = rows[rows.variant == "custom-run"].note.iloc[0]
+    assert "fused_add_norm x1" in custom  # what ORT runs: the library's node, not a composition
