@@ -271,18 +271,35 @@ def _inspect_user(engine: str, tag: str) -> str:
     ).stdout.strip()
 
 
-def _let_image_user_write(folder: Path, tag: str, engine: str) -> None:
-    """As root on the host, hand the reports folder to the image's numeric user.
+def _let_image_user_write(folder: Path, tag: str, engine: str) -> int | None:
+    """As root on the host, hand the reports folder to the image's numeric user; return that uid.
 
     `invoke docker.build` bakes in the host user's uid, so for anyone but root
     the folder is already theirs; root's folder would be read-only to the
     image's non-root user.
     """
     if os.getuid() != 0:
-        return
+        return None
     user = _inspect_user(engine, tag)
-    if user.split(":")[0].isdigit():
-        os.chown(folder, int(user.split(":")[0]), -1)
+    if not user.split(":")[0].isdigit():
+        return None
+    os.chown(folder, int(user.split(":")[0]), -1)
+    return int(user.split(":")[0])
+
+
+def return_to_owner(folder: Path, owner: tuple[int, int], image_uid: int) -> int:
+    """As root after the run: what the image's user owns under ``folder`` (and the folder) back to ``owner``.
+
+    So the reports a root invocation writes belong to root, as its other
+    files do, not to the image's uid. Files of anyone else are left alone.
+    Returns how many paths changed owner.
+    """
+    changed = 0
+    for path in [folder, *folder.rglob("*")]:
+        if path.lstat().st_uid == image_uid:
+            os.lchown(path, *owner)
+            changed += 1
+    return changed
 
 
 @dataclass
@@ -300,12 +317,18 @@ def run(command: list[str]) -> DockerRun:
             raise DockerError(problem)
     elif shutil.which(command[0]) is None:
         raise DockerError(f"{command[0]} is not installed (Debian/Ubuntu: apt-get install buildah podman runc)")
+    mount, owner, image_uid = None, None, None
     if "run" in command[:4]:
         mount = Path(command[command.index("--volume") + 1].rsplit(":", 1)[0])
         mount.mkdir(parents=True, exist_ok=True)
-        _let_image_user_write(mount, _image_of(command), engine)
+        owner = (mount.stat().st_uid, mount.stat().st_gid)
+        image_uid = _let_image_user_write(mount, _image_of(command), engine)
     print("$ " + " ".join(command), flush=True)
-    return DockerRun(command, subprocess.run(command, check=False).returncode)
+    try:
+        return DockerRun(command, subprocess.run(command, check=False).returncode)
+    finally:
+        if mount is not None and owner is not None and image_uid is not None:
+            return_to_owner(mount, owner, image_uid)
 
 
 def record_differences(record: dict, variant: str) -> list[str]:

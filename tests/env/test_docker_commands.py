@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -214,3 +215,33 @@ def test_run_mounts_the_hosts_machine_id_so_containers_on_one_host_compare(tmp_p
     command = docker.run_command(["bench"], "fusedbench:test", tmp_path, gpus=False, tty=False, engine=engine)
     mount = "/etc/machine-id:/etc/machine-id:ro"
     assert (mount in command) == Path("/etc/machine-id").is_file()
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="hands files between users: needs root")
+def test_a_root_run_gets_its_reports_back_from_the_image_user(tmp_path, monkeypatch):
+    # Root's reports folder is lent to the image's user for the run (uid 10001 here) and what that user wrote
+    # comes back to the folder's owner afterwards; a file of another user stays as it was.
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    other = reports / "someone-else.txt"
+    other.write_text("kept")
+    os.chown(other, 4242, 4242)
+    command = docker.run_command(
+        ["bench", "--quick"], "fusedbench:cpu", reports, gpus=False, tty=False, engine="podman"
+    )
+    monkeypatch.setattr(docker.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    monkeypatch.setattr(docker, "_inspect_user", lambda engine, tag: "10001")
+    seen = {}
+
+    def container(run, check):  # what the image's user does: write a report into the mounted folder
+        seen["folder_uid"] = reports.stat().st_uid
+        report = reports / "run.csv"
+        report.write_text("workload,shape\n")
+        os.chown(report, 10001, 10001)
+        return subprocess.CompletedProcess(run, 0)
+
+    monkeypatch.setattr(docker.subprocess, "run", container)
+    assert docker.run(command).returncode == 0
+    assert seen["folder_uid"] == 10001  # writable by the image's user while it runs
+    assert (reports / "run.csv").stat().st_uid == 0 and reports.stat().st_uid == 0
+    assert other.stat().st_uid == 4242
