@@ -154,6 +154,7 @@ def export(c, route="all", out="", torchscript=False):
         "layers": "also compare each block's output (extra graph outputs) and name the first that diverges",
         "optimization": "ORT graph optimisation: all (default), extended, basic, disable",
         "dtype": "op-level dtypes, comma list of float32, float16, float64 (default float32,float16)",
+        "impl": "the model's norms: fused (default) or fused_add (residual adds folded into the norms)",
     },
 )
 @cli.fails_with(
@@ -163,11 +164,11 @@ def export(c, route="all", out="", torchscript=False):
     "ops._library:LibraryNotBuiltError",
     "ops.ort.session:CustomOpsNotRegisteredError",
 )
-def align(c, route="all", out="", layers=False, optimization="all", dtype="float32,float16"):
+def align(c, route="all", out="", layers=False, optimization="all", dtype="float32,float16", impl="fused"):
     """Align PyTorch and ONNX Runtime per route (op alone and model); fail past the dtype's tolerance."""
     from ops.alignment.check import check_alignment
 
-    check_alignment(route, out or None, layers=layers, optimization=optimization, dtypes=dtype.split(","))
+    check_alignment(route, out or None, layers=layers, optimization=optimization, dtypes=dtype.split(","), impl=impl)
 
 
 # --- env: the environment against its lock ------------------------------------------

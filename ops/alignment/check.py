@@ -129,9 +129,16 @@ def _op_cases(route: Route, out: Path, dtypes, hidden_sizes, shapes, optimizatio
 
 
 def _model_cases(
-    route: Route, out: Path, shapes, optimization: str, layers: bool, seed: int, report: AlignmentReport
+    route: Route,
+    out: Path,
+    shapes,
+    optimization: str,
+    layers: bool,
+    seed: int,
+    report: AlignmentReport,
+    impl: str = "fused",
 ) -> list[Case]:
-    model = build_model("fused", seed=seed)
+    model = build_model(impl, seed=seed)
     hidden = model.config.d_model
     exported = export_model(
         model, example_input(*_EXAMPLE_SHAPE, hidden), route, out / "onnx" / f"model_{route.name}.onnx"
@@ -198,8 +205,14 @@ def check_alignment(
     model_shapes: Iterable[tuple[int, int]] = MODEL_SHAPES,
     seed: int = 0,
     echo: bool = True,
+    impl: str = "fused",
 ) -> AlignmentReport:
-    """Align every selected route; print the table; raise AlignmentError if any case fails."""
+    """Align every selected route; print the table; raise AlignmentError if any case fails.
+
+    ``impl``: the model's norms, ``fused`` or ``fused_add`` (residual adds folded into the norms).
+    """
+    if impl not in ("fused", "fused_add"):
+        raise ValueError(f"--impl must be fused or fused_add (the impls the routes export), got {impl!r}")
     dtypes, model_shapes = list(dtypes), list(model_shapes)
     aligned = tuple(dtype_name(d) for d in ALIGNMENT_TOLERANCES)
     dtypes = [d.name for d in parse_dtypes(",".join(dtypes), "--dtype", aligned)]
@@ -208,7 +221,7 @@ def check_alignment(
     for route in parse_routes(routes):
         report.cases += _op_cases(route, out, dtypes, list(op_hidden_sizes), list(op_shapes), optimization, seed)
         if model_shapes:
-            report.cases += _model_cases(route, out, list(model_shapes), optimization, layers, seed, report)
+            report.cases += _model_cases(route, out, list(model_shapes), optimization, layers, seed, report, impl)
         if echo:
             print(
                 format_table([c for c in report.cases if c.route == route.name], route.name, optimization), flush=True

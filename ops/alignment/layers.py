@@ -1,7 +1,10 @@
 """Block-by-block comparison: expose each block's output in the ONNX graph.
 
 A block's output is the input X of the next norm (the next block's norm1, or
-the final norm after the last block), whatever the route; the exported file
+the final norm after the last block), whatever the route; in a model whose
+residual adds are folded into the norms (impl ``fused_add``) it is the sum
+that next norm returns (its residual Add's output, or the second output of a
+``fused_add_norm`` node). The exported file
 names its norms (``fusedbench.norms`` metadata), so the value is found by
 reading, not guessed. Those values are added as extra graph outputs; ORT
 keeps a graph output intact through its optimisations, so what comes back is
@@ -17,7 +20,8 @@ import torch
 from torch import Tensor
 
 from ops.model import SequenceModel
-from ops.onnx.graph import norm_groups
+from ops.onnx.graph import norm_groups, op_key
+from ops.onnx.routes import CUSTOM_ADD_OP_TYPE, CUSTOM_DOMAIN
 
 
 def block_output_names(model: onnx.ModelProto, layers: int) -> list[str]:
@@ -32,8 +36,19 @@ def block_output_names(model: onnx.ModelProto, layers: int) -> list[str]:
         nodes = [n for n in groups.get(follower, []) if n.op_type != "Constant"]
         if not nodes:
             raise ValueError(f"no nodes of {follower} in the graph: cannot locate block {block}'s output")
-        names.append(nodes[0].input[0])
+        names.append(_block_output(nodes))
     return names
+
+
+def _block_output(nodes: list[onnx.NodeProto]) -> str:
+    """What the block hands its follower norm: the norm's input, or, where the norm adds the residual first,
+    the sum (a plain norm's first node is Pow, RMSNormalization or fused_norm, never Add)."""
+    first = nodes[0]
+    if op_key(first) == (CUSTOM_DOMAIN, CUSTOM_ADD_OP_TYPE):
+        return first.output[1]
+    if first.op_type == "Add":
+        return first.output[0]
+    return first.input[0]
 
 
 def with_extra_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
@@ -56,11 +71,23 @@ def with_extra_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelPr
 
 
 def torch_block_outputs(model: SequenceModel, x: Tensor) -> tuple[Tensor, list[Tensor]]:
-    """The model's output and each block's output, from forward hooks."""
+    """The model's output and each block's output, from forward hooks.
+
+    With the residual adds folded into the norms the blocks' own forward is
+    not called: each block's output is the sum its follower norm returns.
+    """
     captured: list[Tensor] = []
-    hooks = [
-        block.register_forward_hook(lambda _m, _i, out: captured.append(out.detach().clone())) for block in model.blocks
-    ]
+    if model.impl == "fused_add":
+        followers = [block.norm1 for block in list(model.blocks)[1:]] + [model.final_norm]
+        hooks = [
+            norm.register_forward_hook(lambda _m, _i, out: captured.append(out[1].detach().clone()))
+            for norm in followers
+        ]
+    else:
+        hooks = [
+            block.register_forward_hook(lambda _m, _i, out: captured.append(out.detach().clone()))
+            for block in model.blocks
+        ]
     try:
         with torch.no_grad():
             y = model(x)

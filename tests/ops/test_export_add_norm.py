@@ -143,3 +143,37 @@ def test_ort_custom_op_names_a_bad_residual(tmp_path, generator):
         session.run(None, {"x": x.numpy(), "residual": bad})
     (y, s) = session.run(None, {"x": x.numpy(), "residual": x.numpy()})  # the session still works
     assert np.isfinite(y).all() and np.array_equal(s, 2 * x.numpy())
+
+
+@pytest.mark.slow  # three exports of the folded model and ORT sessions with every block output
+def test_the_folded_model_aligns_block_by_block_on_every_route(tmp_path):
+    from ops.alignment.check import check_alignment
+
+    report = check_alignment(
+        "all",
+        tmp_path,
+        layers=True,
+        dtypes=("float32",),
+        op_hidden_sizes=(64,),
+        op_shapes=((2, 3),),
+        model_shapes=((2, 5),),
+        impl="fused_add",
+        echo=False,
+    )
+    blocks = [c for c in report.cases if c.level.startswith("block")]
+    assert len(blocks) == len(ROUTES) * 2 and not report.failures  # the default model has two blocks
+    assert report.first_divergent_block == {name: "" for name in ROUTES}
+    assert all(c.result.cosine > 0.999999 for c in blocks)
+
+
+def test_block_outputs_of_the_folded_model_are_the_residual_sums(generator):
+    # In torch: what each block's follower norm returns as its sum is what the unfolded model's block returns.
+    from ops.alignment.layers import torch_block_outputs
+    from ops.model import with_norm_impl
+
+    folded = build_model("fused_add", seed=5, config=CONFIG)
+    x = example_input(2, 6, CONFIG.d_model, generator)
+    y_folded, blocks_folded = torch_block_outputs(folded, x)
+    y, blocks = torch_block_outputs(with_norm_impl(folded, "fused"), x)
+    assert torch.equal(y_folded, y) and len(blocks_folded) == len(blocks) == CONFIG.layers
+    assert all(torch.equal(a, b) for a, b in zip(blocks_folded, blocks, strict=True))
