@@ -136,14 +136,15 @@ def compare(c, base, new, threshold="0.10", alpha="0.05", allow_different_machin
         "route": "all (default), one of standard, opset23, custom, or a comma list",
         "out": "output folder (default <repo>/build/onnx)",
         "torchscript": "use the deprecated TorchScript exporter (dynamo=False) instead of the dynamo one",
+        "impl": "the model's norms: fused (default) or fused_add (residual adds folded into the norms; dynamo only)",
     },
 )
 @cli.fails_with("export", *_EXPORT_ERRORS)
-def export(c, route="all", out="", torchscript=False):
+def export(c, route="all", out="", torchscript=False, impl="fused"):
     """Export the sequence model to ONNX by each route; check each file and print its graph summary."""
     from ops.onnx.export import export_routes
 
-    export_routes(route, out or None, torchscript=torchscript)
+    export_routes(route, out or None, torchscript=torchscript, impl=impl)
 
 
 @task(

@@ -271,10 +271,17 @@ def export_routes(
     torchscript: bool = False,
     config: ModelConfig | None = None,
     seed: int = 0,
+    impl: str = "fused",
 ) -> list[ExportResult]:
-    """Export the sequence model (fused norms) by each route into ``out_dir``; print each file's summary."""
+    """Export the sequence model by each route into ``out_dir``; print each file's summary.
+
+    ``impl``: its norms, ``fused`` or ``fused_add`` (residual adds folded into the norms; files named
+    ``<route>.fused_add.onnx``).
+    """
     from ops.model import build_model, example_input  # ``example_input`` is also export_model's parameter
 
+    if impl not in FUSED_IMPLS:
+        raise ValueError(f"--impl must be one of {', '.join(FUSED_IMPLS)}, got {impl!r}")
     selected = parse_routes(routes)
     if torchscript:
         unavailable = [r for r in selected if r.torchscript_symbolic is None]
@@ -284,11 +291,11 @@ def export_routes(
             print(f"{r.name}: not exported with --torchscript ({r.torchscript_unavailable})")
         selected = [r for r in selected if r.torchscript_symbolic is not None]
     out = Path(out_dir) if out_dir is not None else default_onnx_dir()
-    model = build_model("fused", config, seed=seed)
+    model = build_model(impl, config, seed=seed)
     x = example_input(2, 16, model.config.d_model)
     results = []
     for route in selected:
-        suffix = ".torchscript.onnx" if torchscript else ".onnx"
+        suffix = (".torchscript.onnx" if torchscript else ".onnx") if impl == "fused" else f".{impl}.onnx"
         result = export_model(model, x, route, out / f"{route.name}{suffix}", dynamo=not torchscript)
         print(result.summary)
         print(f"  checks passed; exported in {result.seconds:.1f} s\n", flush=True)

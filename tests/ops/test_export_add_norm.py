@@ -177,3 +177,20 @@ def test_block_outputs_of_the_folded_model_are_the_residual_sums(generator):
     y, blocks = torch_block_outputs(with_norm_impl(folded, "fused"), x)
     assert torch.equal(y_folded, y) and len(blocks_folded) == len(blocks) == CONFIG.layers
     assert all(torch.equal(a, b) for a, b in zip(blocks_folded, blocks, strict=True))
+
+
+def test_export_task_refuses_an_impl_the_routes_do_not_translate(tmp_path):
+    from ops.onnx.export import export_routes
+
+    with pytest.raises(ValueError, match="--impl must be one of fused, fused_add, got 'native'"):
+        export_routes("custom", tmp_path, impl="native")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow  # one export of the default-size folded model
+def test_export_task_writes_the_folded_model_beside_the_others(tmp_path, capsys):
+    from ops.onnx.export import export_routes
+
+    (result,) = export_routes("custom", tmp_path, impl="fused_add")
+    assert result.path == tmp_path / "custom.fused_add.onnx" and result.path.is_file()
+    assert "myops::fused_add_norm(X, " in capsys.readouterr().out
