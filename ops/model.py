@@ -126,9 +126,10 @@ class SequenceModel(nn.Module):
 
         Every norm but the first reads ``residual + delta``, where delta is an
         attention or feed-forward output; called with the residual, the norm
-        returns its output and the sum, which carries on as the residual stream. The adds are those of
-        ``Block.forward`` in the same order (``residual + delta``), so the
-        result equals the ``fused`` model's bit for bit.
+        returns its output and the sum, which carries on as the residual
+        stream. The adds are those of ``Block.forward`` (one IEEE addition of
+        the same two values each, and addition commutes), so the result equals
+        the ``fused`` model's bit for bit.
         """
         blocks = list(self.blocks)
         h, residual = blocks[0].norm1(x), x
