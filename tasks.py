@@ -274,16 +274,17 @@ def _docker(command: list[str]) -> None:
         "runs": "runs per slowdown, an integer >= 0 (default 5)",
         "out": "results folder (default <repo>/reports/ab_measure)",
         "reuse": "resume in the existing workspace (its commit and builds)",
+        "rejudge": "judge the recorded runs again with this checkout's compare (writes rejudged.md); runs nothing",
     },
 )
 @cli.fails_with("bench.ab-measure", ValueError)
-def bench_ab_measure(c, aa="5", slowdowns="10,20", runs="5", out="", reuse=False):
+def bench_ab_measure(c, aa="5", slowdowns="10,20", runs="5", out="", reuse=False, rejudge=False):
     """How often `bench --quick --against` cries wolf on identical code, and how often it catches a slowdown."""
     from bench.ab_measure import main
 
     argv = ["--aa", str(cli.integer("--aa", aa, minimum=0)), "--runs", str(cli.integer("--runs", runs, minimum=0))]
     argv += ["--slowdowns", slowdowns, *(["--out", out] if out else []), *(["--reuse"] if reuse else [])]
-    main(argv)
+    main(argv + (["--rejudge"] if rejudge else []))
 
 
 @task(

@@ -282,6 +282,41 @@ def write_markdown(frame: pd.DataFrame, path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def rejudge(out: Path) -> pd.DataFrame:
+    """Every recorded run judged again by this checkout's compare (its current rules) from the run's pooled reports.
+
+    Writes ``rejudged.md`` beside ``results.csv``: per run, the regressions as recorded and as judged now.
+    Runs whose folder is gone (another machine's workspace) are listed as not available.
+    """
+    results = pd.read_csv(out / "results.csv")
+    lines = []
+    for run in results.itertuples():
+        folder = Path(run.folder)
+        base, new = folder / "base" / "pooled.csv", folder / "new" / "pooled.csv"
+        if not (base.is_file() and new.is_file()):
+            lines.append({"kind": run.kind, "run": run.run, "recorded": run.regressions, "now": "n/a", "now_op": "n/a"})
+            continue
+        comparison = compare_reports(base, new, threshold=run.threshold, paired=True)
+        flagged = comparison.regressions
+        lines.append(
+            {
+                "kind": run.kind,
+                "run": run.run,
+                "recorded": run.regressions,
+                "now": len(flagged),
+                "now_op": sum(r.key[3] == OP_BASELINE and r.key[0] == "op" for r in flagged),
+            }
+        )
+    frame = pd.DataFrame(lines)
+    table = [
+        "| kind | run | regressions as recorded | regressions judged now | of them op rows |",
+        "|---|---|---|---|---|",
+        *(f"| {r.kind} | {r.run} | {r.recorded} | {r.now} | {r.now_op} |" for r in frame.itertuples()),
+    ]
+    (out / "rejudged.md").write_text("\n".join(table) + "\n")
+    return frame
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--aa", type=int, default=5, help="A/A runs (default 5)")
@@ -295,7 +330,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "ab_measure")
     parser.add_argument("--workspace", type=Path, default=REPO_ROOT / "build" / "ab_measure")
     parser.add_argument("--reuse", action="store_true", help="resume in an existing workspace (its commit and builds)")
+    parser.add_argument(
+        "--rejudge", action="store_true", help="judge the recorded runs again with this checkout's compare; no runs"
+    )
     args = parser.parse_args(argv)
+    if args.rejudge:
+        print(rejudge(args.out).to_string(index=False))
+        return
     percents = [float(p) for p in args.slowdowns.split(",") if p.strip()]
     console = Console(width=200)
     workspace = Workspace(args.workspace.resolve())
