@@ -18,6 +18,7 @@ from env.build.commands import BuildError, run_logged
 from env.build.ort_headers import ensure_ort_headers
 from env.build.ort_runtime import runtime_library
 from env.build.toolchain import cxx_compiler
+from env.build.torch_library import compiler_cache_env
 from env.files import atomic_path
 from env.paths import build_dir, csrc_dir
 
@@ -52,23 +53,35 @@ def build_ort_client(force: bool = False) -> Path:
     if not force and binary.exists() and binary.stat().st_mtime >= source.stat().st_mtime:
         return binary
     headers = ensure_ort_headers()
+    # Compile and link apart: ccache caches compiles only, so a fresh checkout whose sources and flags
+    # compiled before (the same machine's cache) gets the object in a second instead of about 15 s.
+    obj = out / "ort_client.o"
+    compile_command = [
+        cxx_compiler(),
+        "-std=c++17",
+        "-O2",
+        "-Wall",
+        "-Wextra",
+        "-pthread",
+        "-isystem",
+        str(headers.path),
+        "-c",
+        str(source),
+        "-o",
+        str(obj),
+    ]
+    run_logged(compile_command, out / "build.log", env=compiler_cache_env())
     with atomic_path(binary) as tmp:
-        command = [
+        link_command = [
             cxx_compiler(),
-            "-std=c++17",
-            "-O2",
-            "-Wall",
-            "-Wextra",
             "-pthread",
-            "-isystem",
-            str(headers.path),
-            str(source),
+            str(obj),
             "-o",
             str(tmp),
             f"-L{lib_dir}",
             "-lonnxruntime",
             f"-Wl,-rpath,{lib_dir}",
         ]
-        run_logged(command, out / "build.log")
+        run_logged(link_command, out / "link.log")
         tmp.chmod(0o755)
     return binary
