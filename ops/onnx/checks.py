@@ -276,22 +276,29 @@ def _opset23_wiring(n: list[onnx.NodeProto], eps: float, index: GraphIndex) -> _
     )
 
 
-def _custom_wiring(n: list[onnx.NodeProto], eps: float, index: GraphIndex) -> _Wiring:
-    (node,) = n
+def _custom_node(node: onnx.NodeProto, eps: float, index: GraphIndex, inputs: int, outputs: int) -> list[str]:
+    """A myops node's arity, its one float attribute epsilon (the module's eps) and its recorded output types."""
     attrs = attribute_values(node)
+    if len(node.input) != inputs or len(node.output) != outputs:
+        return [
+            f"{node.op_type} has {len(node.input)} inputs and {len(node.output)} outputs, expected {inputs} and "
+            f"{outputs}"
+        ]
     failures = []
-    if len(node.input) != 3 or len(node.output) != 1:
-        failures.append(
-            f"{CUSTOM_OP_TYPE} has {len(node.input)} inputs and {len(node.output)} outputs, expected 3 and 1"
-        )
-        return _Wiring(x=node.input[0] if node.input else "", weight="", bias="", failures=failures)
     if (
         set(attrs) != {"epsilon"}
         or not isinstance(attrs["epsilon"], float)
         or not _eps_matches(attrs["epsilon"], eps, np.float32)
     ):
-        failures.append(f"{CUSTOM_OP_TYPE} attributes {attrs}, expected only the float epsilon={eps}")
-    failures += _custom_output_type(node, index)
+        failures.append(f"{node.op_type} attributes {attrs}, expected only the float epsilon={eps}")
+    return failures + _custom_output_type(node, index)
+
+
+def _custom_wiring(n: list[onnx.NodeProto], eps: float, index: GraphIndex) -> _Wiring:
+    (node,) = n
+    failures = _custom_node(node, eps, index, inputs=3, outputs=1)
+    if len(node.input) != 3 or len(node.output) != 1:
+        return _Wiring(x=node.input[0] if node.input else "", weight="", bias="", failures=failures)
     return _Wiring(x=node.input[0], weight=node.input[1], bias=node.input[2], failures=failures)
 
 
@@ -333,22 +340,11 @@ def _residual_wiring(n: list[onnx.NodeProto], route: Route, eps: float, index: G
 
 def _custom_add_wiring(n: list[onnx.NodeProto], eps: float, index: GraphIndex) -> _Wiring:
     (node,) = n
-    attrs = attribute_values(node)
-    failures = []
+    failures = _custom_node(node, eps, index, inputs=4, outputs=2)
     if len(node.input) != 4 or len(node.output) != 2:
-        failures.append(
-            f"{CUSTOM_ADD_OP_TYPE} has {len(node.input)} inputs and {len(node.output)} outputs, expected 4 and 2"
-        )
         return _Wiring(x=node.input[0] if node.input else "", weight="", bias="", failures=failures)
-    if (
-        set(attrs) != {"epsilon"}
-        or not isinstance(attrs["epsilon"], float)
-        or not _eps_matches(attrs["epsilon"], eps, np.float32)
-    ):
-        failures.append(f"{CUSTOM_ADD_OP_TYPE} attributes {attrs}, expected only the float epsilon={eps}")
     if index.is_constant(node.input[1]):
         failures.append(f"{CUSTOM_ADD_OP_TYPE}'s residual {node.input[1]!r} is a constant")
-    failures += _custom_output_type(node, index)
     return _Wiring(x=node.input[0], weight=node.input[2], bias=node.input[3], failures=failures)
 
 
