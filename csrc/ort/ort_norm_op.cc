@@ -145,6 +145,22 @@ int64_t RowsOf(const std::vector<int64_t>& shape) {
   return rows;
 }
 
+// The core's view of a validated norm's operands (both ops normalise X, or the sum, with weight and bias into Y).
+fused_norm::NormProblem NormOperands(const Ort::ConstValue& x, const Ort::ConstValue& weight,
+                                     const Ort::ConstValue& bias, Ort::UnownedValue& y, const TensorFacts& xf,
+                                     float epsilon, fused_norm::DType dtype) {
+  fused_norm::NormProblem problem;
+  problem.x = x.GetTensorRawData();
+  problem.weight = weight.GetTensorRawData();
+  problem.bias = bias.GetTensorRawData();
+  problem.y = y.GetTensorMutableRawData();
+  problem.rows = RowsOf(xf.shape);
+  problem.hidden = xf.shape.back();
+  problem.eps = static_cast<double>(epsilon);
+  problem.dtype = dtype;
+  return problem;
+}
+
 }  // namespace
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
@@ -211,15 +227,7 @@ Ort::Status PrepareNormCall(Ort::KernelContext& context, float epsilon, NormCall
   const Ort::ConstMemoryInfo y_memory = y.GetTensorMemoryInfo();
   call.y_device_type = y_memory.GetDeviceType();
   call.y_device_id = y_memory.GetDeviceId();
-  fused_norm::NormProblem& problem = call.problem;
-  problem.x = x.GetTensorRawData();
-  problem.weight = weight.GetTensorRawData();
-  problem.bias = bias.GetTensorRawData();
-  problem.y = y.GetTensorMutableRawData();
-  problem.rows = RowsOf(xf.shape);
-  problem.hidden = xf.shape.back();
-  problem.eps = static_cast<double>(epsilon);
-  problem.dtype = dtype;
+  call.problem = NormOperands(x, weight, bias, y, xf, epsilon, dtype);
   return Ort::Status{nullptr};
 }
 
@@ -255,15 +263,7 @@ Ort::Status PrepareAddNormCall(Ort::KernelContext& context, float epsilon, AddNo
   const Ort::ConstMemoryInfo y_memory = y.GetTensorMemoryInfo();
   call.y_device_type = y_memory.GetDeviceType();
   call.y_device_id = y_memory.GetDeviceId();
-  fused_norm::NormProblem& norm = call.problem.norm;
-  norm.x = x.GetTensorRawData();
-  norm.weight = weight.GetTensorRawData();
-  norm.bias = bias.GetTensorRawData();
-  norm.y = y.GetTensorMutableRawData();
-  norm.rows = RowsOf(xf.shape);
-  norm.hidden = xf.shape.back();
-  norm.eps = static_cast<double>(epsilon);
-  norm.dtype = dtype;
+  call.problem.norm = NormOperands(x, weight, bias, y, xf, epsilon, dtype);
   call.problem.residual = residual.GetTensorRawData();
   call.problem.residual_out = sum.GetTensorMutableRawData();
   return Ort::Status{nullptr};
