@@ -9,6 +9,7 @@ every test still runs there, and each run prints its 15 slowest tests.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 
@@ -17,6 +18,21 @@ TIERS = {"fast": "not slow", "slow": "slow", "all": None}
 
 # Printed at the end of every run, so a new slow test shows up in the first run that adds it.
 DURATIONS = 15
+
+
+def default_workers(tier: str) -> int:
+    """How many pytest-xdist processes a tier runs in when ``--workers`` is not given.
+
+    The fast tier: two where this process may use two CPUs. Its time goes to
+    compiler runs, ONNX exports and interpreter starts, which a second worker
+    overlaps (measured on 2 cores: 164 s against 260-290 s in one process,
+    docs/testing.md). Any run with the slow tier: one, because its tests time
+    code (an A/B run must flag an injected slowdown), and a second worker on the
+    same cores would make those timings noisier.
+    """
+    if tier != "fast":
+        return 1
+    return max(1, min(2, len(os.sched_getaffinity(0))))
 
 
 def tier_of(all_tests: bool, slow_only: bool) -> str:

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from env.paths import REPO_ROOT
-from env.tiers import DURATIONS, pytest_command, tier_of
+from env.tiers import DURATIONS, default_workers, pytest_command, tier_of
 
 
 def test_each_tier_selects_by_the_slow_marker_and_prints_durations():
@@ -20,6 +20,13 @@ def test_each_tier_selects_by_the_slow_marker_and_prints_durations():
     with_options = pytest_command("fast", k="ort and not pool", workers=2, extra="-x --tb 'line'")
     assert with_options[-9:] == ["-k", "ort and not pool", "-n", "2", "--dist", "loadfile", "-x", "--tb", "line"]
     assert "-n" not in pytest_command("fast", workers=1)
+
+
+def test_only_the_fast_tier_runs_in_two_workers_by_default(monkeypatch):
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert [default_workers(t) for t in ("fast", "slow", "all")] == [2, 1, 1]
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {3})
+    assert default_workers("fast") == 1  # one usable CPU: a second worker would only share it
 
 
 def test_flags_choose_the_tier():
