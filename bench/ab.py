@@ -17,9 +17,13 @@ measurement is the process:
      reason (exit 0): its numbers could not be compared with this checkout's.
   2. Each build runs in PROCESSES fresh worker processes (bench/ab_worker.py,
      run from that build's tree). They come in pairs, one of each build, with
-     the order of starting alternating (NEW BASE, BASE NEW, ...); within a pair
-     the jobs alternate too (job 1 NEW then BASE, job 2 BASE then NEW, ...), so
-     the two sides of one job are measured seconds apart and drift hits both.
+     the order of starting alternating (NEW BASE, BASE NEW, ...). A pair runs
+     each job in both processes at once, taking turns on the CPU every few
+     milliseconds (bench/turns.py: one runs, the other waits), so the two
+     sides of a row are timed in the same windows and the host's drift, which
+     moves a row by 20-25 % between windows seconds apart, falls on both. (A
+     REF from before turn-taking runs its jobs alternating with this
+     checkout's, one after the other: job 1 NEW then BASE, job 2 BASE then NEW.)
      Each process measures one round of the whole grid; each pair gets its own
      offset of the inputs into a page (bench/placement.py), recorded in
      ``processes.csv``. Setup is cached on disk by content (ONNX exports,
@@ -37,13 +41,16 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import queue
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -62,9 +69,14 @@ from env.repo import git_commit
 
 # Exit code when the A/B run could not be set up (bad ref, REF failed to build, a worker died or hung).
 EXIT_SETUP_FAILED = 4
-# Worker processes per build (one round each). Chosen by measurement (docs/comparisons.md): with fewer,
-# one process's layout weighs too much in the interval; each more costs one process start and setup.
-PROCESSES = {"quick": 4, "full": 6}
+# Worker protocols this driver speaks (bench/ab_worker.py), and the first one that takes turns: a REF from
+# before turn-taking is still measured, its jobs alternating with this checkout's one after the other.
+SPOKEN_PROTOCOLS = (2, PROTOCOL)
+TURNS_SINCE_PROTOCOL = 3
+# Worker processes per build (one round each), chosen by measurement (docs/comparisons.md): a family-wise
+# interval over about 30 rows at 4 pairs needs a t quantile of 11 (6.2 at 6 pairs, 5.0 at 8), so at 4 even a
+# 20 % change was inconclusive; each more pair costs one start and setup of both builds (about 80 s here).
+PROCESSES = {"quick": 6, "full": 8}
 WORKER = "bench/ab_worker.py"
 # Longest a worker may take to answer one request (one job of the full grid takes seconds to a minute;
 # its first job in a process may compile). Past it, the worker is taken as hung.
@@ -123,6 +135,7 @@ class Worker:
         timeout_s: float = REQUEST_TIMEOUT_S,
     ) -> None:
         self.label, self.log, self.timeout_s = label, log, timeout_s
+        self.paused = False
         log.parent.mkdir(parents=True, exist_ok=True)
         self._log_file = open(log, "w")
         self.process = subprocess.Popen(
@@ -171,20 +184,38 @@ class Worker:
                 f"the {self.label} worker answered {line.strip()[:200]!r}, not a JSON line (its log: {self.log})"
             ) from None
 
-    def ask(self, request: dict) -> dict:
+    def send(self, request: dict) -> None:
         try:
             self.process.stdin.write(json.dumps(request) + "\n")
             self.process.stdin.flush()
         except OSError:
-            pass  # it exited: _read reports how
-        reply = self._read(request["do"])
+            pass  # it exited: receive reports how
+
+    def receive(self, what: str) -> dict:
+        """The next reply, to a request for ``what``; a reply carrying "error" raises AbError."""
+        reply = self._read(what)
         if "error" in reply:
-            raise AbError(
-                f"the {self.label} worker failed on {request['do']!r}: {reply['error']} (traceback in {self.log})"
-            )
+            raise AbError(f"the {self.label} worker failed on {what!r}: {reply['error']} (traceback in {self.log})")
         return reply
 
+    def ask(self, request: dict) -> dict:
+        self.send(request)
+        return self.receive(request["do"])
+
+    def pause(self) -> None:
+        """Stop every thread of the worker (SIGSTOP) while another takes its turn: see run_job_in_turns."""
+        if self.process.poll() is None and not self.paused:
+            os.kill(self.process.pid, signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            self.paused = False
+            if self.process.poll() is None:
+                os.kill(self.process.pid, signal.SIGCONT)
+
     def close(self) -> None:
+        self.resume()  # a stopped worker reads no "quit"
         if self.process.poll() is None:
             try:
                 self.process.stdin.write(json.dumps({"do": "quit"}) + "\n")
@@ -199,14 +230,71 @@ class Worker:
 StartWorker = Callable[[str, Tree, Path], Worker]
 
 
+def takes_turns(workers: list[Worker]) -> bool:
+    """Whether every worker can take turns (bench/turns.py); a REF from before turn-taking cannot."""
+    return all(worker.hello.get("protocol", 0) >= TURNS_SINCE_PROTOCOL for worker in workers)
+
+
+def run_job_in_turns(workers: list[Worker], job: int, round_index: int = 0) -> dict[str, dict]:
+    """Job ``job`` in every worker at once, one worker running at a time, in turns; each worker's job reply.
+
+    Each worker is sent the job and waits for its first turn; the turn goes to
+    the workers in the given order, and from then on to the next waiting one
+    whenever the running one hands it back. A worker that answers its job
+    leaves the rotation; the last one keeps the turn to itself.
+
+    A waiting worker is stopped (SIGSTOP) until its next turn. Its main thread
+    only waits, but its thread pools do not: OpenMP's and ONNX Runtime's idle
+    threads spin for milliseconds after their last parallel region before they
+    sleep, and on 2 cores a spinning thread of the waiting build takes the core
+    the running build's second thread needs. Measured before the workers were
+    stopped: the rows with two threads (8x128x1024, the model) spread 0.3-1.1 in
+    log ratio between the builds, twice as much as without turns, while the
+    single-thread rows fell from 0.15-0.4 to 0.02-0.03.
+    """
+    request = {"do": "job", "round": round_index, "index": job, "turns": True}
+    waiting: deque[Worker] = deque()
+    for worker in workers:
+        worker.send(request)
+        _expect_turn(worker.receive("job"), worker)
+        waiting.append(worker)
+    replies = {}
+    try:
+        for worker in waiting:
+            worker.pause()
+        while waiting:
+            worker = waiting.popleft()
+            worker.resume()
+            worker.send({"do": "go"})
+            reply = worker.receive("job")
+            if reply.get("turn") == "waiting":
+                if waiting:
+                    worker.pause()
+                waiting.append(worker)
+            else:
+                replies[worker.label] = reply
+    finally:
+        for worker in workers:
+            worker.resume()
+    return replies
+
+
+def _expect_turn(reply: dict, worker: Worker) -> None:
+    if reply.get("turn") != "waiting":
+        raise AbError(f"the {worker.label} worker started its job without waiting for its turn: {reply}")
+
+
 def _start(label: str, tree: Tree, log: Path) -> Worker:
     return Worker(label, tree.root, tree.build, log)
 
 
 def check_compatible(hello: dict, sha: str) -> None:
     """Raise Skipped when REF's worker cannot be driven or its report could not be compared."""
-    if hello.get("protocol") != PROTOCOL:
-        raise Skipped(f"REF {sha[:12]}'s A/B worker speaks protocol {hello.get('protocol')}, this checkout {PROTOCOL}")
+    if hello.get("protocol") not in SPOKEN_PROTOCOLS:
+        raise Skipped(
+            f"REF {sha[:12]}'s A/B worker speaks protocol {hello.get('protocol')}, this checkout "
+            + " or ".join(map(str, SPOKEN_PROTOCOLS))
+        )
     if hello.get("schema_version") != SCHEMA_VERSION:
         raise Skipped(
             f"REF {sha[:12]} writes report schema {hello.get('schema_version')}, this checkout reads {SCHEMA_VERSION}: "
@@ -285,9 +373,17 @@ def measure_processes(
                     )
                 jobs, pids[worker.label] = reply["jobs"], reply.get("pid")
             seconds = dict.fromkeys(labels, 0.0)
+            handoffs = dict.fromkeys(labels, 0)
+            in_turns = len(workers) > 1 and takes_turns(workers)
             for job in range(jobs or 0):
-                for worker in workers if job % 2 == 0 else workers[::-1]:
-                    seconds[worker.label] += worker.ask({"do": "job", "round": 0, "index": job})["seconds"]
+                job_order = workers if job % 2 == 0 else workers[::-1]
+                if in_turns:
+                    replies = run_job_in_turns(job_order, job)
+                else:
+                    replies = {w.label: w.ask({"do": "job", "round": 0, "index": job}) for w in job_order}
+                for label, reply in replies.items():
+                    seconds[label] += reply["seconds"]
+                    handoffs[label] += reply.get("handoffs", 0)
             for worker in workers:
                 out = folder / worker.label.lower() / f"process{index}"
                 record = worker.ask({"do": "record", "out_dir": str(out)})
@@ -303,6 +399,7 @@ def measure_processes(
                         "started": order.index(worker.label),
                         "page_offset": offsets[index],
                         "seconds": round(seconds[worker.label], 2),
+                        "turns_handed_over": handoffs[worker.label],
                     }
                 )
         finally:
@@ -331,7 +428,9 @@ def _write_process_log(path: Path, rows: list[dict]) -> None:
     """One line per process: its side, index, pid, start order in its pair, page offset and measuring time."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=["side", "process", "pid", "started", "page_offset", "seconds"])
+        writer = csv.DictWriter(
+            handle, fieldnames=["side", "process", "pid", "started", "page_offset", "seconds", "turns_handed_over"]
+        )
         writer.writeheader()
         writer.writerows(rows)
 

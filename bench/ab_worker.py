@@ -11,6 +11,9 @@ job:
   {"do": "fields"}                                   -> {"options": [BenchOptions field names]}
   {"do": "plan", "options": {...}, "page_offset": b, "workdir": d} -> {"jobs": N, "rounds": R, "pid": p}
   {"do": "job", "round": r, "index": j}              -> {"seconds": s}
+  {"do": "job", "round": r, "index": j, "turns": true}
+      -> {"turn": "waiting"}, then after each {"do": "go"} either {"turn": "waiting"} (its turn is over,
+         bench/turns.py) or the job's reply {"seconds": s}
   {"do": "record", "out_dir": "..."}                 -> {"csv": path or null, "failures": [...], "skipped": [...]}
   {"do": "quit"}
 
@@ -33,8 +36,11 @@ import traceback
 from pathlib import Path
 from typing import TextIO
 
-# Bump when a request or reply changes: the driver skips a build that speaks another version.
-PROTOCOL = 2
+from bench.turns import Turns
+
+# Bump when a request or reply changes: the driver skips a build that speaks a version it does not know.
+# 3 added turn-taking ("turns" in a job request).
+PROTOCOL = 3
 
 
 class _Side:
@@ -66,20 +72,31 @@ class _Side:
         self.jobs = plan_jobs(self.options, self.workdir)
         self.results = Results()
 
-    def job(self, round_index: int, index: int) -> dict:
+    def job(self, round_index: int, index: int, turns=None) -> dict:
+        """Run job ``index``; with ``turns`` (bench/turns.py), only in this process's turns."""
+        from bench import turns as bench_turns
         from bench.run import run_round
 
         if not 0 <= index < len(self.jobs):
             raise ValueError(f"job index must be in [0, {len(self.jobs)}), got {index}")
+        if turns is not None:
+            turns.begin()
         started = time.perf_counter()
-        run_round(
-            [self.jobs[index]],
-            round_index,
-            self.settings,
-            self.results,
-            lambda job: print(f"round {round_index + 1}: {job.label}", file=sys.stderr, flush=True),
-        )
-        return {"seconds": time.perf_counter() - started}
+        bench_turns.use(turns)
+        try:
+            run_round(
+                [self.jobs[index]],
+                round_index,
+                self.settings,
+                self.results,
+                lambda job: print(f"round {round_index + 1}: {job.label}", file=sys.stderr, flush=True),
+            )
+        finally:
+            bench_turns.use(None)
+        reply = {"seconds": time.perf_counter() - started}
+        if turns is not None:
+            reply["handoffs"] = turns.handoffs
+        return reply
 
     def record(self, out_dir: str) -> dict:
         from rich.console import Console
@@ -120,9 +137,17 @@ def serve(requests: TextIO, replies: TextIO) -> None:
         replies.write(json.dumps(message) + "\n")
         replies.flush()
 
+    def wait_for_turn() -> None:
+        reply({"turn": "waiting"})
+        line = requests.readline()
+        if not line:
+            raise EOFError("the driver closed the requests while this worker waited for its turn")
+        if json.loads(line).get("do") != "go":
+            raise ValueError(f"expected {{'do': 'go'}} while waiting for the turn, got {line.strip()[:200]!r}")
+
     reply(_hello())
     side: _Side | None = None
-    for line in requests:
+    while line := requests.readline():
         request = json.loads(line)
         what = request.get("do")
         try:
@@ -136,7 +161,8 @@ def serve(requests: TextIO, replies: TextIO) -> None:
             elif side is None:
                 reply({"error": f"{what!r} before 'plan'"})
             elif what == "job":
-                reply(side.job(int(request["round"]), int(request["index"])))
+                turns = Turns(wait_for_turn) if request.get("turns") else None
+                reply(side.job(int(request["round"]), int(request["index"]), turns))
             elif what == "record":
                 reply(side.record(request["out_dir"]))
             else:

@@ -27,7 +27,7 @@ import math
 import os
 import resource
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 _PROC_STAT = Path("/proc/stat")
@@ -62,6 +62,17 @@ def snapshot() -> CpuSnapshot:
         wall_s=time.monotonic(),
         minor_faults=usage.ru_minflt,
     )
+
+
+def without_pauses(after: CpuSnapshot, paused_s: float, busy_while_paused_s: float) -> CpuSnapshot:
+    """``after`` as if the pauses had not happened: their wall time and the CPU used during them taken out.
+
+    A timed loop that hands the CPU to another process in turns (bench/turns.py)
+    is not loaded by what that process does in its own turns.
+    """
+    if paused_s == 0:
+        return after
+    return replace(after, busy_s=after.busy_s - busy_while_paused_s, wall_s=after.wall_s - paused_s)
 
 
 def minor_faults(before: CpuSnapshot, after: CpuSnapshot) -> int:

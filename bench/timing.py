@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from bench import machine
+from bench import turns as bench_turns
 
 # A block must last at least this many timer resolutions: <= 1 % timer error.
 BLOCK_FACTOR = 100
@@ -150,10 +151,18 @@ def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: flo
     budget_ns = config.budget_s * 1e9
     clock = time.perf_counter_ns
     n = 0
+    turns = bench_turns.current()
+    paused_ns, busy_while_paused_s = 0, 0.0
     with gc_disabled():
         cpu_before = machine.snapshot()
         began = clock()
         while n < config.max_samples and (n < config.min_samples or clock() - began < budget_ns):
+            if pause := turns.pass_if_due():
+                # The other process's turn is neither this loop's budget nor load on it.
+                began += pause.waited_ns
+                paused_ns += pause.waited_ns
+                busy_while_paused_s += pause.busy_s
+                call()  # untimed: the other process's turn left its own data in the caches
             if block == 1:
                 start = clock()
                 call()
@@ -164,7 +173,7 @@ def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: flo
                     call()
                 samples[n] = (clock() - start) / block
             n += 1
-        cpu_after = machine.snapshot()
+        cpu_after = machine.without_pauses(machine.snapshot(), paused_ns / 1e9, busy_while_paused_s)
     return Timing.sampled(samples[:n] / 1e3, block, config.warmup, cpu_before, cpu_after)
 
 

@@ -40,12 +40,42 @@ JOBS = 3
 class FakeWorker:
     """Speaks the worker protocol in-process; samples = median x the process's offset x lognormal noise."""
 
-    def __init__(self, label: str, log: Path, offset: float, rng: np.random.Generator, fields=None) -> None:
+    def __init__(
+        self,
+        label: str,
+        log: Path,
+        offset: float,
+        rng: np.random.Generator,
+        fields=None,
+        protocol: int = PROTOCOL,
+        turns_per_job: int = 3,
+        timeline: list[str] | None = None,
+    ) -> None:
         self.label, self.log, self.offset, self.rng = label, log, offset, rng
         self.fields = fields or list(vars(BenchOptions()))
-        self.hello = {"protocol": PROTOCOL, "schema_version": SCHEMA_VERSION}
+        self.hello = {"protocol": protocol, "schema_version": SCHEMA_VERSION}
         self.jobs_run: list[int] = []
         self.plan: dict = {}
+        self.turns_per_job, self.turns_left = turns_per_job, 0
+        self.timeline = timeline if timeline is not None else []  # one entry per turn run, shared by the workers
+        self._sent: list[dict] = []
+        self.paused = False
+        self.peers: list[FakeWorker] = []
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+
+    def send(self, request: dict) -> None:
+        assert not self.paused, "a request sent to a stopped worker"
+        self._sent.append(request)
+
+    def receive(self, what: str) -> dict:
+        request = self._sent.pop(0)
+        assert request["do"] in (what, "go")
+        return self.ask(request)
 
     def ask(self, request: dict) -> dict:
         what = request["do"]
@@ -56,7 +86,18 @@ class FakeWorker:
             return {"jobs": JOBS, "rounds": request["options"]["rounds"], "pid": 0}
         if what == "job":
             self.jobs_run.append(request["index"])
+            if request.get("turns"):
+                assert self.hello["protocol"] >= ab.TURNS_SINCE_PROTOCOL and self.turns_left == 0
+                self.turns_left = self.turns_per_job
+                return {"turn": "waiting"}
+            self.timeline.append(f"{self.label}{request['index']}")
             return {"seconds": 0.01}
+        if what == "go":
+            assert self.turns_left > 0, "a turn given to a worker that has no job"
+            assert all(peer.paused for peer in self.peers if peer.turns_left), "a waiting peer was left running"
+            self.timeline.append(f"{self.label}{self.jobs_run[-1]}")
+            self.turns_left -= 1
+            return {"turn": "waiting"} if self.turns_left else {"seconds": 0.01 * self.turns_per_job}
         if what == "record":
             assert self.jobs_run == list(range(JOBS))  # every job, once, in order
             noise = {k: self.rng.lognormal(0, 0.05, 200) for k in MEDIANS}
@@ -109,6 +150,43 @@ def test_a_20_percent_offset_of_one_process_is_never_a_regression(tmp_path, seed
     assert all(r.units == 4 and r.paired for r in comparison.rows)
 
 
+def test_the_two_sides_of_a_job_take_turns_one_at_a_time(tmp_path):
+    timeline: list[str] = []
+    rng = np.random.default_rng(0)
+    new, base = (
+        FakeWorker(label, tmp_path, 1.0, rng, turns_per_job=n, timeline=timeline)
+        for label, n in (("NEW", 3), ("BASE", 5))
+    )
+    new.peers, base.peers = [base], [new]
+    assert ab.takes_turns([new, base])
+    replies = ab.run_job_in_turns([base, new], job=2)
+    # BASE first (the order given), then alternating; NEW's job ends after its third turn and BASE keeps
+    # the CPU for its last two.
+    assert timeline == ["BASE2", "NEW2", "BASE2", "NEW2", "BASE2", "NEW2", "BASE2", "BASE2"]
+    assert {label: reply["seconds"] for label, reply in replies.items()} == pytest.approx({"NEW": 0.03, "BASE": 0.05})
+
+
+def test_a_ref_from_before_turn_taking_runs_its_jobs_after_this_checkouts(tmp_path):
+    timeline: list[str] = []
+    rng = np.random.default_rng(0)
+    started: list[FakeWorker] = []
+
+    def start(label: str, tree: ab.Tree, log: Path) -> FakeWorker:
+        old = label == "BASE"
+        started.append(FakeWorker(label, log, 1.0, rng, protocol=2 if old else PROTOCOL, timeline=timeline))
+        return started[-1]
+
+    sides = {"NEW": ab.Tree(tmp_path / "new"), "BASE": ab.Tree(tmp_path / "base")}
+    console = Console(file=io.StringIO(), width=200)
+    measured = ab.measure_processes(sides, BenchOptions(quick=True), 2, tmp_path / "run", console, start)
+    assert measured.csv["NEW"] is not None and measured.csv["BASE"] is not None
+    # Whole jobs, one after the other, alternating which side goes first: pair 1 starts NEW, pair 2 BASE.
+    pair_1 = ["NEW0", "BASE0", "BASE1", "NEW1", "NEW2", "BASE2"]
+    pair_2 = ["BASE0", "NEW0", "NEW1", "BASE1", "BASE2", "NEW2"]
+    assert timeline == pair_1 + pair_2
+    ab.check_compatible(started[1].hello, "a" * 40)  # protocol 2 is still spoken
+
+
 def test_a_20_percent_slowdown_in_every_process_is_a_regression(tmp_path):
     measured, _ = _measure(tmp_path, {"NEW": [1.2] * 4, "BASE": [1.0] * 4}, seed=7)
     comparison = compare_reports(measured.csv["BASE"], measured.csv["NEW"], paired=True)
@@ -141,6 +219,49 @@ def test_a_worker_that_hangs_is_stopped_at_the_deadline_with_its_log(tmp_path):
         assert worker.process.poll() is not None  # killed, not left running
     finally:
         worker.close()
+
+
+TURN_TAKER = """
+import json, sys, threading, time
+print(json.dumps({"protocol": PROTOCOL, "schema_version": SCHEMA}), flush=True)
+def spin():  # an idle pool thread that spins instead of sleeping
+    while True:
+        pass
+threading.Thread(target=spin, daemon=True).start()
+for line in sys.stdin:
+    if json.loads(line)["do"] != "job":
+        break
+    cpu, own = time.process_time(), 0.0
+    for turn in range(3):
+        print(json.dumps({"turn": "waiting"}), flush=True)
+        assert json.loads(sys.stdin.readline())["do"] == "go"
+        began = time.perf_counter()
+        while time.perf_counter() - began < 0.05:
+            pass
+        own += time.perf_counter() - began
+    print(json.dumps({"seconds": own, "cpu": time.process_time() - cpu}), flush=True)
+"""
+
+
+def test_a_waiting_worker_is_stopped_with_all_its_threads(tmp_path):
+    # Each stand-in worker has a thread that spins all the time. Stopped while the other takes its turn,
+    # a worker uses about as much CPU as its own turns last; left running, its spinning thread would add
+    # the other's turns too.
+    script = TURN_TAKER.replace("PROTOCOL", str(PROTOCOL)).replace("SCHEMA", str(SCHEMA_VERSION))
+    workers = [
+        ab.Worker(label, tmp_path, None, tmp_path / f"{label}.log", command=[sys.executable, "-c", script])
+        for label in ("NEW", "BASE")
+    ]
+    try:
+        replies = ab.run_job_in_turns(workers, job=0)
+        assert not any(worker.paused for worker in workers)
+        for label, reply in replies.items():
+            assert reply["seconds"] >= 0.15
+            assert reply["cpu"] < 1.5 * reply["seconds"], (label, reply)
+    finally:
+        for worker in workers:
+            worker.close()
+    assert all(worker.process.poll() is not None for worker in workers)
 
 
 def test_a_worker_that_dies_is_reported_with_its_exit_code(tmp_path):

@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 
+from bench import turns as bench_turns
 from bench.timing import BLOCK_FACTOR, TimingConfig, measure, summarize, timer_resolution_ns
 
 
@@ -82,3 +83,25 @@ def test_summary_matches_numpy(generator):
 def test_bad_timing_config_is_rejected(kwargs, message):
     with pytest.raises(ValueError, match=message):
         TimingConfig(**kwargs)
+
+
+def test_turns_handed_over_are_neither_budget_nor_load(monkeypatch):
+    # A stand-in for the other build's turn: 20 ms of sleep. A timed loop of 30 ms in 5 ms turns waits
+    # about 5 times; its budget counts only its own turns, and the waits are not load on its samples.
+    waits = []
+    turns = bench_turns.Turns(lambda: waits.append(time.sleep(0.02)), turn_s=0.005)
+    calls = []
+    monkeypatch.setattr(bench_turns, "_current", turns)
+    started = time.perf_counter()
+    timing = measure(lambda: calls.append(time.sleep(0.0005)), TimingConfig(warmup=0, budget_s=0.03), 50.0)
+    wall = time.perf_counter() - started
+    assert turns.handoffs == len(waits) >= 4
+    assert wall >= 0.03 + 0.02 * len(waits)  # it timed its whole budget besides the waits
+    assert timing.wall_s < 0.03 + 0.015  # the waits are not in the loop's own wall time
+    # One untimed call after each turn comes back (and one to size the blocks).
+    assert len(calls) == len(timing.samples_us) + len(waits) + 1
+    assert np.median(timing.samples_us) < 5000  # no sample spans a wait
+
+
+def test_no_turns_are_taken_outside_an_ab_worker():
+    assert bench_turns.current() is bench_turns.NO_TURNS and bench_turns.NO_TURNS.pass_if_due() is None

@@ -1,0 +1,93 @@
+"""Taking turns on the CPU with another process: two builds' timed loops interleaved a few milliseconds apart.
+
+On a shared VM the host's speed drifts: the same timed loop in one process
+reads 6.5 us in one 60 ms window and 4.0 us in the next, and a job measured a
+few seconds later in another process catches another speed (measured: the log
+ratio of two windows of one row, seconds apart, spreads 0.2-0.25, whether the
+windows are in one process or two). So an A/B run does not time one build's
+job and then the other's: both workers run the same job at once, and only one
+of them runs at any moment. The one whose turn it is times its samples for
+TURN_S, then hands the CPU to the other (bench/ab.py's driver passes the turn)
+and waits. Each build's samples of a row are then spread over the same
+windows, and the drift falls on both.
+
+A handoff happens only between samples of a timed loop. Setup, verification
+and warm-up run inside the turn of the process that does them, so the other
+process never runs beside a timed sample. The time spent waiting is not the
+timed loop's: ``measure`` (bench/timing.py) subtracts it from its budget, and
+the first call after a turn comes back is not timed (its caches were the
+other process's).
+
+Outside an A/B worker no turn is taken (the default ``NO_TURNS``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bench import machine
+
+# How long one process times before it hands the CPU over: short against the host's slow drift (tens of
+# milliseconds and more), long against a handoff (two pipe messages, about 0.1 ms on 2 cores).
+TURN_S = 0.005
+
+
+@dataclass(frozen=True)
+class Pause:
+    """One wait for the turn: how long, and the CPU the machine's processes used meanwhile (the other build's)."""
+
+    waited_ns: int
+    busy_s: float
+
+
+class Turns:
+    """One side of the turn-taking: ``wait`` blocks until the driver says it is this process's turn."""
+
+    def __init__(self, wait: Callable[[], None], turn_s: float = TURN_S) -> None:
+        self._wait = wait
+        self.turn_ns = int(turn_s * 1e9)
+        self.handoffs = 0
+        self._since = time.perf_counter_ns()
+
+    def begin(self) -> None:
+        """Wait for the first turn (before a job does anything)."""
+        self._wait()
+        self._since = time.perf_counter_ns()
+
+    def pass_if_due(self) -> Pause | None:
+        """Hand the CPU over when this turn has lasted TURN_S and wait for the next; None: this turn goes on."""
+        now = time.perf_counter_ns()
+        if now - self._since < self.turn_ns:
+            return None
+        busy_before = machine.snapshot().busy_s
+        self._wait()
+        self.handoffs += 1
+        self._since = time.perf_counter_ns()
+        return Pause(self._since - now, machine.snapshot().busy_s - busy_before)
+
+
+class _NoTurns(Turns):
+    def __init__(self) -> None:
+        super().__init__(lambda: None)
+
+    def begin(self) -> None:
+        pass
+
+    def pass_if_due(self) -> Pause | None:
+        return None
+
+
+NO_TURNS: Turns = _NoTurns()
+_current: Turns = NO_TURNS
+
+
+def current() -> Turns:
+    return _current
+
+
+def use(turns: Turns | None) -> None:
+    """Take turns through ``turns`` from now on (None: stop taking turns)."""
+    global _current
+    _current = turns or NO_TURNS
