@@ -289,6 +289,25 @@ def bench_ab_measure(c, aa="5", slowdowns="10,20", runs="5", out="", reuse=False
 
 
 @task(
+    name="ab-spread",
+    help={
+        "rounds": "rounds of the quick grid in each pair of workers, an integer >= 2 (default 4)",
+        "modes": "how the two workers share the CPU, a comma list of sequential, turns-running, turns-stopped "
+        "(default: all three)",
+        "out": "results folder (default <repo>/reports/ab_spread)",
+    },
+)
+@cli.fails_with("bench.ab-spread", ValueError)
+def bench_ab_spread(c, rounds="4", modes="", out=""):
+    """How far apart two processes of this build read each row: jobs one after the other, or in turns."""
+    argv = ["--rounds", str(cli.integer("--rounds", rounds, minimum=2))]
+    argv += [*(["--modes", modes] if modes else []), *(["--out", out] if out else [])]
+    from bench.ab_spread import main
+
+    main(argv)
+
+
+@task(
     name="serve",
     pre=[build],
     help={
@@ -421,7 +440,7 @@ def gpu_check(
 ns = Collection()
 for _task in (build, toolchain, test, export, align, lint, cuda_check, gpu_check):
     ns.add_task(_task)
-_bench = Collection("bench", compare, bench_serve, bench_ab_measure)
+_bench = Collection("bench", compare, bench_serve, bench_ab_measure, bench_ab_spread)
 _bench.add_task(bench, name="run", default=True)  # `invoke bench` runs it
 ns.add_collection(_bench)
 ns.add_collection(Collection("ort", ort_dump_replay, ort_client))

@@ -235,7 +235,9 @@ def takes_turns(workers: list[Worker]) -> bool:
     return all(worker.hello.get("protocol", 0) >= TURNS_SINCE_PROTOCOL for worker in workers)
 
 
-def run_job_in_turns(workers: list[Worker], job: int, round_index: int = 0) -> dict[str, dict]:
+def run_job_in_turns(
+    workers: list[Worker], job: int, round_index: int = 0, stop_waiting: bool = True
+) -> dict[str, dict]:
     """Job ``job`` in every worker at once, one worker running at a time, in turns; each worker's job reply.
 
     Each worker is sent the job and waits for its first turn; the turn goes to
@@ -243,7 +245,8 @@ def run_job_in_turns(workers: list[Worker], job: int, round_index: int = 0) -> d
     whenever the running one hands it back. A worker that answers its job
     leaves the rotation; the last one keeps the turn to itself.
 
-    A waiting worker is stopped (SIGSTOP) until its next turn. Its main thread
+    A waiting worker is stopped (SIGSTOP) until its next turn (``stop_waiting``
+    False leaves it running, for bench/ab_spread.py's comparison). Its main thread
     only waits, but its thread pools do not: OpenMP's and ONNX Runtime's idle
     threads spin for milliseconds after their last parallel region before they
     sleep, and on 2 cores a spinning thread of the waiting build takes the core
@@ -259,9 +262,10 @@ def run_job_in_turns(workers: list[Worker], job: int, round_index: int = 0) -> d
         _expect_turn(worker.receive("job"), worker)
         waiting.append(worker)
     replies = {}
+    pause = (lambda worker: worker.pause()) if stop_waiting else (lambda worker: None)
     try:
         for worker in waiting:
-            worker.pause()
+            pause(worker)
         while waiting:
             worker = waiting.popleft()
             worker.resume()
@@ -269,7 +273,7 @@ def run_job_in_turns(workers: list[Worker], job: int, round_index: int = 0) -> d
             reply = worker.receive("job")
             if reply.get("turn") == "waiting":
                 if waiting:
-                    worker.pause()
+                    pause(worker)
                 waiting.append(worker)
             else:
                 replies[worker.label] = reply

@@ -36,6 +36,7 @@ def test_task_names_follow_one_scheme():
         "bench",
         "bench.run",
         "bench.ab-measure",
+        "bench.ab-spread",
         "bench.compare",
         "bench.serve",
         "ort.client",
