@@ -269,6 +269,7 @@ def _docker(command: list[str]) -> None:
 
 @task(
     name="ab-measure",
+    pre=[build],
     help={
         "aa": "A/A runs (the same commit built twice), an integer >= 0 (default 5)",
         "slowdowns": "injected slowdowns of the fused op in percent, a comma list (default 10,20)",
@@ -290,6 +291,7 @@ def bench_ab_measure(c, aa="5", slowdowns="10,20", runs="5", out="", reuse=False
 
 @task(
     name="ab-spread",
+    pre=[build],
     help={
         "rounds": "rounds of the quick grid in each pair of workers, an integer >= 2 (default 4)",
         "modes": "how the two workers share the CPU, a comma list of sequential, turns-running, turns-stopped "
