@@ -317,16 +317,18 @@ def bench_ab_spread(c, rounds="4", modes="", out=""):
         "duration": "seconds of load per configuration, a number > 0 (overrides --quick's)",
         "out": "report folder (default <repo>/reports; FUSEDBENCH_REPORTS_DIR overrides the default)",
         "models": "folder for the exported model files, reused by later runs of the same model (default: temporary)",
+        "impl": "the model's norms: fused (default), or fused_add (each block's residual add folded into the op)",
     },
 )
 @cli.fails_with(
     "bench.serve", ValueError, *_EXPORT_ERRORS, "ops._library:LibraryNotBuiltError", "ops.ort.pool:SessionCreationError"
 )
-def bench_serve(c, quick=False, duration="", out="", models=""):
+def bench_serve(c, quick=False, duration="", out="", models="", impl="fused"):
     """Serve the exported model to concurrent clients: req/s, P50-P99, mismatches; sessions x threads x clients."""
     from pathlib import Path
 
     seconds = cli.positive("--duration", duration, " (seconds)") if duration else None  # before the library loads
+    from bench.serve.models import ServedModel
     from bench.serve.run import ServeOptions, main
 
     options = ServeOptions(
@@ -334,6 +336,7 @@ def bench_serve(c, quick=False, duration="", out="", models=""):
         duration_s=seconds,
         out_dir=Path(out) if out else None,
         models_dir=Path(models) if models else None,
+        model=ServedModel(impl=impl),
     )
     if code := main(options):
         raise Exit("bench.serve: interrupted, or a configuration failed or mismatched (listed above)", code=code)

@@ -41,6 +41,13 @@ class ServeConfig:
         head = f"{self.route}-{self.mode}" if self.engine == "ort" else self.mode
         return f"{head}-s{self.sessions}t{self.threads}c{self.clients}"
 
+    def row_names(self, impl: str = "fused") -> tuple[str, str]:
+        """The report's (baseline, variant) when the model's norms are ``impl``: torch's rows take the
+        impl's baseline name (the bench's model rows use the same), ORT's variants carry it."""
+        if impl == "fused":
+            return self.baseline, self.variant
+        return (impl, self.variant) if self.engine == "torch" else (self.baseline, f"{self.variant}-{impl}")
+
     @property
     def busy_threads(self) -> int:
         return self.sessions * self.threads

@@ -23,14 +23,24 @@ from ops.reference import Tolerance, model_tolerance
 _EXPORT_BATCH, _EXPORT_SEQ = 2, 4  # the exporter needs dynamic dims of size >= 2 in the example
 
 
+# The model's norm implementations that can be served: the fused op, or the fused op with each block's
+# residual add folded into it (exported in each route's residual form).
+SERVED_IMPLS = ("fused", "fused_add")
+
+
 @dataclass(frozen=True)
 class ServedModel:
-    """The sequence model's size and the request shape [batch, seq, d_model]."""
+    """The sequence model's size, its norm implementation and the request shape [batch, seq, d_model]."""
 
     config: ModelConfig = ModelConfig()
     batch: int = 1
     seq: int = 32
     seed: int = 0
+    impl: str = "fused"
+
+    def __post_init__(self) -> None:
+        if self.impl not in SERVED_IMPLS:
+            raise ValueError(f"impl must be one of {', '.join(SERVED_IMPLS)}, got {self.impl!r}")
 
     @property
     def d_model(self) -> int:
@@ -40,8 +50,13 @@ class ServedModel:
     def shape(self) -> tuple[int, int, int]:
         return (self.batch, self.seq, self.d_model)
 
-    def torch_model(self, dtype: torch.dtype = torch.float32, impl: str = "fused"):
-        return build_model(impl, self.config, seed=self.seed, dtype=dtype)
+    @property
+    def file_prefix(self) -> str:
+        """Exported files of the default impl keep their plain names; another impl's carry its name."""
+        return "served" if self.impl == "fused" else f"served-{self.impl}"
+
+    def torch_model(self, dtype: torch.dtype = torch.float32, impl: str | None = None):
+        return build_model(impl or self.impl, self.config, seed=self.seed, dtype=dtype)
 
 
 def export_routes(model: ServedModel, folder: Path) -> dict[str, Path]:
@@ -49,9 +64,9 @@ def export_routes(model: ServedModel, folder: Path) -> dict[str, Path]:
     from ops.onnx.export import export_model
 
     folder.mkdir(parents=True, exist_ok=True)
-    stamp = folder / "served-model.json"
+    stamp = folder / f"{model.file_prefix}-model.json"
     wanted = json.dumps(asdict(model), sort_keys=True)
-    paths = {route: folder / f"served-{route}.onnx" for route in ROUTES}
+    paths = {route: folder / f"{model.file_prefix}-{route}.onnx" for route in ROUTES}
     if stamp.exists() and stamp.read_text() == wanted and all(p.exists() for p in paths.values()):
         return paths
     stamp.unlink(missing_ok=True)

@@ -73,6 +73,10 @@ class ServeOptions:
     rounds: int | None = None  # default ROUNDS
 
 
+def _name(config: ServeConfig, options: ServeOptions) -> str:
+    return "/".join(config.row_names(options.model.impl))
+
+
 @dataclass
 class ServeOutcome:
     paths: ReportPaths | None
@@ -98,7 +102,8 @@ def run_serve_bench(options: ServeOptions, console: Console, stop: threading.Eve
         models_dir = Path(options.models_dir or tmp)
         console.print(
             f"[bold]bench.serve[/]: model {options.model.shape} (d_model {options.model.d_model}, "
-            f"{options.model.config.layers} layers), {len(configs)} configurations x {duration:g} s over {rounds} "
+            f"{options.model.config.layers} layers, norms: {options.model.impl}), "
+            f"{len(configs)} configurations x {duration:g} s over {rounds} "
             f"round(s), {cores} physical cores; exporting to {models_dir}"
         )
         files = export_routes(options.model, models_dir)
@@ -111,7 +116,7 @@ def run_serve_bench(options: ServeOptions, console: Console, stop: threading.Eve
                 if config in failures:
                     continue
                 console.print(
-                    f"  [{i + 1}/{len(configs)}] round {round_index + 1}/{rounds} {config.baseline}/{config.variant}",
+                    f"  [{i + 1}/{len(configs)}] round {round_index + 1}/{rounds} {_name(config, options)}",
                     highlight=False,
                 )
                 try:
@@ -123,12 +128,12 @@ def run_serve_bench(options: ServeOptions, console: Console, stop: threading.Eve
                     measured.pop(config, None)
                     continue
                 measured.setdefault(config, _Measured(setup_s, served)).add(result)
-    rows, samples, failure_lines = [], {}, [f"{c.baseline}/{c.variant}: {why}" for c, why in failures.items()]
+    rows, samples, failure_lines = [], {}, [f"{_name(c, options)}: {why}" for c, why in failures.items()]
     for config, m in measured.items():
         row = m.row(config, options, cores, env, resolution_ns)
         if m.errors or m.mismatches:
             failure_lines.append(
-                f"{config.baseline}/{config.variant}: {m.mismatches} mismatches, {m.errors} errors "
+                f"{_name(config, options)}: {m.mismatches} mismatches, {m.errors} errors "
                 f"({'; '.join(m.messages) or 'responses differ from their references'})"
             )
         rows.append(row)
@@ -184,10 +189,11 @@ class _Measured:
         latencies = np.concatenate(self.latencies)
         case = metrics.CaseInfo("serve", options.model.shape, torch.float32, math.nan)
         timing = Timing(latencies, 1, options.warmup * config.clients, self.other_cpu_s, self.wall_s)
+        baseline, variant = config.row_names(options.model.impl)
         row = metrics.measurement_row(
             case,
-            config.baseline,
-            config.variant,
+            baseline,
+            variant,
             self.served.note,
             timing,
             self.setup_s,

@@ -18,11 +18,11 @@ from rich.console import Console
 from bench.report import COLUMN_NAMES, SERVE_COLUMNS, read_report, read_samples
 from bench.serve.configs import ServeConfig, plan, sweep
 from bench.serve.load import drive
-from bench.serve.models import make_bank
+from bench.serve.models import ServedModel, make_bank
 from bench.serve.run import ServeOptions, run_serve_bench
 from bench.serve.summary import best_row, knees, pooled_vs_plain, print_serve_summary, serve_rows
 from env.paths import REPO_ROOT
-from tests.helpers.serve_models import SMALL, small_model_files
+from tests.helpers.serve_models import SMALL, SMALL_FOLDED, small_model_files
 
 QUICK_CONFIGS = (
     ServeConfig("torch", "inference_mode", 1, 1, 2),
@@ -70,6 +70,44 @@ def test_quick_serve_run_writes_one_checked_row_per_configuration(tmp_path_facto
     best = frame.loc[frame.requests_per_s.idxmax()]
     assert f"best: {best.baseline}/{best.variant}: {best.requests_per_s:.0f} req/s" in text
     assert "mismatches 0 in every configuration" in text and "MISSED  mismatches" not in text
+
+
+@pytest.mark.slow  # exports the folded model by every route and serves it, about 20 s on 2 cores
+def test_the_folded_model_is_served_by_every_engine_with_checked_responses(tmp_path_factory, tmp_path):
+    files = small_model_files(tmp_path_factory, SMALL_FOLDED)
+    assert {p.name for p in files.values()} == {f"served-fused_add-{route}.onnx" for route in files}
+    configs = (
+        ServeConfig("torch", "inference_mode", 1, 1, 2),
+        ServeConfig("ort", "pooled", 1, 1, 2, "standard"),
+        ServeConfig("ort", "run", 1, 1, 2, "opset23"),
+        ServeConfig("ort", "pooled", 1, 1, 2, "custom"),
+    )
+    options = ServeOptions(
+        duration_s=0.1,
+        out_dir=tmp_path,
+        models_dir=files["custom"].parent,
+        model=SMALL_FOLDED,
+        configs=configs,
+        warmup=3,
+        bank_size=16,
+    )
+    outcome = run_serve_bench(options, Console(file=open(os.devnull, "w")))
+    assert outcome.failures == []
+    frame = read_report(outcome.paths.csv)
+    # Every response was checked against the float64 unfused model: a folded graph that dropped a residual
+    # add would answer every request wrong.
+    assert (frame.mismatches == 0).all() and (frame.requests > 0).all()
+    assert sorted(zip(frame.baseline, frame.variant, strict=True)) == sorted(c.row_names("fused_add") for c in configs)
+
+
+def test_folded_rows_are_named_apart_from_the_plain_models():
+    torch_config, ort_config = ServeConfig("torch", "eager", 1, 2, 4), ServeConfig("ort", "run", 1, 2, 4, "custom")
+    assert torch_config.row_names() == ("fused", "eager-s1t2c4")
+    assert torch_config.row_names("fused_add") == ("fused_add", "eager-s1t2c4")  # as the bench's model rows
+    assert ort_config.row_names("fused_add") == ("ort", "custom-run-s1t2c4-fused_add")
+    assert SMALL_FOLDED.file_prefix == "served-fused_add" and SMALL.file_prefix == "served"
+    with pytest.raises(ValueError, match="impl must be one of fused, fused_add, got 'native'"):
+        ServedModel(impl="native")
 
 
 def test_the_load_driver_counts_wrong_answers_and_errors():
