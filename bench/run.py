@@ -303,7 +303,8 @@ def _measure(case, variant: Variant, config: TimingConfig, settings: RunSettings
     if not isinstance(prepared, Prepared):
         prepared = Prepared(prepared, variant.note)
     verify_outputs(prepared.call(), case.reference(), case.tolerance)  # every round: a wrong call is never timed
-    with pinned_for_timing():  # the setup above ran unpinned: pools it created keep every CPU
+    # The setup above ran unpinned: pools it created keep every CPU. A parallel call is not pinned at all.
+    with pinned_for_timing(torch.get_num_threads() if case.device == "cpu" else 1):
         timing, timer = _time(case, prepared, config, settings, block)
     return _Measured(timing, setup_s + prepared.reused_setup_s, prepared.note or variant.note, timer)
 

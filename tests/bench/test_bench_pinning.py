@@ -46,3 +46,12 @@ def test_a_thread_started_before_the_block_keeps_every_cpu():
         inside.set()
         thread.join(timeout=10)
     assert seen["cpus"] == allowed
+
+
+def test_a_loop_of_parallel_calls_is_not_pinned():
+    # Its pool threads need every core; a pinned caller could share its CPU with one of them.
+    allowed = os.sched_getaffinity(0)
+    with pinned_for_timing(threads=2) as cpu:
+        assert cpu is None and os.sched_getaffinity(0) == allowed
+    with pinned_for_timing(threads=1) as cpu:
+        assert cpu == max(allowed)
