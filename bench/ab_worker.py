@@ -172,7 +172,21 @@ def serve(requests: TextIO, replies: TextIO) -> None:
             reply({"error": f"{type(error).__name__}: {error}"})
 
 
+def _die_with_the_driver() -> None:
+    """Linux: SIGKILL this process when its driver dies. While the driver has it stopped (its turns), a killed
+    driver could not wake it, and a stopped process heeds no other signal: it would stay, stopped, forever."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+        if os.getppid() == 1:  # the driver died before the line above: nobody will drive this worker
+            os._exit(1)
+
+
 def main() -> None:
+    _die_with_the_driver()
     # Replies get the original stdout to themselves; anything printed (progress, build
     # messages, the summary) goes to stderr, so no stray line can break the protocol.
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")

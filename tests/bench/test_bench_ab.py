@@ -16,7 +16,9 @@ test that needs them.
 from __future__ import annotations
 
 import io
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -262,6 +264,37 @@ def test_a_waiting_worker_is_stopped_with_all_its_threads(tmp_path):
         for worker in workers:
             worker.close()
     assert all(worker.process.poll() is not None for worker in workers)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_stopped_worker_dies_with_a_killed_driver(tmp_path):
+    # A driver killed while a worker waits stopped for its turn cannot wake it: the worker must go too.
+    driver = (
+        "import sys, time; from pathlib import Path; from bench import ab\n"
+        f"w = ab.Worker('NEW', Path({str(REPO_ROOT)!r}), None, Path({str(tmp_path / 'new.log')!r}))\n"
+        "w.pause(); print(w.process.pid, flush=True); time.sleep(120)\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", driver], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+    worker_pid = int(process.stdout.readline())
+    _wait_for_state(worker_pid, ("T",))  # SIGSTOP takes effect asynchronously
+    process.kill()
+    process.wait()
+    _wait_for_state(worker_pid, (None, "Z"))  # gone, or a zombie about to be reaped
+
+
+def _wait_for_state(pid: int, states: tuple[str | None, ...], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _state(pid) not in states and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _state(pid) in states, f"process {pid} is in state {_state(pid)}, not one of {states}"
+
+
+def _state(pid: int) -> str | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return None
+    return next(line.split()[1] for line in status.splitlines() if line.startswith("State:"))
 
 
 def test_a_worker_that_dies_is_reported_with_its_exit_code(tmp_path):
