@@ -231,6 +231,29 @@ __device__ __forceinline__ void forget_conversions(uint4& w) {
   forget_conversions(w.w);
 }
 
+// Ties `w` to `after` for the compiler (no instruction is emitted): code that
+// uses `w` is placed after `after` is known. A row's edge element is loaded
+// apart from its body; tied to the body's last load, its conversion is not
+// moved ahead of the body's loads, which would then wait for it.
+__device__ __forceinline__ void order_after(unsigned short& w, unsigned int after) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("" : "+h"(w) : "r"(after));
+#endif
+}
+__device__ __forceinline__ void order_after(unsigned int& w, unsigned int after) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("" : "+r"(w) : "r"(after));
+#endif
+}
+__device__ __forceinline__ void order_after(uint2& w, unsigned int after) {
+  order_after(w.x, after);
+  order_after(w.y, after);
+}
+__device__ __forceinline__ unsigned int low_bits(unsigned short w) { return w; }
+__device__ __forceinline__ unsigned int low_bits(unsigned int w) { return w; }
+__device__ __forceinline__ unsigned int low_bits(const uint2& w) { return w.x; }
+__device__ __forceinline__ unsigned int low_bits(const uint4& w) { return w.x; }
+
 // --- reductions ---------------------------------------------------------------------
 
 // Sum over the 32 lanes; every lane gets the total. All lanes must be active.
@@ -286,21 +309,34 @@ __device__ __forceinline__ A sum_squares(const Pack<T, VEC>& x) {
 // How a row of `hidden` elements starting at `row` splits at x's vector
 // boundaries: `head` elements before the first one (fewer than VEC), `body`
 // whole vectors, `tail` elements after them (fewer than VEC). The head and
-// tail elements go to threads 0, 1, ... of the row, which every variant has.
+// tail ("edge") elements, fewer than 2 * VEC <= 32, go one each to threads
+// 0, 1, ... of the row, which every variant has: thread t < edges() holds
+// element edge(t).
 template <typename I>
 struct RowSplit {
   int head;
   I body;
   int tail;
   I tail_start;  // first element of the tail
+
+  __device__ __forceinline__ int edges() const { return head + tail; }
+  __device__ __forceinline__ I edge(int t) const { return t < head ? I(t) : tail_start + (t - head); }
 };
 
 template <typename T, int VEC, typename I>
 __device__ __forceinline__ RowSplit<I> split_row(const T* row, I hidden) {
+  RowSplit<I> s;
+  if constexpr (VEC == 1) {
+    // Every element is on a boundary (launch_for_type checks): no head, no tail.
+    s.head = 0;
+    s.body = hidden;
+    s.tail = 0;
+    s.tail_start = hidden;
+    return s;
+  }
   constexpr unsigned kBytes = sizeof(T) * VEC;
   const unsigned past = static_cast<unsigned>(reinterpret_cast<uintptr_t>(row) % kBytes);
   const I head = past == 0 ? I(0) : static_cast<I>((kBytes - past) / sizeof(T));
-  RowSplit<I> s;
   s.head = static_cast<int>(head < hidden ? head : hidden);
   s.body = (hidden - s.head) / VEC;
   s.tail_start = s.head + s.body * VEC;
@@ -312,7 +348,8 @@ __device__ __forceinline__ RowSplit<I> split_row(const T* row, I hidden) {
 // weight (or bias) is vector-aligned wherever the row of x is.
 template <typename T, int VEC>
 __device__ __forceinline__ bool same_phase(const T* a, const T* b) {
-  return (reinterpret_cast<uintptr_t>(a) - reinterpret_cast<uintptr_t>(b)) % (sizeof(T) * VEC) == 0;
+  // One-element vectors: always (every element is aligned to its size).
+  return VEC == 1 || (reinterpret_cast<uintptr_t>(a) - reinterpret_cast<uintptr_t>(b)) % (sizeof(T) * VEC) == 0;
 }
 
 // VEC elements of weight or bias from `p`, which is vector-aligned where
@@ -330,10 +367,12 @@ __device__ __forceinline__ word_t<Pack<T, VEC>> load_params_word(const T* p, boo
   return w;
 }
 
-// x[e] * x[e] of one head or tail element held as a machine word.
+// sum + x[e] * x[e] for one head or tail element held as a machine word
+// (one fused multiply-add into the running sum).
 template <typename T, typename A>
-__device__ __forceinline__ A square_element(const word_t<Pack<T, 1>>& x) {
-  return sum_squares<T, 1, A>(unpack<Pack<T, 1>>(x));
+__device__ __forceinline__ A add_square(A sum, const word_t<Pack<T, 1>>& x) {
+  const A v = Elem<T>::load(unpack<Pack<T, 1>>(x).v[0]);
+  return sum + v * v;
 }
 
 // y[e] of one head or tail element; its weight and bias are read element-wise.
@@ -357,6 +396,80 @@ __device__ __forceinline__ word_t<Pack<T, 1>> load_streaming_element(const T* p)
 // A load and the arithmetic on it in the same guarded chunk would let the
 // compiler wait for each chunk's load before issuing the next one.
 
+// One row of warp_rows_kernel, in one warp. kHeld: weight and bias are at
+// x's phase and ride with x in the load loop (see warp_rows_kernel); else they
+// are read after the reduction, in vectors where `params_vec`, else element
+// by element. Two instances, so that neither has a guard nested in the load
+// loop's guard: the join of nested guards makes the compiler copy loaded
+// registers, and a copy waits for its load (a second round).
+template <typename T, int VEC, int CHUNKS, bool kHeld, typename A>
+__device__ __forceinline__ void warp_row(const T* __restrict__ xrow, const T* __restrict__ weight,
+                                         const T* __restrict__ bias, T* __restrict__ yrow, int hidden, bool params_vec,
+                                         A inv_hidden, A eps) {
+  using P = Pack<T, VEC>;
+  const int lane = threadIdx.x % kWarpSize;
+  const RowSplit<int> split = split_row<T, VEC>(xrow, hidden);
+  const int nvec = split.body;
+  const P* xr = reinterpret_cast<const P*>(xrow + split.head);  // [nvec]
+  P* yr = reinterpret_cast<P*>(yrow + split.head);              // [nvec]
+  const T* wrow = weight + split.head;                          // [nvec * VEC]
+  const T* brow = bias + split.head;                            // [nvec * VEC]
+  // Zero-initialised: a guarded load then writes straight into the register
+  // that holds the vector after the guard. Without a value on the other path
+  // the compiler copies the loaded register at the join, and a copy waits for
+  // its load, splitting the row's loads into several rounds.
+  word_t<P> xv[CHUNKS] = {}, wr[CHUNKS] = {}, br[CHUNKS] = {};
+  word_t<Pack<T, 1>> xe = {};  // this lane's edge element, if any
+#pragma unroll
+  for (int i = 0; i < CHUNKS; ++i) {
+    const int c = lane + i * kWarpSize;
+    if (c < nvec) {
+      xv[i] = load_streaming_word(xr + c);
+      if constexpr (kHeld) {
+        wr[i] = load_cached_word(reinterpret_cast<const P*>(wrow) + c);
+        br[i] = load_cached_word(reinterpret_cast<const P*>(brow) + c);
+      }
+    }
+  }
+  // One-element vectors have no edge elements (split_row), and no code for them.
+  const bool has_edge = VEC > 1 && lane < split.edges();
+  if constexpr (VEC > 1) {
+    if (has_edge) xe = load_streaming_element(xrow + split.edge(lane));
+    order_after(xe, low_bits(xv[CHUNKS - 1]));  // one round of loads: the edge's use after the body's loads
+  }
+  // Fixed order per lane: body, then the edge element. Without one (every
+  // row on a vector boundary) this is the sum of the body alone. The edge
+  // is summed unconditionally: a guarded sum shares the load's guard, and
+  // the compiler moves both ahead of the body's loads.
+  A sum_sq = A(0);
+#pragma unroll
+  for (int i = 0; i < CHUNKS; ++i) {
+    if (lane + i * kWarpSize < nvec) sum_sq += sum_squares<T, VEC, A>(unpack<P>(xv[i]));
+  }
+  // xe is zero without an edge element: adds exactly nothing.
+  if constexpr (VEC > 1) sum_sq = add_square<T, A>(sum_sq, xe);
+  if constexpr (sizeof(T) == 2) {  // only 16-bit elements are converted
+#pragma unroll
+    for (int i = 0; i < CHUNKS; ++i) forget_conversions(xv[i]);
+  }
+  const A inv_rms = inverse_rms(warp_sum(sum_sq) * inv_hidden, eps);
+#pragma unroll
+  for (int i = 0; i < CHUNKS; ++i) {
+    const int c = lane + i * kWarpSize;
+    if (c < nvec) {
+      if constexpr (!kHeld) {
+        wr[i] = load_params_word<T, VEC>(wrow + c * VEC, params_vec);
+        br[i] = load_params_word<T, VEC>(brow + c * VEC, params_vec);
+      }
+      store_streaming(yr + c, scale_shift<T, VEC, A>(unpack<P>(xv[i]), unpack<P>(wr[i]), unpack<P>(br[i]), inv_rms));
+    }
+  }
+  if (has_edge) {
+    const int e = split.edge(lane);
+    store_element(yrow + e, xe, weight + e, bias + e, inv_rms);
+  }
+}
+
 // One warp per row, kWarpRowsPerBlock rows per block. Lane l holds vectors
 // l, l + 32, ..., l + 32 * (CHUNKS - 1) of its row, and for the shorter rows
 // weight and bias with it: short rows are latency-bound, so their loads share
@@ -373,12 +486,11 @@ __global__ void __launch_bounds__(kWarpRowsThreads, cuda_plan::kWarpRowsMinBlock
   using A = typename Elem<T>::acc_t;
   using P = Pack<T, VEC>;
   // Weight and bias ride with x when the three fit the register cap (up to
-  // 32 bytes of x per lane); longer rows load them after the reduction. Not
-  // for one-double vectors: ptxas copies each loaded double at the guard's
-  // join, and a copy waits for its load, so held parameters would cost a
-  // round per chunk instead of one after the reduction.
+  // 32 bytes of x per lane) and the row is at their phase; longer rows load
+  // them after the reduction. Not for one-double vectors: ptxas copies each
+  // loaded double at the guard's join, and a copy waits for its load, so held
+  // parameters would cost a round per chunk instead of one after the reduction.
   constexpr bool kHoldParams = CHUNKS * sizeof(P) <= 32 && !(sizeof(T) == 8 && VEC == 1);
-  const int lane = threadIdx.x % kWarpSize;
   const A inv_hidden = A(1) / static_cast<A>(hidden);
 
   // The row index is the same for all lanes of a warp, so the loop and the
@@ -388,62 +500,11 @@ __global__ void __launch_bounds__(kWarpRowsThreads, cuda_plan::kWarpRowsMinBlock
   for (int64_t row = first; row < rows; row += stride) {
     const T* xrow = x + row * hidden;
     T* yrow = y + row * hidden;
-    const RowSplit<int> split = split_row<T, VEC>(xrow, hidden);
-    const int nvec = split.body;
-    const P* xr = reinterpret_cast<const P*>(xrow + split.head);  // [nvec]
-    P* yr = reinterpret_cast<P*>(yrow + split.head);              // [nvec]
-    const T* wrow = weight + split.head;                          // [nvec * VEC]
-    const T* brow = bias + split.head;                            // [nvec * VEC]
     const bool params_vec = same_phase<T, VEC>(xrow, weight) && same_phase<T, VEC>(xrow, bias);
-    // Zero-initialised: a guarded load then writes straight into the register
-    // that holds the vector after the guard. Without a value on the other path
-    // the compiler copies the loaded register at the join, and a copy waits for
-    // its load, splitting the row's loads into several rounds.
-    word_t<P> xv[CHUNKS] = {}, wr[CHUNKS] = {}, br[CHUNKS] = {};
-    word_t<Pack<T, 1>> xh = {}, xt = {};  // this lane's head and tail element
-    if (lane < split.head) xh = load_streaming_element(xrow + lane);
-#pragma unroll
-    for (int i = 0; i < CHUNKS; ++i) {
-      const int c = lane + i * kWarpSize;
-      if (c < nvec) {
-        xv[i] = load_streaming_word(xr + c);
-        if constexpr (kHoldParams) {
-          if (params_vec) {
-            wr[i] = load_cached_word(reinterpret_cast<const P*>(wrow) + c);
-            br[i] = load_cached_word(reinterpret_cast<const P*>(brow) + c);
-          }
-        }
-      }
-    }
-    if (lane < split.tail) xt = load_streaming_element(xrow + split.tail_start + lane);
-    // Fixed order per lane: head, body, tail. Without a head and a tail (every
-    // row on a vector boundary) this is the sum of the body alone.
-    A sum_sq = lane < split.head ? square_element<T, A>(xh) : A(0);
-#pragma unroll
-    for (int i = 0; i < CHUNKS; ++i) {
-      if (lane + i * kWarpSize < nvec) sum_sq += sum_squares<T, VEC, A>(unpack<P>(xv[i]));
-    }
-    if (lane < split.tail) sum_sq += square_element<T, A>(xt);
-    if constexpr (sizeof(T) == 2) {  // only 16-bit elements are converted
-#pragma unroll
-      for (int i = 0; i < CHUNKS; ++i) forget_conversions(xv[i]);
-    }
-    const A inv_rms = inverse_rms(warp_sum(sum_sq) * inv_hidden, eps);
-    if (lane < split.head) store_element(yrow + lane, xh, weight + lane, bias + lane, inv_rms);
-#pragma unroll
-    for (int i = 0; i < CHUNKS; ++i) {
-      const int c = lane + i * kWarpSize;
-      if (c < nvec) {
-        if (!kHoldParams || !params_vec) {
-          wr[i] = load_params_word<T, VEC>(wrow + c * VEC, params_vec);
-          br[i] = load_params_word<T, VEC>(brow + c * VEC, params_vec);
-        }
-        store_streaming(yr + c, scale_shift<T, VEC, A>(unpack<P>(xv[i]), unpack<P>(wr[i]), unpack<P>(br[i]), inv_rms));
-      }
-    }
-    if (lane < split.tail) {
-      const int e = split.tail_start + lane;
-      store_element(yrow + e, xt, weight + e, bias + e, inv_rms);
+    if (kHoldParams && params_vec) {
+      warp_row<T, VEC, CHUNKS, kHoldParams>(xrow, weight, bias, yrow, hidden, params_vec, inv_hidden, eps);
+    } else {
+      warp_row<T, VEC, CHUNKS, false>(xrow, weight, bias, yrow, hidden, params_vec, inv_hidden, eps);
     }
   }
 }
@@ -480,41 +541,43 @@ __global__ void FUSED_NORM_MAX_REGISTERS(VEC == 1 ? cuda_plan::kBlockRowsScalarM
     // Zero-initialised, as in warp_rows_kernel: no copies at the guards'
     // joins, so the four loads stay in one round (float64 split them without).
     word_t<P> xv[CHUNKS] = {};
-    word_t<Pack<T, 1>> xh = {}, xt = {};  // this thread's head and tail element
-    if (t < split.head) xh = load_streaming_element(xrow + t);
+    word_t<Pack<T, 1>> xe = {};  // this thread's edge element, if any
 #pragma unroll
     for (int i = 0; i < CHUNKS; ++i) {
       const int c = t + i * blockDim.x;
       if (c < nvec) xv[i] = load_streaming_word(xr + c);
     }
-    if (t < split.tail) xt = load_streaming_element(xrow + split.tail_start + t);
-    // Fixed order per thread: head, body, tail (the body alone without them).
-    A sum_sq = t < split.head ? square_element<T, A>(xh) : A(0);
+    const bool has_edge = VEC > 1 && t < split.edges();
+    if constexpr (VEC > 1) {
+      if (has_edge) xe = load_streaming_element(xrow + split.edge(t));
+      order_after(xe, low_bits(xv[CHUNKS - 1]));  // as in warp_rows_kernel: one round of loads
+    }
+    // Fixed order per thread: body, then the edge element (the body alone without one).
+    A sum_sq = A(0);
 #pragma unroll
     for (int i = 0; i < CHUNKS; ++i) {
       if (t + i * blockDim.x < nvec) sum_sq += sum_squares<T, VEC, A>(unpack<P>(xv[i]));
     }
-    if (t < split.tail) sum_sq += square_element<T, A>(xt);
+    // xe is zero without an edge element: adds exactly nothing.
+    if constexpr (VEC > 1) sum_sq = add_square<T, A>(sum_sq, xe);
     if constexpr (sizeof(T) == 2) {  // only 16-bit elements are converted
 #pragma unroll
       for (int i = 0; i < CHUNKS; ++i) forget_conversions(xv[i]);
     }
     const A inv_rms = inverse_rms(block_sum(sum_sq, partials[parity]) * inv_hidden, eps);
-    if (t < split.head) store_element(yrow + t, xh, weight + t, bias + t, inv_rms);
 #pragma unroll
     for (int i = 0; i < CHUNKS; ++i) {
       const int c = t + i * blockDim.x;
       if (c < nvec) {
         const int e = split.head + c * VEC;
-        store_streaming(yr + c, scale_shift<T, VEC, A>(unpack<P>(xv[i]),
-                                                       unpack<P>(load_params_word<T, VEC>(weight + e, params_vec)),
-                                                       unpack<P>(load_params_word<T, VEC>(bias + e, params_vec)),
-                                                       inv_rms));
+        const P w = unpack<P>(load_params_word<T, VEC>(weight + e, params_vec));
+        const P b = unpack<P>(load_params_word<T, VEC>(bias + e, params_vec));
+        store_streaming(yr + c, scale_shift<T, VEC, A>(unpack<P>(xv[i]), w, b, inv_rms));
       }
     }
-    if (t < split.tail) {
-      const int e = split.tail_start + t;
-      store_element(yrow + e, xt, weight + e, bias + e, inv_rms);
+    if (has_edge) {
+      const int e = split.edge(t);
+      store_element(yrow + e, xe, weight + e, bias + e, inv_rms);
     }
   }
 }
@@ -551,22 +614,22 @@ __global__ void __launch_bounds__(cuda_plan::kStreamingThreads, cuda_plan::kStre
     const T* wrow = weight + split.head;                          // [nvec * VEC]
     const T* brow = bias + split.head;                            // [nvec * VEC]
     const bool params_vec = same_phase<T, VEC>(xrow, weight) && same_phase<T, VEC>(xrow, bias);
-    // Fixed order per thread: head, body, tail (the body alone without them).
-    A sum_sq = t < split.head ? sum_squares<T, 1, A>(load_l2(reinterpret_cast<const S*>(xrow + t))) : A(0);
+    const bool has_edge = VEC > 1 && t < split.edges();
+    // Fixed order per thread: body, then the edge element (the body alone without one).
+    A sum_sq = A(0);
 #pragma unroll 4
     for (int64_t c = threadIdx.x; c < nvec; c += blockDim.x) sum_sq += sum_squares<T, VEC, A>(load_l2(xr + c));
-    if (t < split.tail) sum_sq += sum_squares<T, 1, A>(load_l2(reinterpret_cast<const S*>(xrow + split.tail_start + t)));
+    if (has_edge) sum_sq += sum_squares<T, 1, A>(load_l2(reinterpret_cast<const S*>(xrow + split.edge(t))));
     const A inv_rms = inverse_rms(block_sum(sum_sq, partials[parity]) * inv_hidden, eps);
-    if (t < split.head) store_element(yrow + t, load_streaming_element(xrow + t), weight + t, bias + t, inv_rms);
 #pragma unroll 4
     for (int64_t c = threadIdx.x; c < nvec; c += blockDim.x) {
-      store_streaming(yr + c, scale_shift<T, VEC, A>(load_streaming(xr + c),
-                                                     unpack<P>(load_params_word<T, VEC>(wrow + c * VEC, params_vec)),
-                                                     unpack<P>(load_params_word<T, VEC>(brow + c * VEC, params_vec)),
-                                                     inv_rms));
+      store_streaming(yr + c,
+                      scale_shift<T, VEC, A>(load_streaming(xr + c),
+                                             unpack<P>(load_params_word<T, VEC>(wrow + c * VEC, params_vec)),
+                                             unpack<P>(load_params_word<T, VEC>(brow + c * VEC, params_vec)), inv_rms));
     }
-    if (t < split.tail) {
-      const int64_t e = split.tail_start + t;
+    if (has_edge) {
+      const int64_t e = split.edge(t);
       store_element(yrow + e, load_streaming_element(xrow + e), weight + e, bias + e, inv_rms);
     }
   }

@@ -104,6 +104,8 @@ ODD_LENGTHS = (5001, 4097, 1023)
 def vector_of(kernel: str) -> int:
     """Elements per vector of a variant: 'block_rows_kernel<BFloat16, 8, 4>' -> 8."""
     return int(re.fullmatch(r"\w+<\w+, (\d+)(, \d+)?>", kernel).group(1))
+
+
 ELEMENT_OFFSET_LAYOUTS = [
     (),  # every buffer 16-byte aligned: only the odd length moves the rows' phases
     (("x", 1), ("y", 1)),
