@@ -231,29 +231,6 @@ __device__ __forceinline__ void forget_conversions(uint4& w) {
   forget_conversions(w.w);
 }
 
-// Ties `w` to `after` for the compiler (no instruction is emitted): code that
-// uses `w` is placed after `after` is known. A row's edge element is loaded
-// apart from its body; tied to the body's last load, its conversion is not
-// moved ahead of the body's loads, which would then wait for it.
-__device__ __forceinline__ void order_after(unsigned short& w, unsigned int after) {
-#if defined(__CUDA_ARCH__)
-  asm volatile("" : "+h"(w) : "r"(after));
-#endif
-}
-__device__ __forceinline__ void order_after(unsigned int& w, unsigned int after) {
-#if defined(__CUDA_ARCH__)
-  asm volatile("" : "+r"(w) : "r"(after));
-#endif
-}
-__device__ __forceinline__ void order_after(uint2& w, unsigned int after) {
-  order_after(w.x, after);
-  order_after(w.y, after);
-}
-__device__ __forceinline__ unsigned int low_bits(unsigned short w) { return w; }
-__device__ __forceinline__ unsigned int low_bits(unsigned int w) { return w; }
-__device__ __forceinline__ unsigned int low_bits(const uint2& w) { return w.x; }
-__device__ __forceinline__ unsigned int low_bits(const uint4& w) { return w.x; }
-
 // --- reductions ---------------------------------------------------------------------
 
 // Sum over the 32 lanes; every lane gets the total. All lanes must be active.
@@ -433,9 +410,8 @@ __device__ __forceinline__ void warp_row(const T* __restrict__ xrow, const T* __
   }
   // One-element vectors have no edge elements (split_row), and no code for them.
   const bool has_edge = VEC > 1 && lane < split.edges();
-  if constexpr (VEC > 1) {
+  if constexpr (VEC > 1) {  // after the body's loads, which issue first
     if (has_edge) xe = load_streaming_element(xrow + split.edge(lane));
-    order_after(xe, low_bits(xv[CHUNKS - 1]));  // one round of loads: the edge's use after the body's loads
   }
   // Fixed order per lane: body, then the edge element. Without one (every
   // row on a vector boundary) this is the sum of the body alone. The edge
@@ -548,9 +524,8 @@ __global__ void FUSED_NORM_MAX_REGISTERS(VEC == 1 ? cuda_plan::kBlockRowsScalarM
       if (c < nvec) xv[i] = load_streaming_word(xr + c);
     }
     const bool has_edge = VEC > 1 && t < split.edges();
-    if constexpr (VEC > 1) {
+    if constexpr (VEC > 1) {  // after the body's loads, as in warp_row
       if (has_edge) xe = load_streaming_element(xrow + split.edge(t));
-      order_after(xe, low_bits(xv[CHUNKS - 1]));  // as in warp_rows_kernel: one round of loads
     }
     // Fixed order per thread: body, then the edge element (the body alone without one).
     A sum_sq = A(0);

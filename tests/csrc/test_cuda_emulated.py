@@ -3,7 +3,9 @@ SIMT emulator (csrc/emu), on every test run, GPU or not.
 
 Every variant the launch plan can pick runs for every dtype, on row lengths
 around each plan threshold, on the 16-byte vector path (all pointers aligned)
-and the narrower ones (one operand 8 or 4 bytes or one element off), with
+and the narrower ones (x or y 8 or 4 bytes or one element off), on odd row
+lengths and element offsets that split each row into a scalar head, a
+16-byte body and a scalar tail, with weight and bias off x's phase, with
 rows sharing blocks and grids capped below the row count, in every
 scheduling order (lowest thread first, in turn, in reverse, and seeded random
 orders; tests/conftest.py --emu-seeds sets how many seeds) with the race
