@@ -26,12 +26,23 @@
 //     machine-code test (tests/csrc/test_cuda_machine_code.py) checks load
 //     rounds, access widths, spills and blocks per SM on the sm_90 SASS.
 //   * Loads and stores are 16 bytes per thread (LDG.128/STG.128), coalesced
-//     across the warp, when every pointer is 16-byte aligned and the row
-//     length is a multiple of 16 / sizeof(T): fewer, wider memory
-//     transactions reach full bandwidth with fewer threads. Otherwise the
-//     widest of 8 and 4 bytes that fits, one element only when nothing wider
-//     does (an odd row length of a 16-bit type, a pointer at an odd element).
-//     The choice is an explicit run-time check in launch_for_type().
+//     across the warp: fewer, wider memory transactions reach full bandwidth
+//     with fewer threads. Each row is a scalar head up to x's first 16-byte
+//     boundary, a body of 16-byte vectors and a scalar tail, so an odd row
+//     length (bf16 rows of 5001) or x and y both at an odd element keep the
+//     16-byte body; the head is computed per row, as rows of an odd length
+//     start at different phases. Only x and y at different phases step down
+//     to the widest access both allow (8, 4 bytes or one element): one
+//     element index must be in the same thread for both. The width is an
+//     explicit run-time choice in launch_for_type().
+//   * Weight and bias are read at x's phase, not with a head of their own:
+//     element j of a row meets weight[j] in the thread that holds x[j]. With
+//     heads of their own their vectors would start at other elements than
+//     x's, and every vector would need a second load or a shuffle to line
+//     up. They stay in L1/L2 (every row reads them), so in the rows where
+//     their phase differs from x's (rows of an odd length, or weight at
+//     another offset than x) they are read element by element, which costs
+//     load instructions but no DRAM bytes; in the others, in vectors.
 //   * x is read and y written with the streaming cache hint (evict first):
 //     each byte is touched once, and leaving it out of L2 keeps weight and
 //     bias (read by every row) resident.
@@ -270,12 +281,170 @@ __device__ __forceinline__ A sum_squares(const Pack<T, VEC>& x) {
   return s;
 }
 
+// --- a row: scalar head, vector body, scalar tail ---------------------------------
+
+// How a row of `hidden` elements starting at `row` splits at x's vector
+// boundaries: `head` elements before the first one (fewer than VEC), `body`
+// whole vectors, `tail` elements after them (fewer than VEC). The head and
+// tail ("edge") elements, fewer than 2 * VEC <= 32, go one each to threads
+// 0, 1, ... of the row, which every variant has: thread t < edges() holds
+// element edge(t).
+template <typename I>
+struct RowSplit {
+  int head;
+  I body;
+  int tail;
+  I tail_start;  // first element of the tail
+
+  __device__ __forceinline__ int edges() const { return head + tail; }
+  __device__ __forceinline__ I edge(int t) const { return t < head ? I(t) : tail_start + (t - head); }
+};
+
+template <typename T, int VEC, typename I>
+__device__ __forceinline__ RowSplit<I> split_row(const T* row, I hidden) {
+  RowSplit<I> s;
+  if constexpr (VEC == 1) {
+    // Every element is on a boundary (launch_for_type checks): no head, no tail.
+    s.head = 0;
+    s.body = hidden;
+    s.tail = 0;
+    s.tail_start = hidden;
+    return s;
+  }
+  constexpr unsigned kBytes = sizeof(T) * VEC;
+  const unsigned past = static_cast<unsigned>(reinterpret_cast<uintptr_t>(row) % kBytes);
+  const I head = past == 0 ? I(0) : static_cast<I>((kBytes - past) / sizeof(T));
+  s.head = static_cast<int>(head < hidden ? head : hidden);
+  s.body = (hidden - s.head) / VEC;
+  s.tail_start = s.head + s.body * VEC;
+  s.tail = static_cast<int>(hidden - s.tail_start);
+  return s;
+}
+
+// Whether `a` and `b` are a whole number of VEC-element vectors apart: then
+// weight (or bias) is vector-aligned wherever the row of x is.
+template <typename T, int VEC>
+__device__ __forceinline__ bool same_phase(const T* a, const T* b) {
+  // One-element vectors: always (every element is aligned to its size).
+  return VEC == 1 || (reinterpret_cast<uintptr_t>(a) - reinterpret_cast<uintptr_t>(b)) % (sizeof(T) * VEC) == 0;
+}
+
+// VEC elements of weight or bias from `p`, which is vector-aligned where
+// `vector` is true (one cached load), else element by element.
+template <typename T, int VEC>
+__device__ __forceinline__ word_t<Pack<T, VEC>> load_params_word(const T* p, bool vector) {
+  using P = Pack<T, VEC>;
+  using S = Pack<T, 1>;
+  if (vector) return load_cached_word(reinterpret_cast<const P*>(p));
+  P v;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) v.v[j] = load_cached(reinterpret_cast<const S*>(p + j)).v[0];
+  word_t<P> w;
+  memcpy(&w, &v, sizeof(P));
+  return w;
+}
+
+// sum + x[e] * x[e] for one head or tail element held as a machine word
+// (one fused multiply-add into the running sum).
+template <typename T, typename A>
+__device__ __forceinline__ A add_square(A sum, const word_t<Pack<T, 1>>& x) {
+  const A v = Elem<T>::load(unpack<Pack<T, 1>>(x).v[0]);
+  return sum + v * v;
+}
+
+// y[e] of one head or tail element; its weight and bias are read element-wise.
+template <typename T, typename A>
+__device__ __forceinline__ void store_element(T* y, const word_t<Pack<T, 1>>& x, const T* w, const T* b, A inv_rms) {
+  using S = Pack<T, 1>;
+  store_streaming(reinterpret_cast<S*>(y),
+                  scale_shift<T, 1, A>(unpack<S>(x), load_cached(reinterpret_cast<const S*>(w)),
+                                       load_cached(reinterpret_cast<const S*>(b)), inv_rms));
+}
+
+template <typename T>
+__device__ __forceinline__ word_t<Pack<T, 1>> load_streaming_element(const T* p) {
+  return load_streaming_word(reinterpret_cast<const Pack<T, 1>*>(p));
+}
+
 // Register kernels (warp_rows, block_rows) share one shape per row:
 //   1. a load loop that only issues loads: every vector of the row a thread
 //      holds is in flight at once, so a row costs one memory latency;
 //   2. a compute loop (sum of squares), the reduction, then the output loop.
 // A load and the arithmetic on it in the same guarded chunk would let the
 // compiler wait for each chunk's load before issuing the next one.
+
+// One row of warp_rows_kernel, in one warp. kHeld: weight and bias are at
+// x's phase and ride with x in the load loop (see warp_rows_kernel); else they
+// are read after the reduction, in vectors where `params_vec`, else element
+// by element. Two instances, so that neither has a guard nested in the load
+// loop's guard: the join of nested guards makes the compiler copy loaded
+// registers, and a copy waits for its load (a second round).
+template <typename T, int VEC, int CHUNKS, bool kHeld, typename A>
+__device__ __forceinline__ void warp_row(const T* __restrict__ xrow, const T* __restrict__ weight,
+                                         const T* __restrict__ bias, T* __restrict__ yrow, int hidden, bool params_vec,
+                                         A inv_hidden, A eps) {
+  using P = Pack<T, VEC>;
+  const int lane = threadIdx.x % kWarpSize;
+  const RowSplit<int> split = split_row<T, VEC>(xrow, hidden);
+  const int nvec = split.body;
+  const P* xr = reinterpret_cast<const P*>(xrow + split.head);  // [nvec]
+  P* yr = reinterpret_cast<P*>(yrow + split.head);              // [nvec]
+  const T* wrow = weight + split.head;                          // [nvec * VEC]
+  const T* brow = bias + split.head;                            // [nvec * VEC]
+  // Zero-initialised: a guarded load then writes straight into the register
+  // that holds the vector after the guard. Without a value on the other path
+  // the compiler copies the loaded register at the join, and a copy waits for
+  // its load, splitting the row's loads into several rounds.
+  word_t<P> xv[CHUNKS] = {}, wr[CHUNKS] = {}, br[CHUNKS] = {};
+  word_t<Pack<T, 1>> xe = {};  // this lane's edge element, if any
+#pragma unroll
+  for (int i = 0; i < CHUNKS; ++i) {
+    const int c = lane + i * kWarpSize;
+    if (c < nvec) {
+      xv[i] = load_streaming_word(xr + c);
+      if constexpr (kHeld) {
+        wr[i] = load_cached_word(reinterpret_cast<const P*>(wrow) + c);
+        br[i] = load_cached_word(reinterpret_cast<const P*>(brow) + c);
+      }
+    }
+  }
+  // One-element vectors have no edge elements (split_row), and no code for them.
+  const bool has_edge = VEC > 1 && lane < split.edges();
+  if constexpr (VEC > 1) {  // after the body's loads, which issue first
+    if (has_edge) xe = load_streaming_element(xrow + split.edge(lane));
+  }
+  // Fixed order per lane: body, then the edge element. Without one (every
+  // row on a vector boundary) this is the sum of the body alone. The edge
+  // is summed unconditionally: a guarded sum shares the load's guard, and
+  // the compiler moves both ahead of the body's loads.
+  A sum_sq = A(0);
+#pragma unroll
+  for (int i = 0; i < CHUNKS; ++i) {
+    if (lane + i * kWarpSize < nvec) sum_sq += sum_squares<T, VEC, A>(unpack<P>(xv[i]));
+  }
+  // xe is zero without an edge element: adds exactly nothing.
+  if constexpr (VEC > 1) sum_sq = add_square<T, A>(sum_sq, xe);
+  if constexpr (sizeof(T) == 2) {  // only 16-bit elements are converted
+#pragma unroll
+    for (int i = 0; i < CHUNKS; ++i) forget_conversions(xv[i]);
+  }
+  const A inv_rms = inverse_rms(warp_sum(sum_sq) * inv_hidden, eps);
+#pragma unroll
+  for (int i = 0; i < CHUNKS; ++i) {
+    const int c = lane + i * kWarpSize;
+    if (c < nvec) {
+      if constexpr (!kHeld) {
+        wr[i] = load_params_word<T, VEC>(wrow + c * VEC, params_vec);
+        br[i] = load_params_word<T, VEC>(brow + c * VEC, params_vec);
+      }
+      store_streaming(yr + c, scale_shift<T, VEC, A>(unpack<P>(xv[i]), unpack<P>(wr[i]), unpack<P>(br[i]), inv_rms));
+    }
+  }
+  if (has_edge) {
+    const int e = split.edge(lane);
+    store_element(yrow + e, xe, weight + e, bias + e, inv_rms);
+  }
+}
 
 // One warp per row, kWarpRowsPerBlock rows per block. Lane l holds vectors
 // l, l + 32, ..., l + 32 * (CHUNKS - 1) of its row, and for the shorter rows
@@ -293,60 +462,25 @@ __global__ void __launch_bounds__(kWarpRowsThreads, cuda_plan::kWarpRowsMinBlock
   using A = typename Elem<T>::acc_t;
   using P = Pack<T, VEC>;
   // Weight and bias ride with x when the three fit the register cap (up to
-  // 32 bytes of x per lane); longer rows load them after the reduction. Not
-  // for one-double vectors: ptxas copies each loaded double at the guard's
-  // join, and a copy waits for its load, so held parameters would cost a
-  // round per chunk instead of one after the reduction.
+  // 32 bytes of x per lane) and the row is at their phase; longer rows load
+  // them after the reduction. Not for one-double vectors: ptxas copies each
+  // loaded double at the guard's join, and a copy waits for its load, so held
+  // parameters would cost a round per chunk instead of one after the reduction.
   constexpr bool kHoldParams = CHUNKS * sizeof(P) <= 32 && !(sizeof(T) == 8 && VEC == 1);
-  const int lane = threadIdx.x % kWarpSize;
-  const int nvec = hidden / VEC;
   const A inv_hidden = A(1) / static_cast<A>(hidden);
-  const P* w = reinterpret_cast<const P*>(weight);  // [nvec]
-  const P* b = reinterpret_cast<const P*>(bias);    // [nvec]
 
   // The row index is the same for all lanes of a warp, so the loop and the
   // shuffles inside it run with the whole warp converged.
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + threadIdx.x / kWarpSize;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarpRowsPerBlock;
   for (int64_t row = first; row < rows; row += stride) {
-    const P* xr = reinterpret_cast<const P*>(x + row * hidden);  // [nvec]
-    P* yr = reinterpret_cast<P*>(y + row * hidden);              // [nvec]
-    // Zero-initialised: a guarded load then writes straight into the register
-    // that holds the vector after the guard. Without a value on the other path
-    // the compiler copies the loaded register at the join, and a copy waits for
-    // its load, splitting the row's loads into several rounds.
-    word_t<P> xv[CHUNKS] = {}, wr[CHUNKS] = {}, br[CHUNKS] = {};
-#pragma unroll
-    for (int i = 0; i < CHUNKS; ++i) {
-      const int c = lane + i * kWarpSize;
-      if (c < nvec) {
-        xv[i] = load_streaming_word(xr + c);
-        if constexpr (kHoldParams) {
-          wr[i] = load_cached_word(w + c);
-          br[i] = load_cached_word(b + c);
-        }
-      }
-    }
-    A sum_sq = A(0);
-#pragma unroll
-    for (int i = 0; i < CHUNKS; ++i) {
-      if (lane + i * kWarpSize < nvec) sum_sq += sum_squares<T, VEC, A>(unpack<P>(xv[i]));
-    }
-    if constexpr (sizeof(T) == 2) {  // only 16-bit elements are converted
-#pragma unroll
-      for (int i = 0; i < CHUNKS; ++i) forget_conversions(xv[i]);
-    }
-    const A inv_rms = inverse_rms(warp_sum(sum_sq) * inv_hidden, eps);
-#pragma unroll
-    for (int i = 0; i < CHUNKS; ++i) {
-      const int c = lane + i * kWarpSize;
-      if (c < nvec) {
-        if constexpr (!kHoldParams) {
-          wr[i] = load_cached_word(w + c);
-          br[i] = load_cached_word(b + c);
-        }
-        store_streaming(yr + c, scale_shift<T, VEC, A>(unpack<P>(xv[i]), unpack<P>(wr[i]), unpack<P>(br[i]), inv_rms));
-      }
+    const T* xrow = x + row * hidden;
+    T* yrow = y + row * hidden;
+    const bool params_vec = same_phase<T, VEC>(xrow, weight) && same_phase<T, VEC>(xrow, bias);
+    if (kHoldParams && params_vec) {
+      warp_row<T, VEC, CHUNKS, kHoldParams>(xrow, weight, bias, yrow, hidden, params_vec, inv_hidden, eps);
+    } else {
+      warp_row<T, VEC, CHUNKS, false>(xrow, weight, bias, yrow, hidden, params_vec, inv_hidden, eps);
     }
   }
 }
@@ -368,28 +502,39 @@ __global__ void FUSED_NORM_MAX_REGISTERS(VEC == 1 ? cuda_plan::kBlockRowsScalarM
   using A = typename Elem<T>::acc_t;
   using P = Pack<T, VEC>;
   __shared__ A partials[2][kWarpSize];
-  const int nvec = hidden / VEC;
+  const int t = threadIdx.x;
   const A inv_hidden = A(1) / static_cast<A>(hidden);
-  const P* w = reinterpret_cast<const P*>(weight);  // [nvec]
-  const P* b = reinterpret_cast<const P*>(bias);    // [nvec]
 
   int parity = 0;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x, parity ^= 1) {
-    const P* xr = reinterpret_cast<const P*>(x + row * hidden);  // [nvec]
-    P* yr = reinterpret_cast<P*>(y + row * hidden);              // [nvec]
+    const T* xrow = x + row * hidden;
+    T* yrow = y + row * hidden;
+    const RowSplit<int> split = split_row<T, VEC>(xrow, hidden);
+    const int nvec = split.body;
+    const P* xr = reinterpret_cast<const P*>(xrow + split.head);  // [nvec]
+    P* yr = reinterpret_cast<P*>(yrow + split.head);              // [nvec]
+    const bool params_vec = same_phase<T, VEC>(xrow, weight) && same_phase<T, VEC>(xrow, bias);
     // Zero-initialised, as in warp_rows_kernel: no copies at the guards'
     // joins, so the four loads stay in one round (float64 split them without).
     word_t<P> xv[CHUNKS] = {};
+    word_t<Pack<T, 1>> xe = {};  // this thread's edge element, if any
 #pragma unroll
     for (int i = 0; i < CHUNKS; ++i) {
-      const int c = threadIdx.x + i * blockDim.x;
+      const int c = t + i * blockDim.x;
       if (c < nvec) xv[i] = load_streaming_word(xr + c);
     }
+    const bool has_edge = VEC > 1 && t < split.edges();
+    if constexpr (VEC > 1) {  // after the body's loads, as in warp_row
+      if (has_edge) xe = load_streaming_element(xrow + split.edge(t));
+    }
+    // Fixed order per thread: body, then the edge element (the body alone without one).
     A sum_sq = A(0);
 #pragma unroll
     for (int i = 0; i < CHUNKS; ++i) {
-      if (threadIdx.x + i * blockDim.x < nvec) sum_sq += sum_squares<T, VEC, A>(unpack<P>(xv[i]));
+      if (t + i * blockDim.x < nvec) sum_sq += sum_squares<T, VEC, A>(unpack<P>(xv[i]));
     }
+    // xe is zero without an edge element: adds exactly nothing.
+    if constexpr (VEC > 1) sum_sq = add_square<T, A>(sum_sq, xe);
     if constexpr (sizeof(T) == 2) {  // only 16-bit elements are converted
 #pragma unroll
       for (int i = 0; i < CHUNKS; ++i) forget_conversions(xv[i]);
@@ -397,11 +542,17 @@ __global__ void FUSED_NORM_MAX_REGISTERS(VEC == 1 ? cuda_plan::kBlockRowsScalarM
     const A inv_rms = inverse_rms(block_sum(sum_sq, partials[parity]) * inv_hidden, eps);
 #pragma unroll
     for (int i = 0; i < CHUNKS; ++i) {
-      const int c = threadIdx.x + i * blockDim.x;
+      const int c = t + i * blockDim.x;
       if (c < nvec) {
-        store_streaming(yr + c,
-                        scale_shift<T, VEC, A>(unpack<P>(xv[i]), load_cached(w + c), load_cached(b + c), inv_rms));
+        const int e = split.head + c * VEC;
+        const P w = unpack<P>(load_params_word<T, VEC>(weight + e, params_vec));
+        const P b = unpack<P>(load_params_word<T, VEC>(bias + e, params_vec));
+        store_streaming(yr + c, scale_shift<T, VEC, A>(unpack<P>(xv[i]), w, b, inv_rms));
       }
+    }
+    if (has_edge) {
+      const int e = split.edge(t);
+      store_element(yrow + e, xe, weight + e, bias + e, inv_rms);
     }
   }
 }
@@ -422,24 +573,39 @@ __global__ void __launch_bounds__(cuda_plan::kStreamingThreads, cuda_plan::kStre
                           int64_t rows, int64_t hidden, typename Elem<T>::acc_t eps) {
   using A = typename Elem<T>::acc_t;
   using P = Pack<T, VEC>;
+  using S = Pack<T, 1>;
   __shared__ A partials[2][kWarpSize];
-  const int64_t nvec = hidden / VEC;
+  const int t = threadIdx.x;
   const A inv_hidden = A(1) / static_cast<A>(hidden);
-  const P* w = reinterpret_cast<const P*>(weight);  // [nvec]
-  const P* b = reinterpret_cast<const P*>(bias);    // [nvec]
 
   int parity = 0;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x, parity ^= 1) {
-    const P* xr = reinterpret_cast<const P*>(x + row * hidden);  // [nvec]
-    P* yr = reinterpret_cast<P*>(y + row * hidden);              // [nvec]
+    const T* xrow = x + row * hidden;
+    T* yrow = y + row * hidden;
+    const RowSplit<int64_t> split = split_row<T, VEC>(xrow, hidden);
+    const int64_t nvec = split.body;
+    const P* xr = reinterpret_cast<const P*>(xrow + split.head);  // [nvec]
+    P* yr = reinterpret_cast<P*>(yrow + split.head);              // [nvec]
+    const T* wrow = weight + split.head;                          // [nvec * VEC]
+    const T* brow = bias + split.head;                            // [nvec * VEC]
+    const bool params_vec = same_phase<T, VEC>(xrow, weight) && same_phase<T, VEC>(xrow, bias);
+    const bool has_edge = VEC > 1 && t < split.edges();
+    // Fixed order per thread: body, then the edge element (the body alone without one).
     A sum_sq = A(0);
 #pragma unroll 4
     for (int64_t c = threadIdx.x; c < nvec; c += blockDim.x) sum_sq += sum_squares<T, VEC, A>(load_l2(xr + c));
+    if (has_edge) sum_sq += sum_squares<T, 1, A>(load_l2(reinterpret_cast<const S*>(xrow + split.edge(t))));
     const A inv_rms = inverse_rms(block_sum(sum_sq, partials[parity]) * inv_hidden, eps);
 #pragma unroll 4
     for (int64_t c = threadIdx.x; c < nvec; c += blockDim.x) {
       store_streaming(yr + c,
-                      scale_shift<T, VEC, A>(load_streaming(xr + c), load_cached(w + c), load_cached(b + c), inv_rms));
+                      scale_shift<T, VEC, A>(load_streaming(xr + c),
+                                             unpack<P>(load_params_word<T, VEC>(wrow + c * VEC, params_vec)),
+                                             unpack<P>(load_params_word<T, VEC>(brow + c * VEC, params_vec)), inv_rms));
+    }
+    if (has_edge) {
+      const int64_t e = split.edge(t);
+      store_element(yrow + e, load_streaming_element(xrow + e), weight + e, bias + e, inv_rms);
     }
   }
 }
@@ -491,13 +657,17 @@ cudaError_t launch_variant(const NormProblem& p, const cuda_plan::LaunchPlan& pl
 
 template <typename T>
 cudaError_t launch_for_type(const NormProblem& p, cudaStream_t stream) {
-  // Every row of every operand starts on a vector boundary when the base
-  // pointers are aligned to the vector and the row length is a multiple of
-  // it; make_plan picks the widest vector for which both hold.
+  // Elements are accessed at their own size at least (the head and the tail).
   const uint64_t addresses = reinterpret_cast<uintptr_t>(p.x) | reinterpret_cast<uintptr_t>(p.weight) |
                              reinterpret_cast<uintptr_t>(p.bias) | reinterpret_cast<uintptr_t>(p.y);
+  if (addresses % sizeof(T) != 0) return cudaErrorMisalignedAddress;
+  // Each row's head brings x to a vector boundary; y is on one at the same
+  // element when the two are a whole number of vectors apart. make_plan picks
+  // the widest vector for which that holds. Weight and bias are read at x's
+  // phase and do not narrow it (the kernels check their phase per row).
+  const uint64_t relative = reinterpret_cast<uintptr_t>(p.x) ^ reinterpret_cast<uintptr_t>(p.y);
   const cuda_plan::LaunchPlan plan =
-      cuda_plan::make_plan(p.rows, p.hidden, sizeof(T), cuda_plan::alignment_of(addresses));
+      cuda_plan::make_plan(p.rows, p.hidden, sizeof(T), cuda_plan::alignment_of(relative));
   const int bytes = plan.vec * static_cast<int>(sizeof(T));
   if (bytes == 16) return launch_variant<T, 16 / sizeof(T)>(p, plan, stream);
   if constexpr (sizeof(T) < 8) {

@@ -18,10 +18,14 @@
 //                  over the row (the second re-reads x, normally from L2). Only
 //                  for rows too long to sit in the registers of one block.
 // A "vector" is `vec` elements moved as one machine word: the widest of 16, 8
-// and 4 bytes (or one element) that every pointer's alignment allows and that
-// divides the row length, so every row of every operand starts on a vector
-// boundary. A misaligned buffer or an odd row length steps down one width at
-// a time instead of falling to single elements.
+// and 4 bytes (or one element) at which x and y share their phase, i.e. the
+// largest power of two dividing the distance between their addresses. Each
+// row is split where x reaches that alignment: a scalar head (fewer than
+// `vec` elements, on the first threads), a body of whole vectors, a scalar
+// tail. So an odd row length, or x and y both at an odd element offset, keeps
+// 16-byte accesses for the body; only x and y at different phases step down.
+// Rows start at different phases when the row length is not a multiple of
+// `vec`, so the kernels compute the head per row.
 //
 // Register and occupancy targets on sm_90 (64K registers and 2048 threads per
 // SM), checked from the machine code by tests/csrc/test_cuda_machine_code.py:
@@ -89,22 +93,26 @@ inline int alignment_of(uint64_t address) {
 }
 
 // Elements per vector: the widest kVectorWidths entry that is at least one
-// element, fits `alignment` and divides the row; else 1.
-inline int vector_elements(int64_t hidden, int elem_bytes, int alignment) {
+// element and fits `alignment`; else 1.
+inline int vector_elements(int elem_bytes, int alignment) {
   for (int bytes : kVectorWidths) {
-    if (bytes < elem_bytes || bytes > alignment) continue;
-    const int vec = bytes / elem_bytes;
-    if (hidden % vec == 0) return vec;
+    if (bytes >= elem_bytes && bytes <= alignment) return bytes / elem_bytes;
   }
   return 1;
 }
 
 // `elem_bytes` = sizeof(T); `alignment` = the largest power of two (<= 16)
-// dividing the addresses of x, weight, bias and y (alignment_of of their
-// bitwise OR). Requires rows > 0 and hidden > 0.
+// dividing the distance between x and y (alignment_of of their addresses'
+// bitwise XOR): the widest access both can share at one element index.
+// Weight and bias do not enter it: the kernels read them at x's phase, with
+// vectors in the rows where their phase matches and element by element in
+// the others. Requires rows > 0 and hidden > 0.
 inline LaunchPlan make_plan(int64_t rows, int64_t hidden, int elem_bytes, int alignment) {
   LaunchPlan plan;
-  plan.vec = vector_elements(hidden, elem_bytes, alignment);
+  plan.vec = vector_elements(elem_bytes, alignment);
+  // Whole vectors in a row's body (at most; one fewer where a head is split
+  // off). The head and the tail, each shorter than a vector, go to the first
+  // threads, which every variant has.
   const int64_t nvec = hidden / plan.vec;
 
   if (nvec <= int64_t{kWarpSize} * kWarpRowsMaxChunks) {

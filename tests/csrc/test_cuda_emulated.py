@@ -3,7 +3,9 @@ SIMT emulator (csrc/emu), on every test run, GPU or not.
 
 Every variant the launch plan can pick runs for every dtype, on row lengths
 around each plan threshold, on the 16-byte vector path (all pointers aligned)
-and the narrower ones (one operand 8 or 4 bytes or one element off), with
+and the narrower ones (x or y 8 or 4 bytes or one element off), on odd row
+lengths and element offsets that split each row into a scalar head, a
+16-byte body and a scalar tail, with weight and bias off x's phase, with
 rows sharing blocks and grids capped below the row count, in every
 scheduling order (lowest thread first, in turn, in reverse, and seeded random
 orders; tests/conftest.py --emu-seeds sets how many seeds) with the race
@@ -13,6 +15,8 @@ guard bytes around every buffer.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
@@ -82,15 +86,66 @@ def test_one_block_loops_over_all_rows(kernels, generator):
     assert not problems, "\n".join(problems)
 
 
-def test_a_misaligned_pointer_takes_the_scalar_path(kernels, generator):
-    # Same shape: aligned runs 16-byte vectors, each operand off alignment runs one element at a time.
-    expected = expected_launches(
-        [Case(torch.float16, 3, 128)] + [Case(torch.float16, 3, 128, o) for o in ("x", "weight", "bias", "y")]
-    )
-    assert expected[0].kernel == "warp_rows_kernel<Half, 8, 1>"
-    assert {e.kernel for e in expected[1:]} == {"warp_rows_kernel<Half, 1, 4>"}
-    for operand, launch in zip((None, "x", "weight", "bias", "y"), expected, strict=True):
+def test_only_x_and_y_at_different_phases_take_the_scalar_path(kernels, generator):
+    # Same shape: aligned, and weight or bias one element off x's phase, run 16-byte vectors (the parameters
+    # element by element); x or y alone one element off (one element index, two phases) one element at a time.
+    operands = (None, "weight", "bias", "x", "y")
+    expected = expected_launches([Case(torch.float16, 3, 128, o) for o in operands])
+    assert [e.kernel for e in expected] == ["warp_rows_kernel<Half, 8, 1>"] * 3 + ["warp_rows_kernel<Half, 1, 4>"] * 2
+    for operand, launch in zip(operands, expected, strict=True):
         problems, ran = check_case(kernels, Case(torch.float16, 3, 128, operand), "warp_ahead", generator, launch)
+        assert not problems and ran == launch, problems
+
+
+# Odd row lengths and element offsets: each row splits into a scalar head up to x's 16-byte boundary, a body of
+# 16-byte vectors and a scalar tail (fused_norm_cuda.cu). 9 rows of an odd length start at every phase a 16-byte
+# word has for the type (row r at base + r * hidden elements).
+ODD_LENGTHS = (5001, 4097, 1023)
+
+
+def vector_of(kernel: str) -> int:
+    """Elements per vector of a variant: 'block_rows_kernel<BFloat16, 8, 4>' -> 8."""
+    return int(re.fullmatch(r"\w+<\w+, (\d+)(, \d+)?>", kernel).group(1))
+
+
+ELEMENT_OFFSET_LAYOUTS = [
+    (),  # every buffer 16-byte aligned: only the odd length moves the rows' phases
+    (("x", 1), ("y", 1)),
+    (("x", 3), ("y", 3)),
+    (("x", 1), ("y", 1), ("weight", 3), ("bias", 1)),
+    (("x", 3), ("y", 3), ("weight", 3), ("bias", 3)),  # weight and bias at x's phase in row 0
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=lambda d: DTYPE_NAMES[d])
+@pytest.mark.parametrize("hidden", ODD_LENGTHS)
+def test_odd_lengths_and_offsets_keep_the_16_byte_body(kernels, generator, dtype, hidden):
+    esize = torch.empty((), dtype=dtype).element_size()
+    cases = [Case(dtype, 9, hidden, None, 2 * (i % 2), 0, offsets) for i, offsets in enumerate(ELEMENT_OFFSET_LAYOUTS)]
+    orders = ["warp_ahead", "reverse", *schedules("random", generator)]
+    problems = []
+    for case, expected in zip(cases, expected_launches(cases), strict=True):
+        # x and y share their phase in every layout: the 16-byte variant, whatever the length and the offsets.
+        assert vector_of(expected.kernel) == 16 // esize, (str(case), expected)
+        found, ran = check_case_in_schedules(kernels, case, orders, generator, expected)
+        problems += found
+        assert found or ran == expected, (str(case), ran)
+    assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:20])
+
+
+@pytest.mark.parametrize("offset", [1, 3])
+def test_x_and_y_at_different_phases_step_down_to_the_widest_shared_access(kernels, generator, offset):
+    # bf16 x one or three elements off, y aligned: 2 bytes apart, so one element per access; x three elements
+    # and y one element off: 4 bytes apart, 4-byte vectors with a head per row.
+    cases = [
+        Case(torch.bfloat16, 9, 5001, None, 2, 0, (("x", offset),)),
+        Case(torch.bfloat16, 9, 5001, None, 0, 0, (("x", offset), ("y", 4 - offset))),
+        Case(torch.float32, 9, 1023, None, 0, 0, (("y", offset),)),
+    ]
+    expected = expected_launches(cases)
+    assert [vector_of(e.kernel) for e in expected] == [1, 2, 1], expected
+    for case, launch in zip(cases, expected, strict=True):
+        problems, ran = check_case(kernels, case, "warp_ahead", generator, launch)
         assert not problems and ran == launch, problems
 
 

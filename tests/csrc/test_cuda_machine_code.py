@@ -7,8 +7,13 @@ spills. For every kernel variant:
 * register kernels (warp_rows, block_rows): every x load of a row is issued
   before any instruction waits on a loaded value, i.e. one dependent memory
   round per row (a second round doubles the latency a row costs);
-* every global load and store is as wide as the variant's vector
-  (LDG.E.128 / STG.E.128 on the 16-byte path): x, y, weight and bias alike;
+* each row is a scalar head, a vector body and a scalar tail: the body's
+  loads and stores of x and y, and weight's and bias's loads where they are
+  at x's phase, are as wide as the variant's vector (LDG.E.EF.128 /
+  STG.E.EF.128 / LDG.E.128.CONSTANT on the 16-byte path), one per chunk in
+  the register kernels; every narrower access is one element wide (the
+  row's edge element, and weight and bias off x's phase), never a split
+  vector;
 * no spills, and enough resident blocks per SM at the planned block size to
   keep the bytes in flight that HBM3e's latency needs.
 
@@ -26,7 +31,7 @@ import pytest
 from env.build import cuda as cuda_build
 from env.build.toolkit import find_cuda_toolkit
 from tests.helpers.cuda_variants import build_probe, plans
-from tests.helpers.sass import KernelCode, blocks_per_sm, disassemble, nvidia_tool
+from tests.helpers.sass import Instruction, KernelCode, blocks_per_sm, count_load_rounds, disassemble, nvidia_tool
 
 CUOBJDUMP = nvidia_tool("cuobjdump")
 
@@ -91,9 +96,10 @@ def test_register_kernels_issue_all_x_loads_of_a_row_at_once(machine_code):
 
 
 def test_warp_rows_loads_held_weight_and_bias_with_x(machine_code):
-    # Where warp_rows holds weight and bias (up to 32 bytes of x per lane, not
-    # for one-double vectors), their loads share x's round: every global load before the warp's
-    # reduction (its first shuffle) is in one round, and there are 3 per chunk.
+    # Where warp_rows holds weight and bias (up to 32 bytes of x per lane, not for one-double vectors, rows at
+    # their phase), their loads share x's round. The kernel has a version of the row's code for rows at
+    # weight's and bias's phase (held) and one for the others; in each held version, the global loads before
+    # the warp's reduction (its first shuffle) are 3 vectors per chunk and the row's edge element, in one round.
     sass, _ = machine_code
     slow, held = {}, 0
     for name, code in sorted(sass.items()):
@@ -104,22 +110,69 @@ def test_warp_rows_loads_held_weight_and_bias_with_x(machine_code):
         if chunks * vec * ELEMENT_BYTES[element] > 32 or (element == "double" and vec == 1):
             continue  # not held (fused_norm_cuda.cu, kHoldParams)
         held += 1
-        loads = [i for i in code.first_row_region("SHFL") if i.is_global_load]
-        rounds = code.load_rounds(lambda inst: True, stop_at="SHFL")
-        if rounds != 1 or len(loads) != 3 * chunks:
-            slow[name] = f"{rounds} rounds, {len(loads)} loads before the reduction"
+        found = []
+        for path in code.row_paths_before_the_reduction():
+            loads = [i for i in path if i.is_global_load]
+            vectors = [i for i in loads if i.access_bits == vec * ELEMENT_BYTES[element] * 8]
+            # a held version: x, weight and bias per chunk, the edge element (none with one-element vectors)
+            if len(loads) == 3 * chunks + (vec > 1):
+                found.append((count_load_rounds(path, lambda inst: True), len(vectors) >= 3 * chunks))
+        if not found or set(found) != {(1, True)}:
+            slow[name] = f"held versions (rounds, 3 vectors per chunk): {found}"
     assert held and not slow, slow
 
 
-def test_every_access_is_as_wide_as_the_variant_vector(machine_code):
+def body_and_edge_accesses(code: KernelCode, element: str, vec: int) -> dict[str, list[Instruction]]:
+    """The global accesses by role: x's loads (evict-first), weight's and bias's loads (cached, read-only), x's
+    second-pass loads (L2, streaming kernel), y's stores; each split into vector-wide and one-element ones."""
+    wide, narrow = ELEMENT_BYTES[element] * vec * 8, ELEMENT_BYTES[element] * 8
+    roles = {
+        "x": lambda i: i.is_streaming_load,
+        "params": lambda i: i.is_global_load and ".CONSTANT" in i.opcode,
+        "x_l2": lambda i: i.is_global_load and ".STRONG" in i.opcode,
+        "y": lambda i: i.is_global_store,
+    }
+    out = {}
+    for role, selects in roles.items():
+        accesses = [i for i in code.global_accesses if selects(i)]
+        out[f"{role} vector"] = [i for i in accesses if i.access_bits == wide]
+        out[f"{role} element"] = [i for i in accesses if i.access_bits == narrow and wide != narrow]
+        out[f"{role} other"] = [i for i in accesses if i.access_bits not in (wide, narrow)]
+    return out
+
+
+def test_body_accesses_are_vector_wide_and_the_rest_one_element(machine_code):
+    # The head/body/tail split: a row of any length at any phase moves its body in whole vectors (16 bytes on
+    # the 16-byte path: LDG.E.EF.128 for x, STG.E.EF.128 for y, LDG.E.128.CONSTANT for weight and bias at x's
+    # phase), one per chunk in the register kernels; x's and y's edge element is the only narrower access to
+    # them, one element wide; nothing is moved in a width between (a split vector).
     sass, _ = machine_code
     wrong = []
     for name, code in sorted(sass.items()):
-        _, element, vec = variant_of(name)
-        want = ELEMENT_BYTES[element] * vec * 8
-        widths = {f"{i.opcode}": i.access_bits for i in code.global_accesses if i.access_bits != want}
-        if widths:
-            wrong.append(f"{name}: want {want}-bit accesses, found {sorted(widths)}")
+        kernel, element, vec = variant_of(name)
+        got = body_and_edge_accesses(code, element, vec)
+        counts = {role: len(accesses) for role, accesses in got.items()}
+        problems = [f"{role} {[i.opcode for i in got[role]]}" for role in got if role.endswith("other") and got[role]]
+        if kernel == "streaming_rows_kernel":
+            body = {"x vector": counts["x vector"] >= 1, "x_l2 vector": counts["x_l2 vector"] >= 1}
+        else:
+            # x and y: one vector access per chunk in each version of the row's code (warp_rows has one for rows
+            # at weight's and bias's phase and one for the others).
+            per_version = int(name.rstrip(">").rsplit(", ", 1)[1])
+            versions, rest = divmod(counts["x vector"], per_version)
+            body = {"x vector": versions >= 1 and rest == 0, "y vector": counts["y vector"] == counts["x vector"]}
+        body["y vector"] = body.get("y vector", counts["y vector"] >= 1)
+        body["params vector"] = counts["params vector"] >= 2
+        if vec > 1:
+            # the edge element: at most one load of x (per pass and path) and one store of y per row path
+            body["x element"] = 1 <= counts["x element"] <= 2
+            body["y element"] = 1 <= counts["y element"] <= 2
+        problems += [f"{role}: {counts[role]}" for role, ok in body.items() if not ok]
+        if vec * ELEMENT_BYTES[element] == 16:
+            opcodes = {i.opcode for i in code.global_accesses}
+            problems += [op for op in ("LDG.E.EF.128", "STG.E.EF.128", "LDG.E.128.CONSTANT") if op not in opcodes]
+        if problems:
+            wrong.append(f"{name}: {'; '.join(problems)} (accesses by role: {counts})")
     assert not wrong, "\n".join(wrong)
 
 

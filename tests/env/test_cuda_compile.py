@@ -44,10 +44,11 @@ HIDDEN_SIZES = list(range(1, 4200)) + list(range(4200, 33000, 7)) + [32767, 3276
 ALIGNMENTS = (1, 2, 4, 8, 16)
 
 
-def expected_vec(hidden: int, elem_bytes: int, alignment: int, widths: list[int]) -> int:
-    """The widest vector (bytes in ``widths``) the alignment allows and the row length divides."""
+def expected_vec(elem_bytes: int, alignment: int, widths: list[int]) -> int:
+    """The widest vector (bytes in ``widths``) x's distance to y allows; the row length plays no part (each row
+    has a scalar head and tail)."""
     for width in sorted(widths, reverse=True):
-        if elem_bytes <= width <= alignment and hidden % (width // elem_bytes) == 0:
+        if elem_bytes <= width <= alignment:
             return width // elem_bytes
     return 1
 
@@ -58,9 +59,8 @@ def test_plan_covers_each_row_with_the_smallest_variant(probe, variants):
     max_threads = variants["max_threads"]
     cases = [(3, h, b, a) for h in HIDDEN_SIZES for b in (2, 4, 8) for a in (1, 8, 16)]
     for p in plans(probe, cases):
-        assert p["vec"] == expected_vec(p["hidden"], p["elem_bytes"], p["alignment"], variants["vector_widths"]), p
-        nvec = p["hidden"] // p["vec"]
-        assert nvec * p["vec"] == p["hidden"], p  # a vector never straddles a row end
+        assert p["vec"] == expected_vec(p["elem_bytes"], p["alignment"], variants["vector_widths"]), p
+        nvec = p["hidden"] // p["vec"]  # body vectors at most (none is split off a row end: head and tail)
         if p["kernel"] == "warp_rows_kernel":
             # The fewest chunks per lane that still cover the row.
             assert p["chunks"] == min(c for c in warp_chunks if 32 * c >= nvec), p
@@ -99,14 +99,16 @@ def test_plan_clamps_the_grid_and_loops_over_rows(probe):
     assert p["blocks"] == 2**31 - 1  # gridDim.x limit; the kernels stride over the rest
 
 
-def test_misalignment_and_odd_lengths_step_down_one_width_at_a_time(probe):
-    # bf16 rows of 512: 16-byte vectors when every pointer is 16-byte aligned;
-    # an `out` at an 8-, 4- or 2-byte offset keeps 8- and 4-byte vectors.
+def test_x_and_y_apart_step_down_one_width_at_a_time_and_odd_lengths_do_not(probe):
+    # bf16 rows of 512: 16-byte vectors when x and y are a multiple of 16 bytes apart;
+    # 8, 4 or 2 bytes apart keep 8- and 4-byte vectors.
     got = [p["vec"] for p in plans(probe, [(8, 512, 2, a) for a in (16, 8, 4, 2)])]
     assert got == [8, 4, 2, 1]
-    # Row lengths that 16 bytes do not divide still get the widest vector that does.
-    got = [p["vec"] for p in plans(probe, [(8, h, 2, 16) for h in (5000, 5004, 5002, 5001)])]
-    assert got == [8, 4, 2, 1]
+    # Row lengths that 16 bytes do not divide keep 16-byte vectors (a scalar head and tail per row), in the
+    # same kernel as the next multiple below.
+    got = plans(probe, [(8, h, 2, 16) for h in (5000, 5004, 5002, 5001, 5007)])
+    assert [p["vec"] for p in got] == [8] * 5
+    assert len({(p["kernel"], p["threads"]) for p in got}) == 1
 
 
 # --- the architecture list ---------------------------------------------------------

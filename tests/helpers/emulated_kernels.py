@@ -198,20 +198,27 @@ class Case:
     misaligned: str | None = None  # operand that starts `offset` bytes past a 16-byte boundary
     max_grid: int = 0  # cap on gridDim.x, so grid-stride loops run more than once (0: none)
     offset: int = 0  # bytes; 0 with `misaligned` set: one element
+    # Operands that start this many elements past a 16-byte boundary, as a slice of a larger buffer does,
+    # e.g. (("x", 1), ("y", 1)); over `misaligned` for the operands it names.
+    element_offsets: tuple[tuple[str, int], ...] = ()
 
     def phase(self, operand: str) -> int:
         """Bytes past a 16-byte boundary at which ``operand`` starts."""
+        offsets = dict(self.element_offsets)
+        if operand in offsets:
+            return offsets[operand] * element_bytes(self.dtype) % VECTOR_BYTES
         if operand != self.misaligned:
             return 0
         return self.offset or element_bytes(self.dtype)
 
     def alignment(self) -> int:
-        """The largest power of two (up to 16) dividing every operand's address."""
-        phase = self.phase(self.misaligned) if self.misaligned else 0
-        return VECTOR_BYTES if phase == 0 else phase & -phase
+        """The plan's input: the largest power of two (up to 16) dividing the distance between x and y."""
+        relative = self.phase("x") ^ self.phase("y")
+        return VECTOR_BYTES if relative == 0 else relative & -relative
 
     def __str__(self) -> str:
         where = f", {self.misaligned} {self.phase(self.misaligned)} B off alignment" if self.misaligned else ""
+        where += "".join(f", {name} {n} elements off" for name, n in self.element_offsets)
         cap = f", grid capped at {self.max_grid}" if self.max_grid else ""
         return f"{DTYPE_NAMES[self.dtype]} {self.rows}x{self.hidden}{where}{cap}"
 
@@ -386,27 +393,30 @@ def standard_cases(dtype: torch.dtype, variants: dict) -> list[Case]:
     """Row lengths that hit every branch, for every vector width, with rows sharing blocks.
 
     Per width (16, 8 and 4 bytes, and one element): the row lengths, in whole
-    vectors, on both sides of every plan threshold, with one operand placed
-    so that the width is the widest every pointer allows; plus the fixed
-    short lengths on aligned and on one-element-off pointers, and one
-    streaming-size row per width.
+    vectors, on both sides of every plan threshold, with x or y placed so that
+    the width is the widest both allow; plus the fixed short lengths on aligned
+    and on one-element-off pointers (every operand in turn), one streaming-size
+    row per width, and weight or bias off x's phase on the 16-byte path.
     """
     esize = element_bytes(dtype)
     widths = sorted({w for w in (VECTOR_BYTES, 8, 4, esize) if w >= esize}, reverse=True)
     streaming = variants["max_threads"] * variants["block_rows_kernel"][0] + 1  # vectors
-    layouts: list[tuple[int, int]] = []  # (hidden, offset of the misaligned operand; 0: all aligned)
+    # (hidden, operands the offset may go to, offset in bytes; 0: all aligned)
+    layouts: list[tuple[int, tuple[str, ...], int]] = []
     for width in widths:
         vec, offset = width // esize, (0 if width == VECTOR_BYTES else width)
         for t in plan_thresholds(variants):
-            layouts += [((t + d) * vec, offset) for d in (-1, 0, 1)]
-        layouts.append((streaming * vec, offset))
-    layouts += [(h, o) for h in (1, 7, 31, 32, 33, 127, 128, 129) for o in (0, esize)]
+            layouts += [((t + d) * vec, ("x", "y"), offset) for d in (-1, 0, 1)]
+        layouts.append((streaming * vec, ("x", "y"), offset))
+    layouts += [(h, OPERANDS, o) for h in (1, 7, 31, 32, 33, 127, 128, 129) for o in (0, esize)]
+    vec = VECTOR_BYTES // esize
+    layouts += [((t + d) * vec, ("weight", "bias"), esize) for t in plan_thresholds(variants) for d in (-1, 1)]
     cases = []
-    for i, (hidden, offset) in enumerate(layouts):
+    for i, (hidden, operands, offset) in enumerate(layouts):
         # 9 rows: warp kernels share blocks (4 rows each, the last block part-filled); every other case caps
         # the grid at 2 blocks so that every kernel's grid-stride loop runs several rows per block (the
         # streaming-size rows at 1 block, to keep them cheap).
         rows, cap = (2, 1) if hidden >= streaming else (9, 2 * (i % 2))
-        operand = OPERANDS[i % len(OPERANDS)] if offset else None
+        operand = operands[i % len(operands)] if offset else None
         cases.append(Case(dtype, rows, hidden, operand, cap, offset))
     return cases

@@ -48,7 +48,7 @@ class Fault:
         return out
 
 
-# The four faults the emulated tests must catch.
+# The faults the emulated tests must catch.
 FAULTS = [
     Fault(
         "block barrier removed",
@@ -72,12 +72,19 @@ FAULTS = [
     ),
     Fault(
         "vector path for a misaligned pointer",
-        # only x's alignment checked: weight, bias or y off a 16-byte boundary still get 16-byte accesses
-        r"const bool aligned = aligned16\(o\.x\)[^;]*;",
-        "const bool aligned = aligned16(o.x);",
+        # x and y taken to share their phase whatever their addresses: y (or x) off x's (y's) 16-byte boundary
+        # still gets 16-byte accesses
+        r"(const uint64_t relative = )reinterpret_cast<uintptr_t>\(p\.x\)[^;]*;",
+        r"\g<1>0;",
         "misaligned address",
-        # the same where the plan takes the alignment of the OR of all addresses
-        alternative=(r"(const uint64_t addresses = reinterpret_cast<uintptr_t>\(p\.x\))[^;]*;", r"\1;"),
+    ),
+    Fault(
+        "weight and bias read as vectors off x's phase",
+        # every row taken to be at weight's and bias's phase: their vector loads are misaligned in the rows of
+        # an odd length that start elsewhere, and where weight or bias sits at another offset than x
+        r"(__device__ __forceinline__ bool same_phase\(const T\* a, const T\* b\) \{(?:\s*//[^\n]*)*\s*return )[^;]*;",
+        r"\g<1>true;",
+        "misaligned address",
     ),
 ]
 
@@ -91,7 +98,7 @@ BARRIER_IN_A_BRANCH = Fault(
 LANE_EXITS_BEFORE_THE_REDUCTION = Fault(
     "lane 5 of each warp exits before the warp reduction",
     r"(const int64_t first = static_cast<int64_t>\(blockIdx\.x\) \* kWarpRowsPerBlock)",
-    r"if (lane == 5) return;\n  \1",
+    r"if (threadIdx.x % kWarpSize == 5) return;\n  \1",
     "has exited",
 )
 HALF_WARP_SHUFFLE_MASK = Fault(

@@ -116,15 +116,32 @@ class KernelCode:
         issued after such a wait starts a new round. One round = all of them
         in flight at once.
         """
-        rounds, pending, waited = 0, set(), True
-        for inst in self.first_row_region(stop_at):
-            if pending and inst.mentioned_registers() & pending:
-                waited, pending = True, set()
-            if inst.is_global_load and counts(inst):
-                if waited:
-                    rounds, waited = rounds + 1, False
-                pending |= inst.destination_registers()
-        return rounds
+        return count_load_rounds(self.first_row_region(stop_at), counts)
+
+    def row_paths_before_the_reduction(self) -> list[list[Instruction]]:
+        """Where a kernel has several versions of a row's code (one per branch), each version's instructions up
+        to its warp reduction (its first shuffle, xor 16), from the last global store before it (the end of
+        the version before) or the kernel's start."""
+        paths, start = [], 0
+        for index, inst in enumerate(self.instructions):
+            if inst.mnemonic == "SHFL" and re.search(r",\s*0x10\s*,", inst.operands):
+                paths.append(self.instructions[start:index])
+            if inst.is_global_store:
+                start = index + 1
+        return paths
+
+
+def count_load_rounds(instructions: list[Instruction], counts) -> int:
+    """Dependent rounds of the loads ``counts`` selects in ``instructions`` (see KernelCode.load_rounds)."""
+    rounds, pending, waited = 0, set(), True
+    for inst in instructions:
+        if pending and inst.mentioned_registers() & pending:
+            waited, pending = True, set()
+        if inst.is_global_load and counts(inst):
+            if waited:
+                rounds, waited = rounds + 1, False
+            pending |= inst.destination_registers()
+    return rounds
 
 
 _FUNCTION = re.compile(r"^\s*Function : (\S+)\s*$")

@@ -40,10 +40,11 @@ def hidden_sizes(dtype: torch.dtype) -> list[int]:
     16-byte path, in vectors of 16 / sizeof(T) elements: 1 and 32 (a warp,
     one vector per lane), 33 and 64 (two), 65 and 128 (four), 129 (a block of
     64 threads), 1000, 4096 (1024 threads x 4), 4097 (the two-pass kernel).
-    Narrower vectors (8 and 4 bytes, then one element): the same thresholds
-    counted in those vectors, odd counts, so the row is never a multiple of
-    the next wider vector. test_every_variant_is_launched checks that these
-    really reach every variant."""
+    Lengths that are not a multiple of the vector: the same thresholds counted
+    in 8-byte, 4-byte and one-element units (odd counts), which take the
+    16-byte body with a scalar head and tail per row. The narrower vectors are
+    reached with `out` at another phase than x (test_every_variant_is_launched
+    checks that every variant is)."""
     esize = torch.empty((), dtype=dtype).element_size()
     w = vector_width(dtype)
     sizes = [w * n for n in (1, 32, 33, 64, 65, 128, 129, 1000, 4096, 4097)]
@@ -70,6 +71,15 @@ def misaligned_copy(t: torch.Tensor) -> torch.Tensor:
     return view
 
 
+def out_at_phase(x: torch.Tensor, phase: int) -> torch.Tensor:
+    """A contiguous tensor shaped like ``x`` starting ``phase`` bytes past a 16-byte boundary."""
+    shift = phase // x.element_size()
+    buffer = torch.empty(x.numel() + shift, dtype=x.dtype, device=x.device)
+    out = buffer[shift:].view(x.shape)
+    assert (out.data_ptr() - x.data_ptr()) % 16 == phase
+    return out
+
+
 def nan_like(t: torch.Tensor) -> torch.Tensor:
     return torch.full_like(t, float("nan"), memory_format=torch.contiguous_format)
 
@@ -94,15 +104,14 @@ def test_values_match_float64_reference(dtype, hidden, generator):
 @pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
 @pytest.mark.parametrize("units", [32, 129, 4097], ids=lambda n: f"{n}vectors")
 def test_misaligned_pointers_fall_back_correctly(dtype, units, generator):
-    # A row length that would take the 16-byte path, with x and out one
-    # element off alignment: the launcher must choose the one-element path.
+    # x and out one element off alignment (the 16-byte body after a scalar head per row), and weight and bias
+    # one element off x's phase (read element by element): every element written and right.
     hidden = vector_width(dtype) * units
     x, w, b = cuda_inputs((*ROWS, hidden), dtype, generator)
     x_off, out = misaligned_copy(x), misaligned_copy(nan_like(x))
     ops.fused_norm_out(x_off, w, b, 1e-6, out)
     assert not out.isnan().any()
     torch.testing.assert_close(out.double(), reference_norm(x, w, b, 1e-6), **TOLERANCES[dtype].as_kwargs())
-    # Misaligned weight / bias alone also forbid the vector path.
     y = ops.fused_norm(x, misaligned_copy(w), misaligned_copy(b), 1e-6)
     torch.testing.assert_close(y.double(), reference_norm(x, w, b, 1e-6), **TOLERANCES[dtype].as_kwargs())
 
@@ -194,9 +203,14 @@ def test_every_variant_is_launched(dtype, variants, generator):
     from torch.profiler import ProfilerActivity, profile
 
     inputs = [cuda_inputs((*ROWS, h), dtype, generator) for h in hidden_sizes(dtype)]
+    # out at 8 or 4 bytes or one element past x's phase: the narrower vectors x and y share.
+    esize = torch.empty((), dtype=dtype).element_size()
+    phases = sorted({p for p in (8, 4) if p > esize} | {esize})
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for x, w, b in inputs:
             ops.fused_norm(x, w, b, 1e-6)
+            for phase in phases:
+                ops.fused_norm_out(x, w, b, 1e-6, out_at_phase(x, phase))
         torch.cuda.synchronize()
     launched = {short_kernel_name(e.name) for e in prof.events() if "rows_kernel" in e.name}
     assert launched == kernel_names(variants, dtype_name(dtype))
