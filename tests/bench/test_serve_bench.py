@@ -36,17 +36,7 @@ QUICK_CONFIGS = (
 @pytest.mark.slow  # a real quick serve run, 15-25 s on 2 cores; CI's bench.serve --quick step runs it too
 def test_quick_serve_run_writes_one_checked_row_per_configuration(tmp_path_factory, tmp_path):
     files = small_model_files(tmp_path_factory)
-    options = ServeOptions(
-        duration_s=0.15,
-        out_dir=tmp_path,
-        models_dir=files["custom"].parent,
-        model=SMALL,
-        configs=QUICK_CONFIGS,
-        warmup=3,
-        bank_size=16,
-    )
-    outcome = run_serve_bench(options, Console(file=open(os.devnull, "w")))
-    assert outcome.failures == []
+    outcome = _small_run(files, SMALL, QUICK_CONFIGS, tmp_path, duration_s=0.15)
     frame = read_report(outcome.paths.csv)
     assert list(frame.columns) == list(COLUMN_NAMES)
     assert sorted(frame.variant) == sorted(c.variant for c in QUICK_CONFIGS)
@@ -82,17 +72,7 @@ def test_the_folded_model_is_served_by_every_engine_with_checked_responses(tmp_p
         ServeConfig("ort", "run", 1, 1, 2, "opset23"),
         ServeConfig("ort", "pooled", 1, 1, 2, "custom"),
     )
-    options = ServeOptions(
-        duration_s=0.1,
-        out_dir=tmp_path,
-        models_dir=files["custom"].parent,
-        model=SMALL_FOLDED,
-        configs=configs,
-        warmup=3,
-        bank_size=16,
-    )
-    outcome = run_serve_bench(options, Console(file=open(os.devnull, "w")))
-    assert outcome.failures == []
+    outcome = _small_run(files, SMALL_FOLDED, configs, tmp_path, duration_s=0.1)
     frame = read_report(outcome.paths.csv)
     # Every response was checked against the float64 unfused model: a folded graph that dropped a residual
     # add would answer every request wrong.
@@ -257,3 +237,19 @@ def test_a_signal_is_not_an_exception_that_a_broad_handler_swallows():
             pytest.fail("SIGTERM was swallowed by `except Exception`")
     except Interrupted as stopped:
         assert stopped.code == 128 + signal.SIGTERM
+
+
+def _small_run(files, model, configs, out_dir, duration_s: float):
+    """A short serve run of ``model`` from its exported ``files``, 3 warm-up requests, a bank of 16; no failure."""
+    options = ServeOptions(
+        duration_s=duration_s,
+        out_dir=out_dir,
+        models_dir=files["custom"].parent,
+        model=model,
+        configs=configs,
+        warmup=3,
+        bank_size=16,
+    )
+    outcome = run_serve_bench(options, Console(file=open(os.devnull, "w")))
+    assert outcome.failures == []
+    return outcome
