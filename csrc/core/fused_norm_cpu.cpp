@@ -57,19 +57,26 @@ struct Vec {
   typedef int32_t i32 __attribute__((vector_size(Bytes)));
 };
 
-// Vectors move between memory and registers through memcpy: an unaligned
-// load or store of the whole vector (vmovups / movdqu), valid for any
-// element type the buffer holds.
+// Vectors move between memory and registers as one unaligned load or store
+// of the whole vector (vmovups / movdqu), through a copy of the vector type
+// with alignment 1 that may alias any element type the buffer holds. Not
+// memcpy: GCC expands a 32- or 64-byte memcpy store piecewise under generic
+// tuning (the vector spilled to the stack, then copied out 16 bytes at a
+// time), and a full-width load of data just stored that way cannot take it
+// from the store buffer: it waits for both halves to reach the cache.
+template <typename V>
+struct Unaligned {
+  typedef V type __attribute__((aligned(1), may_alias));
+};
+
 template <typename V, typename T>
 inline __attribute__((always_inline)) V load_vector(const T* p) {
-  V v;
-  std::memcpy(&v, p, sizeof(V));
-  return v;
+  return *reinterpret_cast<const typename Unaligned<V>::type*>(p);
 }
 
 template <typename V, typename T>
 inline __attribute__((always_inline)) void store_vector(T* p, const V& v) {
-  std::memcpy(p, &v, sizeof(V));
+  *reinterpret_cast<typename Unaligned<V>::type*>(p) = v;
 }
 
 template <typename V, typename S>

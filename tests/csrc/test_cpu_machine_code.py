@@ -12,6 +12,14 @@ do floating-point arithmetic (the hot loops) must
   store (the first writes x + residual as it sums the squares), so there it
   takes two storing loops;
 * use packed arithmetic at the version's register width only (zmm, ymm, xmm);
+* store their outputs at that width too. A 32-byte ``memcpy`` store compiled
+  piecewise (the vector spilled to the stack frame, then copied out 16 bytes
+  at a time) passed the arithmetic checks, and made the residual add + norm
+  four times slower: its first pass re-reads the sum it just stored, and a
+  full-width load of two half-width stores waits for both to reach the
+  cache. The table counts each loop's vector moves through the stack frame
+  (spills, and that pattern's first half) for the reader; a spill under
+  register pressure (the SSE2 version has 16 registers) is not a failure;
 * hold no scalar arithmetic (``vmulss``, ``vaddsd``, ``cvtsi2ss``...): a scalar
   instruction in a hot loop means a lane-at-a-time path.
 
@@ -99,6 +107,8 @@ def loop_rows(library_name: str, dtype: str, version: str, function: Function) -
                 "widths": sorted(loop.packed_widths),
                 "scalar": len(loop.scalar_fp),
                 "scalar_examples": sorted({i.mnemonic for i in loop.scalar_fp})[:4],
+                "store_widths": sorted(loop.store_widths),
+                "frame_moves": len(loop.frame_moves),
             }
         )
     return rows
@@ -116,6 +126,8 @@ def problems(rows: list[dict], version: str, passes: tuple[str, ...] = ENTRIES["
             found.append(f"{where}: no packed arithmetic")
         elif r["widths"] != [want]:
             found.append(f"{where}: packed arithmetic at {r['widths']} bits, want {want} only")
+        if r["store_widths"] and r["store_widths"] != [want]:
+            found.append(f"{where}: stores at {r['store_widths']} bits, want {want} only")
     for kind in set(passes):
         if sum(r["pass"] == kind for r in rows) < passes.count(kind):
             want = f"{passes.count(kind)} {kind} loops" if passes.count(kind) > 1 else f"a {kind} loop"
@@ -185,12 +197,43 @@ def test_loop_finder_sees_packed_and_scalar_loops():
     )
 
 
+def test_a_store_split_through_the_stack_frame_is_found():
+    # The write loop of a 32-byte memcpy store under generic tuning: the
+    # vector spilled to the frame, then copied out 16 bytes at a time.
+    from tests.helpers.x86_code import Instruction
+
+    listing = [
+        (0x00, "push", "%rbp"),
+        (0x01, "mov", "%rsp,%rbp"),
+        (0x10, "vmovups", "(%rdi,%rax,4),%ymm1"),
+        (0x15, "vmulps", "%ymm1,%ymm1,%ymm2"),
+        (0x19, "vmovaps", "%ymm2,-0xb0(%rbp)"),
+        (0x21, "vmovdqa", "(%r15),%xmm7"),
+        (0x25, "vmovdqu", "%xmm7,(%rsi,%rax,4)"),
+        (0x2A, "vmovdqa", "0x10(%r15),%xmm7"),
+        (0x2F, "vmovdqu", "%xmm7,0x10(%rsi,%rax,4)"),
+        (0x34, "jne", "10 <f+0x10>"),
+    ]
+    function = Function("f", tuple(Instruction(*i) for i in listing))
+    (loop,) = function.innermost_loops
+    assert loop.writes_output and loop.store_widths == {128} and len(loop.frame_moves) == 1
+    where = "t float32 x86-64-v3 write loop 0x10-0x34"
+    assert problems(loop_rows("t", "float32", "x86-64-v3", function), "x86-64-v3", ("write",)) == [
+        f"{where}: stores at [128] bits, want 256 only"
+    ]
+    # The same loop storing straight from the register passes.
+    direct = [*listing[:4], (0x19, "vmovups", "%ymm2,(%rsi,%rax,4)"), (0x34, "jne", "10 <f+0x10>")]
+    function = Function("f", tuple(Instruction(*i) for i in direct))
+    assert problems(loop_rows("t", "float32", "x86-64-v3", function), "x86-64-v3", ("write",)) == []
+
+
 def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title="CPU kernel hot loops (innermost loops doing floating-point arithmetic)")
-    for col in ("library", "dtype", "version", "pass", "loop", "insts", "packed", "widths", "scalar", "verdict"):
+    columns = ("library", "dtype", "version", "pass", "loop", "insts", "packed", "widths", "stores", "frame", "scalar")
+    for col in (*columns, "verdict"):
         table.add_column(col)
     for name, path in libraries().items():
         for entry, passes in ENTRIES.items():
@@ -208,6 +251,8 @@ def main() -> None:
                         str(r["instructions"]),
                         str(r["packed"]),
                         ",".join(map(str, r["widths"])),
+                        ",".join(map(str, r["store_widths"])),
+                        str(r["frame_moves"]),
                         str(r["scalar"]),
                         verdict,
                     )

@@ -65,14 +65,27 @@ class Instruction:
                 start = k + 1
         return self.operands[start:].strip()
 
+    @property
+    def is_vector_move(self) -> bool:
+        return self.mnemonic.startswith(("vmov", "mov")) and "mm" in self.operands
+
     def stores_vector_to_memory(self, frame_pointer: bool) -> bool:
         """A vector move whose destination is memory other than the stack frame (a spill is not an output);
         %rbp addresses the frame only where the function keeps a frame pointer."""
-        if not self.mnemonic.startswith(("vmov", "mov")) or "mm" not in self.operands:
+        if not self.is_vector_move:
             return False
         dest = self.destination
-        frame = ("%rsp", "%rbp") if frame_pointer else ("%rsp",)
-        return "(" in dest and not any(reg in dest for reg in frame)
+        return "(" in dest and not any(reg in dest for reg in _frame_registers(frame_pointer))
+
+    def moves_vector_through_frame(self, frame_pointer: bool) -> bool:
+        """A vector move to or from the stack frame: a spill or its reload."""
+        return self.is_vector_move and any(
+            f"({reg}" in self.operands or f"{reg})" in self.operands for reg in _frame_registers(frame_pointer)
+        )
+
+
+def _frame_registers(frame_pointer: bool) -> tuple[str, ...]:
+    return ("%rsp", "%rbp") if frame_pointer else ("%rsp",)
 
 
 @dataclass(frozen=True)
@@ -101,6 +114,25 @@ class Loop:
     @property
     def packed_widths(self) -> set[int]:
         return {i.register_bits for i in self.packed_fp}
+
+    @property
+    def store_widths(self) -> set[int]:
+        """Register widths of the vector stores to output memory."""
+        return {i.register_bits for i in self.instructions if i.stores_vector_to_memory(self.frame_pointer)}
+
+    @property
+    def makes_call(self) -> bool:
+        return any(i.mnemonic.startswith("call") for i in self.instructions)
+
+    @cached_property
+    def frame_moves(self) -> list[Instruction]:
+        """Vector moves to or from the stack frame: a hot loop that spills has no register for a value.
+
+        Not counted where the span makes a call: there the calling convention saves the vector registers
+        around it (a row's padded tail copied with memcpy, out of line, reached by a backward jump)."""
+        if self.makes_call:
+            return []
+        return [i for i in self.instructions if i.moves_vector_through_frame(self.frame_pointer)]
 
 
 @dataclass(frozen=True)
