@@ -217,6 +217,7 @@ def docker_build(c, tag="", variant="cuda", max_jobs="", base_digest="", torch_f
     from env.lock import docker
 
     jobs = cli.integer("--max-jobs", max_jobs, minimum=1) if max_jobs else None
+    docker.check_variant(variant)  # a bad option is named before the engine is looked for
     _docker(
         docker.build_command(
             tag or docker.DEFAULT_TAG,
@@ -265,6 +266,18 @@ def _docker(command: list[str]) -> None:
 
 
 # --- bench.serve: the serving benchmark ---------------------------------------------------
+
+
+@task(
+    name="targets",
+    help={"reports": "report CSVs of one machine, comma-separated (a 1-thread and a 2-thread run, 16-bit runs, ...)"},
+)
+def bench_targets(c, reports):
+    """Judge the declared targets over several reports together; exit 1 if one is missed, 2 for unusable reports."""
+    from bench.judge import main
+
+    if code := main([path.strip() for path in reports.split(",") if path.strip()]):
+        raise Exit(code=code)
 
 
 @task(
@@ -445,7 +458,7 @@ def gpu_check(
 ns = Collection()
 for _task in (build, toolchain, test, export, align, lint, cuda_check, gpu_check):
     ns.add_task(_task)
-_bench = Collection("bench", compare, bench_serve, bench_ab_measure, bench_ab_spread)
+_bench = Collection("bench", compare, bench_targets, bench_serve, bench_ab_measure, bench_ab_spread)
 _bench.add_task(bench, name="run", default=True)  # `invoke bench` runs it
 ns.add_collection(_bench)
 ns.add_collection(Collection("ort", ort_dump_replay, ort_client))

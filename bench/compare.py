@@ -239,7 +239,7 @@ def _environment_changes(base: pd.DataFrame, new: pd.DataFrame) -> list[str]:
                 f"{name} was measured while other processes used up to {100 * busiest:.0f}% of the CPU: "
                 "those rows include waiting for a core"
             )
-    return changes + _differences(base, new, ENVIRONMENT_COLUMNS)
+    return changes + column_differences(base, new, ENVIRONMENT_COLUMNS)
 
 
 def _values(column: pd.Series) -> list[str]:
@@ -247,7 +247,7 @@ def _values(column: pd.Series) -> list[str]:
     return sorted(set(column.astype("string").fillna("").astype(str)))
 
 
-def _differences(base: pd.DataFrame, new: pd.DataFrame, columns: tuple[str, ...]) -> list[str]:
+def column_differences(base: pd.DataFrame, new: pd.DataFrame, columns: tuple[str, ...]) -> list[str]:
     differences = []
     for column in columns:
         before, after = _values(base[column]), _values(new[column])
@@ -303,7 +303,7 @@ def _machine_differences(base: pd.DataFrame, new: pd.DataFrame) -> list[str]:
     if not shared:
         before, after = (", ".join(sorted(set(report.device.astype(str)))) for report in (base, new))
         return [f"device: {before} -> {after}"]
-    return _differences(base[base.device.isin(shared)], new[new.device.isin(shared)], MACHINE_COLUMNS)
+    return column_differences(base[base.device.isin(shared)], new[new.device.isin(shared)], MACHINE_COLUMNS)
 
 
 def comparison_table(comparison: Comparison, threshold: float, alpha: float) -> Table:

@@ -41,10 +41,11 @@ def test_speedups_judged_against_their_own_bar(rng):
         ("op", "32x512x4096", "fused", "out", 90 * base, 0.5),
     ]
     results = {r.name: r for r in evaluate_targets(_frame(rows))}
-    dispatch, larger, compiled, out, call, sixteen, ort, ort_out, model, add_norm, folded = (
+    dispatch, larger, compiled, out, call, sixteen, ort, ort_out, model, add_norm, folded, threads = (
         results[t.name] for t in TARGETS
     )
     assert add_norm.met is None and folded.met is None  # no add_norm rows, no folded model
+    assert threads.met is None  # one thread count only
     assert dispatch.met is True and "5.5x" in dispatch.detail
     assert larger.met is False and "2.5x" in larger.detail
     assert compiled.met is None and ort.met is None and ort_out.met is None and model.met is None  # not measured
@@ -116,3 +117,23 @@ def test_other_dtypes_do_not_count(rng):
     )
     assert evaluate_targets(rows.assign(dtype="float16"))[0].met is None
     assert evaluate_targets(rows)[0].met is True
+
+
+def test_two_threads_judged_against_one_at_each_shape(rng):
+    one = {shape: rng.uniform(10.0, 400.0) for shape in ("1x8x512", "8x128x1024", "16x256x2048")}
+    two = {
+        "1x8x512": one["1x8x512"] * 1.03,
+        "8x128x1024": one["8x128x1024"] * 0.6,
+        "16x256x2048": 1.2 * one["16x256x2048"],
+    }
+    rows = [("op", shape, "fused", "out", time, np.nan) for shape, time in one.items()]
+    frame = _frame(rows).assign(threads=1)
+    frame = pd.concat([frame, frame.assign(threads=2, median_us=[two[s] for s in frame["shape"]])])
+    (result,) = [r for r in evaluate_targets(frame) if "2 threads vs 1" in r.name]
+    assert result.met is False  # 16x256x2048 lost 20 % with the second thread
+    assert "1x8x512 out 2/1 threads 1.03" in result.detail and "8x128x1024 out 2/1 threads 0.60" in result.detail
+    assert "16x256x2048 out 2/1 threads 1.20" in result.detail
+    scaled = [one[s] * (0.9 if n == 2 else 1.0) for s, n in zip(frame["shape"], frame.threads, strict=True)]
+    faster = frame.assign(median_us=scaled)
+    (result,) = [r for r in evaluate_targets(faster) if "2 threads vs 1" in r.name]
+    assert result.met is True and result.detail.count("2/1 threads") == 3
