@@ -61,7 +61,7 @@ def lock_sha256(lock: Path = LOCK_PATH, requirements: Path | None = None, varian
     return hashlib.sha256(lock.read_bytes() + requirements.read_bytes()).hexdigest()
 
 
-def _check_variant(variant: str) -> str:
+def check_variant(variant: str) -> str:
     if variant not in BASE_ARGS:
         raise DockerError(f"--variant must be one of {', '.join(BASE_ARGS)}, got {variant!r}")
     return variant
@@ -74,7 +74,7 @@ def build_args(
     torch_find_links: str | None = None,
 ) -> dict[str, str]:
     """The --build-arg values of `invoke docker.build`."""
-    variant = _check_variant(variant)
+    variant = check_variant(variant)
     defaults = dockerfile_arg_defaults()
     image_arg, digest_arg = BASE_ARGS[variant]
     args = {
@@ -333,7 +333,7 @@ def run(command: list[str]) -> DockerRun:
 
 def record_differences(record: dict, variant: str) -> list[str]:
     """Where a build's toolchain record (build/toolchain.json) differs from the lock: Python and the pinned packages."""
-    pins = {name: pin.version for name, pin in read_pins(requirements_path(_check_variant(variant))).items()}
+    pins = {name: pin.version for name, pin in read_pins(requirements_path(check_variant(variant))).items()}
     expected = {
         ("python", "version"): read_lock().python,
         ("torch", "version"): pins["torch"],
