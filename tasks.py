@@ -69,7 +69,8 @@ def test(c, k="", args="", all_=False, slow_only=False, workers=""):
     help={
         "baseline": "all (default), one name, or a comma list: unfused, fused, native, compiled, liger, ort",
         "quick": "small grid for CI (about 2 minutes)",
-        "warmup": "untimed calls before each measurement, an integer >= 0 (default 50)",
+        "warmup": "untimed calls before each measurement, an integer >= 0 (default 50; fewer where they outlast the "
+        "variant's time budget)",
         "threads": "torch and ONNX Runtime intra-op threads, an integer >= 1 (default: every core this process may "
         "use)",
         "out": "report folder (default <repo>/reports; FUSEDBENCH_REPORTS_DIR overrides the default)",

@@ -44,7 +44,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("iqr_us", "float64", "p75 - p25"),
     ("rounds", "int64", "passes over the whole grid the samples are spread over"),
     ("block", "int64", "calls per timed sample (>1 only when a call is near the timer resolution)"),
-    ("warmup", "int64", "untimed calls before the first round's samples"),
+    ("warmup", "int64", "untimed calls made before the first round's samples (fewer where they outlast the budget)"),
     ("setup_s", "float64", "one-off cost outside the timed loop: torch.compile, export, session creation"),
     ("bytes_moved", "float64", "read x + weight + bias + write y (op level); NaN where not meaningful"),
     ("gbps", "float64", "bytes_moved / median time"),

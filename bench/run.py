@@ -251,12 +251,14 @@ class MeasuredRow:
     timer: str
     timings: list[Timing] = field(default_factory=list)
 
-    def pooled(self, warmup: int) -> tuple[Timing, RowSamples]:
+    def pooled(self) -> tuple[Timing, RowSamples]:
+        """The rounds as one timing; its warm-up is the first round's (the calls made, maybe fewer than asked)."""
         values = np.concatenate([t.samples_us for t in self.timings])
         rounds = np.concatenate([np.full(len(t.samples_us), r, dtype=np.int16) for r, t in enumerate(self.timings)])
         others = sum(t.other_cpu_s for t in self.timings)
         wall = sum(t.wall_s for t in self.timings)
         faults, calls = sum(t.minor_faults for t in self.timings), sum(t.calls for t in self.timings)
+        warmup = self.timings[0].warmup
         return Timing(values, self.block, warmup, others, wall, faults, calls), RowSamples(values, rounds)
 
 
@@ -389,7 +391,7 @@ def record_results(
     failures = list(dict.fromkeys(results.failures))
     rows, samples = [], {}
     for key, row in results.measured.items():
-        timing, row_samples = row.pooled(settings.config.warmup)
+        timing, row_samples = row.pooled()
         rows.append(
             metrics.measurement_row(
                 row.case,
@@ -487,7 +489,8 @@ def _run_bench(options: BenchOptions, console: Console) -> Outcome:
         f"[bold]fusedbench[/] {options.mode} run on {', '.join(names)}: "
         f"baselines {[b.name for b in baselines if b.devices & set(devices)]}, "
         f"dtype {dtype_text}, "
-        f"{threads} threads, warm-up {settings.config.warmup} calls, {settings.config.budget_s:g} s per variant over "
+        f"{threads} threads, warm-up {settings.config.warmup} calls (within the budget), "
+        f"{settings.config.budget_s:g} s per variant over "
         f"{settings.rounds} rounds, timer resolution {settings.resolution_ns:.0f} ns"
         + (
             ""

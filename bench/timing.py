@@ -1,7 +1,10 @@
 """How one call is timed: warm-up, block size, sample count, statistics.
 
 Method on the CPU (the README states it too):
-  * warm-up calls are made and thrown away (allocator, caches, lazy init);
+  * warm-up calls are made and thrown away (allocator, caches, lazy init),
+    at most for as long as the variant's time budget (at least
+    ``MIN_WARMUP_CALLS``): a few calls of a long call warm what fifty warm,
+    and fifty 1-second calls would cost a minute per variant;
   * perf_counter_ns around each call; when one call takes less than
     ``BLOCK_FACTOR`` x the measured timer resolution, around a block of calls
     (time / calls per block), so the timer's own cost stays below 1 %;
@@ -30,6 +33,9 @@ from bench import turns as bench_turns
 
 # A block must last at least this many timer resolutions: <= 1 % timer error.
 BLOCK_FACTOR = 100
+# Warm-up calls made even when one call outlasts the budget: the first touches
+# the output's pages and lazy state, the next ones run on warm caches.
+MIN_WARMUP_CALLS = 3
 
 
 @dataclass(frozen=True)
@@ -139,13 +145,27 @@ def block_size(call: Callable[[], object], resolution_ns: float) -> int:
     return 1 if calls == 1 else math.ceil(target_ns / (elapsed / calls))
 
 
+def warm_up(call: Callable[[], object], config: TimingConfig, sync: Callable[[], object] | None = None) -> int:
+    """Make up to ``config.warmup`` untimed calls, stopping once they have taken ``config.budget_s``
+    (never before ``MIN_WARMUP_CALLS``); return the calls made. ``sync`` waits for queued device work,
+    so that the time read is the calls' own."""
+    deadline = time.perf_counter_ns() + config.budget_s * 1e9
+    for made in range(config.warmup):
+        if made >= MIN_WARMUP_CALLS:
+            if sync is not None:
+                sync()
+            if time.perf_counter_ns() >= deadline:
+                return made
+        call()
+    return config.warmup
+
+
 def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: float, block: int | None = None) -> Timing:
     """Warm up, then sample ``call`` per the method above. ``call`` is already verified.
 
     ``block`` fixes the calls per sample (later rounds reuse the first round's).
     """
-    for _ in range(config.warmup):
-        call()
+    warmed = warm_up(call, config)
     block = block or block_size(call, resolution_ns)
     samples = np.empty(config.max_samples, dtype=np.float64)
     budget_ns = config.budget_s * 1e9
@@ -174,7 +194,7 @@ def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: flo
                 samples[n] = (clock() - start) / block
             n += 1
         cpu_after = machine.without_pauses(machine.snapshot(), paused_ns / 1e9, busy_while_paused_s)
-    return Timing.sampled(samples[:n] / 1e3, block, config.warmup, cpu_before, cpu_after)
+    return Timing.sampled(samples[:n] / 1e3, block, warmed, cpu_before, cpu_after)
 
 
 def summarize(samples_us: np.ndarray) -> Summary:
@@ -276,8 +296,7 @@ def measure_cuda(
     (a graph replay of GRAPH_CALLS captured calls).
     """
     clock = clock or CudaEventClock()
-    for _ in range(config.warmup):
-        call()
+    warmed = warm_up(call, config, sync=clock.synchronize)
     clock.synchronize()
     block = 1 if flush is not None else (block or cuda_block_size(call, clock))
     samples: list[float] = []
@@ -302,7 +321,7 @@ def measure_cuda(
             samples += [start.elapsed_time(end) * 1e3 / (block * calls_per_call) for start, end in events]
         cpu_after = machine.snapshot()
     samples_us = np.asarray(samples[: config.max_samples], dtype=np.float64)
-    return Timing.sampled(samples_us, block, config.warmup, cpu_before, cpu_after, calls_per_call)
+    return Timing.sampled(samples_us, block, warmed, cpu_before, cpu_after, calls_per_call)
 
 
 def capture_cuda_graph(

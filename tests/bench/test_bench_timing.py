@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bench import turns as bench_turns
-from bench.timing import BLOCK_FACTOR, TimingConfig, measure, summarize, timer_resolution_ns
+from bench.timing import BLOCK_FACTOR, MIN_WARMUP_CALLS, TimingConfig, measure, summarize, timer_resolution_ns, warm_up
 
 
 def test_timer_resolution_is_measured_and_small():
@@ -33,6 +33,36 @@ def test_fast_calls_are_timed_in_blocks_and_slow_calls_one_by_one():
     timing = measure(slow, TimingConfig(warmup=1, budget_s=0.01, min_samples=5), resolution)
     assert timing.block == 1
     assert np.all(timing.samples_us >= 200.0)
+
+
+def _spin(microseconds: float) -> None:
+    end = time.perf_counter_ns() + int(microseconds * 1e3)
+    while time.perf_counter_ns() < end:
+        pass
+
+
+def test_warm_up_of_long_calls_stops_at_the_budget_but_never_below_the_minimum():
+    calls = []
+
+    def long_call():  # 4 ms: 50 of them would take 0.2 s against a 10 ms budget
+        calls.append(1)
+        _spin(4_000)
+
+    made = warm_up(long_call, TimingConfig(warmup=50, budget_s=0.01))
+    assert made == len(calls)
+    # The minimum already outlasts the budget, so the deadline stops it right there.
+    assert made == MIN_WARMUP_CALLS
+    calls.clear()
+    timing = measure(long_call, TimingConfig(warmup=50, budget_s=0.01, min_samples=2), resolution_ns=50.0)
+    assert timing.warmup == MIN_WARMUP_CALLS  # the report records the calls made, not the number asked
+    assert len(calls) == MIN_WARMUP_CALLS + 1 + len(timing.samples_us)  # + the block probe's single call
+
+
+def test_warm_up_of_short_calls_makes_every_call_asked():
+    calls = []
+    assert warm_up(lambda: calls.append(_spin(20)), TimingConfig(warmup=50, budget_s=0.5)) == 50 == len(calls)
+    assert warm_up(lambda: None, TimingConfig(warmup=2, budget_s=1e-9)) == 2  # fewer asked than the minimum
+    assert warm_up(lambda: None, TimingConfig(warmup=0)) == 0
 
 
 def test_warmup_budget_and_sample_limits_are_honoured():
