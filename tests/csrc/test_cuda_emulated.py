@@ -212,6 +212,30 @@ def test_residual_off_x_phase_steps_the_add_norm_down(kernels, generator, op):
         assert not problems and ran == launch, problems
 
 
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=lambda d: DTYPE_NAMES[d])
+def test_add_norm_is_the_norm_of_its_stored_sum_bit_for_bit(kernels, generator, dtype):
+    # The emulator runs both ops' kernels from the same source without fused multiply-adds: the add's y must be
+    # the norm kernel's y of the stored sum exactly (same family, width, split and order per thread), out of place
+    # and in place, in every family (64, 1000 and 20000 elements reach warp_rows, block_rows and streaming_rows
+    # for every dtype; 1023 and 5001 a head and a tail per row).
+    for hidden in (64, 1000, 1023, 5001, 20000):
+        x, weight, bias = make_inputs((9, hidden), dtype, generator)
+        residual = make_inputs((9, hidden), torch.float32, generator, distribution="features")[0].to(dtype)
+        s, y, y_norm = (torch.full_like(x, float("nan")) for _ in range(3))
+        ptrs = {"x": x, "residual": residual, "weight": weight, "bias": bias, "residual_out": s, "y": y}
+        run = [kernels.forward({k: t.data_ptr() for k, t in ptrs.items()}, 9, hidden, 1e-5, dtype, "warp_ahead", 2)]
+        norm = {"x": s, "weight": weight, "bias": bias, "y": y_norm}
+        run.append(kernels.forward({k: t.data_ptr() for k, t in norm.items()}, 9, hidden, 1e-5, dtype, "warp_ahead", 2))
+        xi, ri = x.clone(), residual.clone()
+        in_place = {"x": xi, "residual": ri, "weight": weight, "bias": bias, "residual_out": ri, "y": xi}
+        run.append(kernels.forward({k: t.data_ptr() for k, t in in_place.items()}, 9, hidden, 1e-5, dtype, "reverse", 2))
+        assert all(rc == 0 for rc, _, _ in run), [message for _, message, _ in run]
+        assert run[0][2][0].kernel == "add_" + run[1][2][0].kernel, (run[0][2], run[1][2])
+        assert torch.equal(s.view(torch.uint8), (x + residual).view(torch.uint8)), hidden
+        assert torch.equal(y.view(torch.uint8), y_norm.view(torch.uint8)), hidden
+        assert torch.equal(xi.view(torch.uint8), y.view(torch.uint8)) and torch.equal(ri, s), hidden
+
+
 @pytest.mark.parametrize("offset", [1, 3])
 def test_x_and_y_at_different_phases_step_down_to_the_widest_shared_access(kernels, generator, offset):
     # bf16 x one or three elements off, y aligned: 2 bytes apart, so one element per access; x three elements

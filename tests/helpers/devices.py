@@ -1,4 +1,5 @@
-"""Why a CUDA test cannot run here (None when it can): no device, or a library built without CUDA kernels."""
+"""Why a CUDA test cannot run here (None when it can): no device, or a library built without CUDA kernels; and why
+ONNX Runtime's CUDA route cannot."""
 
 from __future__ import annotations
 
@@ -21,4 +22,22 @@ def cuda_skip_reason() -> str | None:
         except (OSError, KeyError, ValueError):
             why = "no toolchain record"
         return f"the fused_norm library was built without CUDA kernels ({why}); rebuild with `invoke build`"
+    return None
+
+
+def ort_cuda_skip_reason() -> str | None:
+    try:
+        from env.build import toolchain
+        from env.build.ort_runtime import cuda_provider_status
+    except ImportError as error:
+        return f"onnxruntime not importable: {error}"
+    usable, why = cuda_provider_status()
+    if not usable:
+        return f"onnxruntime cannot run CUDA here: {why}"
+    try:
+        build = toolchain.read_record()["build"]
+    except (OSError, ValueError):
+        return "no toolchain record: run `invoke build`"
+    if not build.get("ort_cuda_kernels"):
+        return f"the ORT library was built without its CUDA kernel: {build.get('ort_cuda_kernels_reason')}"
     return None
