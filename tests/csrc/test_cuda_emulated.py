@@ -228,7 +228,9 @@ def test_add_norm_is_the_norm_of_its_stored_sum_bit_for_bit(kernels, generator, 
         run.append(kernels.forward({k: t.data_ptr() for k, t in norm.items()}, 9, hidden, 1e-5, dtype, "warp_ahead", 2))
         xi, ri = x.clone(), residual.clone()
         in_place = {"x": xi, "residual": ri, "weight": weight, "bias": bias, "residual_out": ri, "y": xi}
-        run.append(kernels.forward({k: t.data_ptr() for k, t in in_place.items()}, 9, hidden, 1e-5, dtype, "reverse", 2))
+        run.append(
+            kernels.forward({k: t.data_ptr() for k, t in in_place.items()}, 9, hidden, 1e-5, dtype, "reverse", 2)
+        )
         assert all(rc == 0 for rc, _, _ in run), [message for _, message, _ in run]
         assert run[0][2][0].kernel == "add_" + run[1][2][0].kernel, (run[0][2], run[1][2])
         assert torch.equal(s.view(torch.uint8), (x + residual).view(torch.uint8)), hidden
