@@ -3,6 +3,7 @@ ONNX Runtime's CUDA route cannot."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 
@@ -41,3 +42,21 @@ def ort_cuda_skip_reason() -> str | None:
     if not build.get("ort_cuda_kernels"):
         return f"the ORT library was built without its CUDA kernel: {build.get('ort_cuda_kernels_reason')}"
     return None
+
+
+def skip_without_ort_cuda() -> None:
+    """Skip the calling test, saying why, where ONNX Runtime's CUDA route cannot run."""
+    reason = ort_cuda_skip_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+def run_bound_on_cuda(session, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor]) -> None:
+    """Run an ORT session with every input and output bound to the given CUDA tensors (device 0), after the
+    device has finished the work that made them."""
+    binding = session.io_binding()
+    for bind, tensors in ((binding.bind_input, inputs), (binding.bind_output, outputs)):
+        for name, t in tensors.items():
+            bind(name, "cuda", 0, str(t.dtype).removeprefix("torch."), list(t.shape), t.data_ptr())
+    torch.cuda.synchronize()
+    session.run_with_iobinding(binding)

@@ -59,20 +59,16 @@ class EmulatedKernels:
     def __init__(self, path: Path):
         self.path = path
         lib = ctypes.CDLL(str(path))
-        lib.fused_norm_emulated_forward.argtypes = [ctypes.c_void_p] * 4 + [
-            ctypes.c_int64,
-            ctypes.c_int64,
-            ctypes.c_double,
-            ctypes.c_int,
-        ]
-        lib.fused_norm_emulated_forward.restype = ctypes.c_int
-        lib.fused_norm_emulated_add_forward.argtypes = [ctypes.c_void_p] * 6 + [
-            ctypes.c_int64,
-            ctypes.c_int64,
-            ctypes.c_double,
-            ctypes.c_int,
-        ]
-        lib.fused_norm_emulated_add_forward.restype = ctypes.c_int
+        # (pointers..., rows, hidden, eps, dtype): the norm's 4 operands, the add's 6
+        for name, pointers in (("fused_norm_emulated_forward", 4), ("fused_norm_emulated_add_forward", 6)):
+            entry = getattr(lib, name)
+            entry.argtypes = [ctypes.c_void_p] * pointers + [
+                ctypes.c_int64,
+                ctypes.c_int64,
+                ctypes.c_double,
+                ctypes.c_int,
+            ]
+            entry.restype = ctypes.c_int
         lib.simt_set_order.argtypes = [ctypes.c_int]
         lib.simt_set_seed.argtypes = [ctypes.c_uint64]
         lib.simt_set_race_detection.argtypes = [ctypes.c_int]

@@ -1,7 +1,9 @@
 """The residual add + norm on CUDA: every kernel variant of the add reached and
 right, out of place and in place, the phase rules with residual and
-residual_out, opcheck and gradients on the device, and ONNX Runtime's CUDA
-route against torch.
+residual_out, gradients against the CPU's, the caller's stream, and ONNX
+Runtime's CUDA route against torch. opcheck, gradcheck and gradgradcheck of
+both forms run on CUDA through the ``device`` fixture in
+tests/ops/test_add_norm_op.py.
 
 The CPU op's tests (tests/ops/test_add_norm_op.py) hold the exact identities
 on the CPU; here the stored sum is checked bit for bit (one rounding of one
@@ -19,9 +21,10 @@ import torch
 import ops
 from env.build.ptxas import short_kernel_name
 from ops.dtypes import TORCH_DTYPES, dtype_name
-from ops.reference import TOLERANCES, make_inputs, reference_add_norm
+from ops.reference import TOLERANCES, reference_add_norm
 from tests.helpers.cuda_variants import build_probe, kernel_names, read_variants
-from tests.helpers.devices import cuda_skip_reason, ort_cuda_skip_reason
+from tests.helpers.devices import cuda_skip_reason, run_bound_on_cuda, skip_without_ort_cuda
+from tests.ops.test_add_norm_op import add_norm_inputs
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(cuda_skip_reason() is not None, reason=str(cuda_skip_reason()))]
 
@@ -31,10 +34,8 @@ EPS = 1e-6
 
 
 def add_inputs(shape, dtype, generator, requires_grad=False):
-    """x, residual, weight, bias on the device (drawn on the CPU, so a seed gives the same values everywhere)."""
-    x, weight, bias = make_inputs(shape, dtype, generator, device=DEVICE, requires_grad=requires_grad)
-    residual = make_inputs(shape, torch.float32, generator, distribution="features")[0].to(DEVICE, dtype)
-    return x, residual.requires_grad_(requires_grad), weight, bias
+    """x, residual, weight, bias on the device (tests/ops/test_add_norm_op.py's inputs)."""
+    return add_norm_inputs(shape, dtype, generator, requires_grad=requires_grad, device=DEVICE)
 
 
 def hidden_sizes(dtype: torch.dtype) -> list[int]:
@@ -125,30 +126,6 @@ def test_every_add_variant_is_launched(dtype, variants, generator):
 # --- the framework on the device ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
-@pytest.mark.parametrize("shape", [(8, 64), (2, 3, 127), (5, 4097)], ids=str)
-@pytest.mark.parametrize("requires_grad", [False, True])
-def test_opcheck_on_cuda(shape, dtype, requires_grad, generator):
-    args = add_inputs(shape, dtype, generator, requires_grad=requires_grad)
-    torch.library.opcheck(torch.ops.myops.fused_add_norm.default, (*args, EPS))
-
-
-@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
-def test_opcheck_in_place_form_on_cuda(dtype, generator):
-    args = add_inputs((6, 100), dtype, generator)
-    torch.library.opcheck(torch.ops.myops.fused_add_norm_inplace.default, (*args, EPS))
-
-
-def test_gradcheck_float64_on_cuda(generator):
-    args = add_inputs((3, 4, 9), torch.float64, generator, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda *a: ops.fused_add_norm(*a, 1e-5), args)
-
-
-def test_gradgradcheck_float64_on_cuda(generator):
-    args = add_inputs((2, 7), torch.float64, generator, requires_grad=True)
-    assert torch.autograd.gradgradcheck(lambda *a: ops.fused_add_norm(*a, 1e-5), args)
-
-
 def test_gradients_match_the_cpu_op(generator):
     # The backward is built from ATen ops on the forward's outputs: on the device it must agree with the CPU's.
     cpu = [t.detach().cpu().requires_grad_() for t in add_inputs((4, 300), torch.float64, generator)]
@@ -190,12 +167,10 @@ def test_runs_on_the_callers_current_stream(generator):
 # --- ONNX Runtime's CUDA route ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
-@pytest.mark.parametrize("hidden", [512, 4097])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)  # dtypes numpy names for the binding
+@pytest.mark.parametrize("hidden", [512, 5001])
 def test_ort_cuda_route_equals_torch(dtype, hidden, generator):
-    reason = ort_cuda_skip_reason()
-    if reason:
-        pytest.skip(reason)
+    skip_without_ort_cuda()
     from ops.ort.session import OrtConfig, create_session
     from tests.helpers.ort_test_models import single_add_norm_model
 
@@ -205,13 +180,6 @@ def test_ort_cuda_route_equals_torch(dtype, hidden, generator):
     # Same kernel, same inputs: ORT's outputs equal torch's bit for bit (epsilon as the float32 attribute).
     eps = float(torch.tensor(1e-5, dtype=torch.float32))
     y_expected, s_expected = ops.fused_add_norm(x, r, w, b, eps)
-    binding = session.io_binding()
-    np_dtype = {torch.float32: "float32", torch.float16: "float16"}[dtype]
-    for name, t in (("X", x), ("residual", r), ("weight", w), ("bias", b)):
-        binding.bind_input(name, "cuda", 0, np_dtype, list(t.shape), t.data_ptr())
     y, s = torch.full_like(x, float("nan")), torch.full_like(x, float("nan"))
-    for name, t in (("Y", y), ("S", s)):
-        binding.bind_output(name, "cuda", 0, np_dtype, list(t.shape), t.data_ptr())
-    torch.cuda.synchronize()
-    session.run_with_iobinding(binding)
+    run_bound_on_cuda(session, {"X": x, "residual": r, "weight": w, "bias": b}, {"Y": y, "S": s})
     assert torch.equal(y, y_expected) and torch.equal(s, s_expected)

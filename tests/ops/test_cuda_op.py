@@ -22,7 +22,7 @@ from env.build.ptxas import short_kernel_name
 from ops.dtypes import TORCH_DTYPES, dtype_name
 from ops.reference import TOLERANCES, make_inputs, reference_norm
 from tests.helpers.cuda_variants import build_probe, kernel_names, read_variants
-from tests.helpers.devices import cuda_skip_reason, ort_cuda_skip_reason
+from tests.helpers.devices import cuda_skip_reason, run_bound_on_cuda, skip_without_ort_cuda
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(cuda_skip_reason() is not None, reason=str(cuda_skip_reason()))]
 
@@ -268,9 +268,7 @@ def test_second_device_runs_there(generator):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 @pytest.mark.parametrize("hidden", [512, 4097])
 def test_ort_cuda_route_equals_torch(dtype, hidden, generator):
-    reason = ort_cuda_skip_reason()
-    if reason:
-        pytest.skip(reason)
+    skip_without_ort_cuda()
     import onnxruntime as ort
 
     from ops.ort.session import OrtConfig, create_session
@@ -283,14 +281,8 @@ def test_ort_cuda_route_equals_torch(dtype, hidden, generator):
     # (epsilon is a float attribute in ONNX: pass torch the same float32 value.)
     eps = float(torch.tensor(1e-5, dtype=torch.float32))
     expected = ops.fused_norm(x, w, b, eps).cpu()
-    binding = session.io_binding()
-    np_dtype = {torch.float32: "float32", torch.float16: "float16"}[dtype]
-    for name, t in (("X", x), ("weight", w), ("bias", b)):
-        binding.bind_input(name, "cuda", 0, np_dtype, list(t.shape), t.data_ptr())
     out = nan_like(x)
-    binding.bind_output("Y", "cuda", 0, np_dtype, list(out.shape), out.data_ptr())
-    torch.cuda.synchronize()
-    session.run_with_iobinding(binding)
+    run_bound_on_cuda(session, {"X": x, "weight": w, "bias": b}, {"Y": out})
     assert torch.equal(out.cpu(), expected)
     assert math.isfinite(float(out.float().abs().max()))
     assert "CUDAExecutionProvider" in session.get_providers() and ort.get_device() == "GPU"
