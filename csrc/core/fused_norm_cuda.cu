@@ -311,11 +311,12 @@ __device__ __forceinline__ W add_words(const W& x, const W& r) {
 // boundary in all of them.
 //
 // In place (y is x, residual_out is residual), each element is read and then
-// written by one thread, in that order: the loads of a row's values all come
-// before the reduction, the writes after it (the streaming kernel's second
-// pass reads back the sum the same thread stored in its first). The kernels
-// keep __restrict__ off the streams that may alias; every load and store of
-// them is a cache-hint intrinsic, which the compiler keeps in program order.
+// written by one thread, in that order, and by no other: x and residual are
+// loaded in the load loop, the sum is stored in the compute loop after every
+// load of the row, y after the reduction (the streaming kernel's second pass
+// reads back the sum the same thread stored in its first). The add's kernels
+// keep __restrict__ off the four streams, so the compiler must assume they
+// alias and keeps each load of an element ahead of the stores after it.
 
 // A row's loaded words at one element index: x's, and the residual's for the add.
 template <typename W, bool kAdd>
