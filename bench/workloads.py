@@ -8,7 +8,8 @@ plus two in between for the plot. The fused residual add + norm (workload
 ``add_norm``) runs at the same CPU shapes in a full run. CUDA shapes span the same regimes on a GPU:
 launch-bound 1x8x512, L2-resident 8x128x1024, and HBM-bound 4096x8192 and
 16384x8192 (64 and 256 MiB in bfloat16, past any L2), where the fused kernel
-is held against a device-to-device copy. Model-level cases run the sequence
+is held against a device-to-device copy; the residual add + norm at the first
+three and 4096x8192. Model-level cases run the sequence
 model of ops/model.py (its default size) at a small and a medium batch.
 
 Inputs, the float64 reference and the tolerances come from ops/reference.py.
@@ -77,6 +78,9 @@ GRIDS: dict[str, Grid] = {
         model_batches=(("small", 1, 32), ("medium", 8, 128)),
         model_batches_quick=(("small", 1, 32),),
         dtypes="float32,bfloat16",  # float32 for the launch floor, bfloat16 as models run on a GPU
+        # the residual add + norm at the op's regimes short of the largest: a launch-bound row, model widths,
+        # and the bandwidth-bound 4096 x 8192
+        add_norm_shapes=((1, 8, 512), (8, 128, 1024), (32, 512, 4096), (4096, 8192)),
     ),
 }
 MODEL_SEED = 0

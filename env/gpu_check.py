@@ -29,7 +29,8 @@ from pathlib import Path
 from env.build.toolkit import find_cuda_toolkit
 from env.paths import REPO_ROOT, build_dir
 
-KERNEL_TESTS = ["tests/ops/test_cuda_op.py", "tests/ops/test_op_values.py"]  # every kernel variant, every dtype
+# every kernel variant of both ops (the add + norm in place too), every dtype
+KERNEL_TESTS = ["tests/ops/test_cuda_op.py", "tests/ops/test_op_values.py", "tests/ops/test_cuda_add_norm_op.py"]
 SANITIZER_TOOLS = ("memcheck", "racecheck")
 
 

@@ -9,7 +9,7 @@
   so the time is that of a call on fresh inputs. The copies it starts from are
   made in ``prepare``, outside the timed loop, and the first call is verified.
 On the model workload: the sequence model with its residual adds folded into
-the norms (``build_model("fused_add")``). The op has a CPU kernel only.
+the norms (``build_model("fused_add")``). CPU and CUDA kernels.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from bench.workloads import AddNormCase, Case
 class FusedAdd:
     name = "fused_add"
     workloads = frozenset({"add_norm", "model"})
-    devices = frozenset({"cpu"})
+    devices = frozenset({"cpu", "cuda"})
     order = 12  # beside fused, which on this workload runs the add and the norm apart
 
     def variants(self, case: Case) -> list[Variant]:

@@ -120,4 +120,13 @@ int64_t cpu_rows_per_task(int64_t hidden);
 // launch failure; a pending non-sticky error is cleared by reading it.
 int cuda_forward(const NormProblem& p, void* stream, bool* error_was_pending = nullptr);
 
+// The fused residual add + norm on `stream`, with cuda_forward's return
+// values and pending-error rule. The same kernel families as the norm, with
+// the add folded into each row's loads: residual_out = x + residual rounded
+// to the dtype (bit for bit the CPU op's sum), y the norm of that stored sum
+// (within the dtype's tolerance of the CPU op: nvcc fuses multiply-adds). In
+// place (y = x, residual_out = residual) every element is read before the
+// thread that reads it writes it, and no other thread touches it.
+int cuda_add_forward(const AddNormProblem& p, void* stream, bool* error_was_pending = nullptr);
+
 }  // namespace fused_norm

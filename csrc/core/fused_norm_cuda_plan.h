@@ -62,6 +62,29 @@ constexpr int kVectorBytes = 16;
 // Vector widths in bytes, widest first; each kernel is instantiated for each
 // width at least one element wide, plus one element.
 constexpr int kVectorWidths[] = {16, 8, 4};
+// The add + norm's register kernels hold two input vectors per chunk (x and
+// residual): twice the bytes in flight per thread, in twice the registers.
+// Where that does not fit the norm's caps in one load round without spills,
+// they run fewer blocks per SM and still keep more bytes in flight than the
+// norm's targets above:
+//   add block_rows (vectors): <= 64 registers, 4 blocks of 256 threads, 1024
+//                  threads x 128 bytes = 128 KB per SM (the norm: 80 KB); at
+//                  48 ptxas adds 16-byte float and float64 vectors before
+//                  their last loads are issued (two rounds);
+//   add warp_rows, 4 chunks of 16-byte vectors (128 bytes of x and residual
+//                  per lane, 32 registers; at 64 the 16-bit ones spill):
+//                  6 blocks of 128 threads (<= 80 registers), 768 threads x
+//                  128 bytes = 96 KB per SM (the norm: 64 KB).
+constexpr int kAddBlockRowsMaxRegisters = 64;
+constexpr int kAddWideWarpRowsMinBlocksPerSm = 6;
+
+constexpr int add_block_rows_max_registers(int vec) {
+  return vec == 1 ? kBlockRowsScalarMaxRegisters : kAddBlockRowsMaxRegisters;
+}
+constexpr int add_warp_rows_min_blocks(int elem_bytes, int vec, int chunks) {
+  return vec * elem_bytes == kVectorBytes && chunks == kWarpRowsMaxChunks ? kAddWideWarpRowsMinBlocksPerSm
+                                                                          : kWarpRowsMinBlocksPerSm;
+}
 // gridDim.x limit; kernels loop over rows, so any row count is covered.
 constexpr int64_t kMaxGridX = 2147483647;
 

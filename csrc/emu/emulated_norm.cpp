@@ -1,5 +1,5 @@
 // The fused norm's CUDA kernels, built by the host compiler with the SIMT
-// emulator, behind one C function for ctypes (tests/helpers/emulated_kernels.py)
+// emulator, behind C functions for ctypes (tests/helpers/emulated_kernels.py)
 // and for the AddressSanitizer probe (asan_probe.cpp).
 //
 // The kernels themselves come from csrc/core/fused_norm_cuda.cu, compiled in
@@ -26,6 +26,25 @@ extern "C" __attribute__((visibility("default"))) int fused_norm_emulated_forwar
   p.eps = eps;
   p.dtype = static_cast<fused_norm::DType>(dtype);
   return fused_norm::cuda_forward(p, nullptr);
+}
+
+// The fused residual add + norm through fused_norm::cuda_add_forward; y may
+// be x and residual_out may be residual (the in-place form).
+extern "C" __attribute__((visibility("default"))) int fused_norm_emulated_add_forward(
+    const void* x, const void* residual, const void* weight, const void* bias, void* residual_out, void* y,
+    int64_t rows, int64_t hidden, double eps, int dtype) {
+  fused_norm::AddNormProblem p;
+  p.norm.x = x;
+  p.norm.weight = weight;
+  p.norm.bias = bias;
+  p.norm.y = y;
+  p.norm.rows = rows;
+  p.norm.hidden = hidden;
+  p.norm.eps = eps;
+  p.norm.dtype = static_cast<fused_norm::DType>(dtype);
+  p.residual = residual;
+  p.residual_out = residual_out;
+  return fused_norm::cuda_add_forward(p, nullptr);
 }
 
 // The 16-bit conversions exactly as the kernels call them (Elem<Half> and

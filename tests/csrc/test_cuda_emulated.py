@@ -12,6 +12,12 @@ orders; tests/conftest.py --emu-seeds sets how many seeds) with the race
 detector on. Each case checks that no two threads' accesses race, the kernel
 the plan picked, every output element against the float64 reference, and the
 guard bytes around every buffer.
+
+The residual add + norm runs the same kernel families (add_warp_rows_kernel,
+...) on the same cases, out of place and in place (y into x, the sum into
+residual), with residual and residual_out taking part in the phases: its
+stored sum must be x + residual in the dtype bit for bit, its y the float64
+reference's norm of that sum within the dtype's tolerance.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from ops.reference import TOLERANCES, make_inputs, reference_norm
 from tests.helpers.cuda_variants import kernel_names
 from tests.helpers.emulated_kernels import (
     DTYPE_NAMES,
+    IN_PLACE,
     SCHEDULE_KINDS,
     Case,
     check_case,
@@ -57,11 +64,11 @@ def variants() -> dict:
     return plan_variants()
 
 
-@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=lambda d: DTYPE_NAMES[d])
-def test_every_variant_matches_the_reference(kernels, variants, generator, dtype):
-    # Every schedule on each case's inputs: the inputs and the reference are made once per case.
-    cases = standard_cases(dtype, variants)
-    orders = [order for kind in SCHEDULE_KINDS for order in schedules(kind, generator)]
+def run_standard_cases(kernels, variants, generator, dtype, op: str, kinds=tuple(SCHEDULE_KINDS)) -> set[str]:
+    """The standard cases of ``op`` in the schedules of ``kinds`` (the inputs and the reference made once per case);
+    returns the kernels that ran."""
+    cases = standard_cases(dtype, variants, op)
+    orders = [order for kind in kinds for order in schedules(kind, generator)]
     problems, ran = [], set()
     for case, expected in zip(cases, expected_launches(cases), strict=True):
         found, launch = check_case_in_schedules(kernels, case, orders, generator, expected)
@@ -69,8 +76,25 @@ def test_every_variant_matches_the_reference(kernels, variants, generator, dtype
         if launch is not None:
             ran.add(launch.kernel)
     assert not problems, f"{len(problems)} problems in {len(cases)} cases:\n" + "\n".join(problems[:20])
+    return ran
+
+
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=lambda d: DTYPE_NAMES[d])
+def test_every_variant_matches_the_reference(kernels, variants, generator, dtype):
+    ran = run_standard_cases(kernels, variants, generator, dtype, "norm")
     # The cases cover the whole table of variants for this dtype (vector and scalar paths).
     assert ran == kernel_names(variants, DTYPE_NAMES[dtype])
+
+
+@pytest.mark.parametrize("op", ["add", "add_inplace"])
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=lambda d: DTYPE_NAMES[d])
+def test_every_add_norm_variant_matches_the_reference(kernels, variants, generator, dtype, op):
+    # The same cases with one of x, residual, residual_out and y (in place: x or residual) moved to narrow the
+    # vector, so that every width of every family runs the add, with its sum stored and normalised. Three
+    # schedule kinds, not five: the reduction they order is the norm's (above, in all five), and the race
+    # detector reports an access of another thread's element (the add's new risk, in place) in any order.
+    ran = run_standard_cases(kernels, variants, generator, dtype, op, kinds=("warp_ahead", "reverse", "random"))
+    assert ran == kernel_names(variants, DTYPE_NAMES[dtype], prefix="add_")
 
 
 def test_one_block_loops_over_all_rows(kernels, generator):
@@ -104,7 +128,7 @@ ODD_LENGTHS = (5001, 4097, 1023)
 
 
 def vector_of(kernel: str) -> int:
-    """Elements per vector of a variant: 'block_rows_kernel<BFloat16, 8, 4>' -> 8."""
+    """Elements per vector of a variant: 'block_rows_kernel<BFloat16, 8, 4>' -> 8 (add_ kernels alike)."""
     return int(re.fullmatch(r"\w+<\w+, (\d+)(, \d+)?>", kernel).group(1))
 
 
@@ -131,6 +155,87 @@ def test_odd_lengths_and_offsets_keep_the_16_byte_body(kernels, generator, dtype
         problems += found
         assert found or ran == expected, (str(case), ran)
     assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:20])
+
+
+def with_add_streams(offsets: tuple[tuple[str, int], ...], op: str) -> tuple[tuple[str, int], ...]:
+    """A norm layout for the add: residual at x's offset and residual_out at y's (in place they are x's and
+    residual's buffers, y's and residual_out's offsets go to those)."""
+    named = dict(offsets)
+    extra = {"residual": named.get("x", 0), "residual_out": named.get("y", 0)}
+    out = {**named, **{k: v for k, v in extra.items() if v}}
+    if op == "add_inplace":
+        out = {k: v for k, v in out.items() if k not in IN_PLACE}
+    return tuple(out.items())
+
+
+@pytest.mark.parametrize("op", ["add", "add_inplace"])
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=lambda d: DTYPE_NAMES[d])
+@pytest.mark.parametrize("hidden", ODD_LENGTHS)
+def test_add_norm_odd_lengths_and_offsets_keep_the_16_byte_body(kernels, generator, dtype, hidden, op):
+    # The norm's layouts with residual beside x and residual_out beside y: every stream shares x's phase, so
+    # the 16-byte variant, with a head and a tail per row; in place each element is read, then written, by one
+    # thread (the race detector would name any other).
+    esize = torch.empty((), dtype=dtype).element_size()
+    cases = [
+        Case(dtype, 9, hidden, None, 2 * (i % 2), 0, with_add_streams(offsets, op), op=op)
+        for i, offsets in enumerate(ELEMENT_OFFSET_LAYOUTS)
+    ]
+    orders = ["warp_ahead", "reverse", *schedules("random", generator)]
+    problems = []
+    for case, expected in zip(cases, expected_launches(cases), strict=True):
+        assert expected.kernel.startswith("add_") and vector_of(expected.kernel) == 16 // esize, (str(case), expected)
+        found, ran = check_case_in_schedules(kernels, case, orders, generator, expected)
+        problems += found
+        assert found or ran == expected, (str(case), ran)
+    assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:20])
+
+
+@pytest.mark.parametrize("op", ["add", "add_inplace"])
+def test_residual_off_x_phase_steps_the_add_norm_down(kernels, generator, op):
+    # residual (or, out of place, residual_out) at another phase than x narrows the vector as y does for the
+    # norm: one element index, two phases. bf16 residual one element off: one element per access; two
+    # elements from x (the other streams with x): 4-byte vectors; float32 residual_out one element off: one
+    # element per access.
+    outputs_beside_x = (("y", 1), ("residual_out", 1)) if op == "add" else ()
+    cases = [
+        Case(torch.bfloat16, 9, 5001, None, 2, 0, (("residual", 1),), op=op),
+        Case(torch.bfloat16, 9, 5001, None, 0, 0, (("x", 1), ("residual", 3), *outputs_beside_x), op=op),
+    ]
+    widths = [1, 2]
+    if op == "add":
+        cases.append(Case(torch.float32, 9, 1023, None, 0, 0, (("residual_out", 1),), op=op))
+        widths.append(1)
+    expected = expected_launches(cases)
+    assert [vector_of(e.kernel) for e in expected] == widths, expected
+    for case, launch in zip(cases, expected, strict=True):
+        problems, ran = check_case(kernels, case, "warp_ahead", generator, launch)
+        assert not problems and ran == launch, problems
+
+
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=lambda d: DTYPE_NAMES[d])
+def test_add_norm_is_the_norm_of_its_stored_sum_bit_for_bit(kernels, generator, dtype):
+    # The emulator runs both ops' kernels from the same source without fused multiply-adds: the add's y must be
+    # the norm kernel's y of the stored sum exactly (same family, width, split and order per thread), out of place
+    # and in place, in every family (64, 1000 and 20000 elements reach warp_rows, block_rows and streaming_rows
+    # for every dtype; 1023 and 5001 a head and a tail per row).
+    for hidden in (64, 1000, 1023, 5001, 20000):
+        x, weight, bias = make_inputs((9, hidden), dtype, generator)
+        residual = make_inputs((9, hidden), torch.float32, generator, distribution="features")[0].to(dtype)
+        s, y, y_norm = (torch.full_like(x, float("nan")) for _ in range(3))
+        ptrs = {"x": x, "residual": residual, "weight": weight, "bias": bias, "residual_out": s, "y": y}
+        run = [kernels.forward({k: t.data_ptr() for k, t in ptrs.items()}, 9, hidden, 1e-5, dtype, "warp_ahead", 2)]
+        norm = {"x": s, "weight": weight, "bias": bias, "y": y_norm}
+        run.append(kernels.forward({k: t.data_ptr() for k, t in norm.items()}, 9, hidden, 1e-5, dtype, "warp_ahead", 2))
+        xi, ri = x.clone(), residual.clone()
+        in_place = {"x": xi, "residual": ri, "weight": weight, "bias": bias, "residual_out": ri, "y": xi}
+        run.append(
+            kernels.forward({k: t.data_ptr() for k, t in in_place.items()}, 9, hidden, 1e-5, dtype, "reverse", 2)
+        )
+        assert all(rc == 0 for rc, _, _ in run), [message for _, message, _ in run]
+        assert run[0][2][0].kernel == "add_" + run[1][2][0].kernel, (run[0][2], run[1][2])
+        assert torch.equal(s.view(torch.uint8), (x + residual).view(torch.uint8)), hidden
+        assert torch.equal(y.view(torch.uint8), y_norm.view(torch.uint8)), hidden
+        assert torch.equal(xi.view(torch.uint8), y.view(torch.uint8)) and torch.equal(ri, s), hidden
 
 
 @pytest.mark.parametrize("offset", [1, 3])

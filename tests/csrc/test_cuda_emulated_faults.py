@@ -86,11 +86,15 @@ def all_faulted(kernels, faulted, tmp_path_factory) -> dict[str, EmulatedKernels
     return {**faulted, **_build_faults(rest, tmp_path_factory.mktemp("faulted-rest"))}
 
 
+def cases_of(op: str) -> list[tuple[Case, object]]:
+    """The float32 cases of test_cuda_emulated.py for ``op``: every variant, both paths, every operand misaligned."""
+    cases = standard_cases(torch.float32, plan_variants(), op)
+    return list(zip(cases, expected_launches(cases), strict=True))
+
+
 @pytest.fixture(scope="module")
 def detection_cases() -> list[tuple[Case, object]]:
-    """The float32 cases of test_cuda_emulated.py: every variant, both paths, every operand misaligned."""
-    cases = standard_cases(torch.float32, plan_variants())
-    return list(zip(cases, expected_launches(cases), strict=True))
+    return cases_of("norm")
 
 
 def first_problem(
@@ -116,17 +120,22 @@ def _clean_runs() -> dict:
     return {}
 
 
-@pytest.fixture
-def clean_problems(_clean_runs, kernels, detection_cases, generator) -> list[str]:
-    """The detection cases on the unmodified kernels: run once per module, with the first test's generator."""
-    if "problems" not in _clean_runs:
-        _clean_runs["problems"] = [
+def clean_problems_of(runs: dict, kernels, cases, generator, op: str) -> list[str]:
+    """The detection cases of ``op`` on the unmodified kernels: run once per module and op."""
+    if op not in runs:
+        runs[op] = [
             p
             for order in ORDERS
-            for case, expected in detection_cases
+            for case, expected in cases
             for p in check_case(kernels, case, order, generator, expected)[0]
         ]
-    return _clean_runs["problems"]
+    return runs[op]
+
+
+@pytest.fixture
+def clean_problems(_clean_runs, kernels, detection_cases, generator) -> list[str]:
+    """The norm's detection cases on the unmodified kernels, with the first test's generator."""
+    return clean_problems_of(_clean_runs, kernels, detection_cases, generator, "norm")
 
 
 @pytest.mark.parametrize(
@@ -134,12 +143,15 @@ def clean_problems(_clean_runs, kernels, detection_cases, generator) -> list[str
     [f if f in FAST_FAULTS else pytest.param(f, marks=pytest.mark.slow) for f in FAULTS],
     ids=lambda f: f.name.replace(" ", "-"),
 )
-def test_injected_fault_is_caught(request, clean_problems, detection_cases, generator, fault: Fault):
+def test_injected_fault_is_caught(request, _clean_runs, kernels, generator, fault: Fault):
     faulted = request.getfixturevalue("faulted" if fault in FAST_FAULTS else "all_faulted")
-    # The unmodified kernels pass the very same cases, so what fails below is the fault. The value checks
-    # alone (detector off) must catch every fault: they are what a race-free wrong kernel meets.
-    assert not clean_problems, "the unmodified kernels fail the detection cases:\n" + "\n".join(clean_problems[:10])
-    problem = first_problem(faulted[fault.name], detection_cases, generator, detect_races=False)
+    # The unmodified kernels pass the very same cases (those of the fault's op), so what fails below is the
+    # fault. The value checks alone (detector off) must catch every fault: they are what a race-free wrong
+    # kernel meets.
+    cases = request.getfixturevalue("detection_cases") if fault.op == "norm" else cases_of(fault.op)
+    clean = clean_problems_of(_clean_runs, kernels, cases, generator, fault.op)
+    assert not clean, "the unmodified kernels fail the detection cases:\n" + "\n".join(clean[:10])
+    problem = first_problem(faulted[fault.name], cases, generator, detect_races=False)
     assert problem is not None, f"fault {fault.name!r} was not caught by any emulated case"
     assert fault.symptom in problem, problem
 

@@ -37,13 +37,15 @@ def plans(probe: Path, cases: list[tuple[int, int, int, int]]) -> list[dict]:
     return [json.loads(line) for line in out.splitlines()]
 
 
-def kernel_names(variants: dict, dtype: str) -> set[str]:
-    """Short names (as env.build.ptxas.short_kernel_name writes them) of every variant for ``dtype``."""
+def kernel_names(variants: dict, dtype: str, prefix: str = "") -> set[str]:
+    """Short names (as env.build.ptxas.short_kernel_name writes them) of every variant for ``dtype``; with
+    ``prefix`` "add_", the residual add + norm's kernels of the same families."""
     type_name, size = KERNEL_TYPES[dtype]
     names = set()
-    for kernel, chunk_list in variants.items():
-        if not kernel.endswith("_kernel"):
+    for family, chunk_list in variants.items():
+        if not family.endswith("_kernel"):
             continue
+        kernel = prefix + family
         vectors = {width // size for width in variants["vector_widths"] if width >= size} | {1}
         for vec in sorted(vectors):
             for chunks in chunk_list:

@@ -28,6 +28,7 @@ class Fault:
     # Another (pattern, replacement) for the same fault in another form of the kernels: tried when the
     # first pattern matches nowhere.
     alternative: tuple[str, str] | None = None
+    op: str = "norm"  # the op whose emulated cases must catch it (tests/helpers/emulated_kernels.py, OPS)
 
     def apply(self, source: str) -> str:
         edited, count = re.subn(self.pattern, self.replacement, source)
@@ -60,7 +61,7 @@ FAULTS = [
     Fault(
         "tail loop stops one element early",
         # the streaming kernel's output loop over the row's vectors
-        r"(for \(int64_t c = threadIdx\.x; c < )nvec(; c \+= blockDim\.x\) \{\s*store_streaming)",
+        r"(for \(int64_t c = threadIdx\.x; c < )nvec(; c \+= blockDim\.x\) \{\s*P v;\s*body\.second_pass)",
         r"\1nvec - 1\2",
         "never written",
     ),
@@ -74,7 +75,7 @@ FAULTS = [
         "vector path for a misaligned pointer",
         # x and y taken to share their phase whatever their addresses: y (or x) off x's (y's) 16-byte boundary
         # still gets 16-byte accesses
-        r"(const uint64_t relative = )reinterpret_cast<uintptr_t>\(p\.x\)[^;]*;",
+        r"(const uint64_t relative = )phase_distances\(p\);",
         r"\g<1>0;",
         "misaligned address",
     ),
@@ -85,6 +86,31 @@ FAULTS = [
         r"(__device__ __forceinline__ bool same_phase\(const T\* a, const T\* b\) \{(?:\s*//[^\n]*)*\s*return )[^;]*;",
         r"\g<1>true;",
         "misaligned address",
+    ),
+    Fault(
+        "residual left out of the add's phases",
+        # the vector width chosen from x, y and residual_out only: residual off x's phase still gets x's vectors
+        r"(return phase_distances\(p\.norm\) \| )\(x \^ address_of\(p\.residual\)\) \| ",
+        r"\1",
+        "misaligned address",
+        op="add",
+    ),
+    Fault(
+        "the add's edge element not summed and stored",
+        # a row's head and tail elements keep x as their value: residual_out is never written there
+        r"if \(has_edge\) xe\.x = row\.value\(xe, split\.edge\(t\)\);",
+        "",
+        "never written",
+        op="add",
+    ),
+    Fault(
+        "the add's second pass re-reads x instead of the stored sum",
+        # the streaming kernel normalises x where it should normalise x + residual (in place, residual is gone
+        # by then: the sum must be read back)
+        r"(v = load_streaming\(reinterpret_cast<const P\*>\()residual_out(\) \+ i\);)",
+        r"\1x\2",
+        "outside rtol",
+        op="add_inplace",
     ),
 ]
 
@@ -126,6 +152,7 @@ ROW_TAIL_OVERREAD = Fault(
     r"if \(c < nvec\) \{(\s*xv\[i\] = load_streaming\(xr \+ c\);\s*wr\[i\] = )",
     r"if (c <= nvec) {\1",
     "heap-buffer-overflow",
-    # the same where the warp kernel holds each vector as a packed machine word
-    alternative=(r"if \(c < nvec\) \{(\s*xv\[i\] = load_streaming_word\(xr \+ c\);)", r"if (c <= nvec) {\1"),
+    # the same where the register kernels hold each vector as a packed machine word, loaded through the row's
+    # streams
+    alternative=(r"if \(c < nvec\) \{(\s*body\.load\(xv\[i\], c\);)", r"if (c <= nvec) {\1"),
 )

@@ -60,6 +60,22 @@ def single_node_model(
     return helper.make_model(graph, opset_imports=OPSET_IMPORTS, ir_version=IR_VERSION).SerializeToString()
 
 
+def single_add_norm_model(dtype: str = "float32", epsilon: float = 1e-5) -> bytes:
+    """X, residual, weight, bias -> fused_add_norm -> Y, S (S = X + residual), with the outputs' shapes left for
+    ORT to infer."""
+    info = {
+        name: helper.make_tensor_value_info(name, ONNX_TYPES[dtype], shape)
+        for name, shape in (("X", ["rows", "hidden"]), ("residual", ["rows", "hidden"]), ("weight", ["hidden"]))
+    }
+    info["bias"] = helper.make_tensor_value_info("bias", ONNX_TYPES[dtype], ["hidden"])
+    node = helper.make_node(
+        "fused_add_norm", ["X", "residual", "weight", "bias"], ["Y", "S"], domain="myops", epsilon=float(epsilon)
+    )
+    outputs = [helper.make_tensor_value_info(name, ONNX_TYPES[dtype], None) for name in ("Y", "S")]
+    graph = helper.make_graph([node], "fused_add_norm_single", list(info.values()), outputs)
+    return helper.make_model(graph, opset_imports=OPSET_IMPORTS, ir_version=IR_VERSION).SerializeToString()
+
+
 def two_epsilon_model(hidden: int, eps_a: float, eps_b: float) -> bytes:
     """One input, two fused_norm nodes that differ only in epsilon. Each node also
     carries a decoy float attribute that sorts before 'epsilon', so a kernel

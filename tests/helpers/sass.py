@@ -120,13 +120,27 @@ class KernelCode:
 
     def row_paths_before_the_reduction(self) -> list[list[Instruction]]:
         """Where a kernel has several versions of a row's code (one per branch), each version's instructions up
-        to its warp reduction (its first shuffle, xor 16), from the last global store before it (the end of
-        the version before) or the kernel's start."""
+        to its warp reduction (its first shuffle, xor 16), from the last global store before it that a global
+        load follows (the end of the version before) or the kernel's start. A store with no load after it
+        before the reduction is the version's own (the add's residual_out, stored before its reduction)."""
+
+        def is_reduction(inst: Instruction) -> bool:
+            return inst.mnemonic == "SHFL" and re.search(r",\s*0x10\s*,", inst.operands) is not None
+
+        # For each instruction: whether a global load comes after it before the next reduction.
+        load_follows, seen = [False] * len(self.instructions), False
+        for index in range(len(self.instructions) - 1, -1, -1):
+            inst = self.instructions[index]
+            load_follows[index] = seen
+            if is_reduction(inst):
+                seen = False
+            elif inst.is_global_load:
+                seen = True
         paths, start = [], 0
         for index, inst in enumerate(self.instructions):
-            if inst.mnemonic == "SHFL" and re.search(r",\s*0x10\s*,", inst.operands):
+            if is_reduction(inst):
                 paths.append(self.instructions[start:index])
-            if inst.is_global_store:
+            if inst.is_global_store and load_follows[index]:
                 start = index + 1
         return paths
 

@@ -22,10 +22,11 @@ HIDDEN_SIZES = (1, 3, 127, 512, 1024, 4097)
 EPS = 1e-6
 
 
-def add_norm_inputs(shape, dtype, generator, requires_grad=False):
-    """x, residual, weight, bias: the residual stream carries a per-feature offset (it is no zero-mean noise)."""
-    x, weight, bias = make_inputs(shape, dtype, generator, requires_grad=requires_grad)
-    residual = make_inputs(shape, torch.float32, generator, distribution="features")[0].to(dtype)
+def add_norm_inputs(shape, dtype, generator, requires_grad=False, device="cpu"):
+    """x, residual, weight, bias: the residual stream carries a per-feature offset (it is no zero-mean noise).
+    Drawn on the CPU, then moved to ``device``: the same seed gives the same values everywhere."""
+    x, weight, bias = make_inputs(shape, dtype, generator, device=device, requires_grad=requires_grad)
+    residual = make_inputs(shape, torch.float32, generator, distribution="features")[0].to(device, dtype)
     return x, residual.requires_grad_(requires_grad), weight, bias
 
 
@@ -128,24 +129,24 @@ def test_schemas_are_exactly_as_specified():
 @pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
 @pytest.mark.parametrize("shape", [(8, 64), (2, 3, 127), (5, 4097)], ids=str)
 @pytest.mark.parametrize("requires_grad", [False, True])
-def test_opcheck(shape, dtype, requires_grad, generator):
-    args = add_norm_inputs(shape, dtype, generator, requires_grad=requires_grad)
+def test_opcheck(shape, dtype, requires_grad, generator, device):
+    args = add_norm_inputs(shape, dtype, generator, requires_grad=requires_grad, device=device)
     torch.library.opcheck(torch.ops.myops.fused_add_norm.default, (*args, EPS))
 
 
 @pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
-def test_opcheck_in_place_form(dtype, generator):
-    args = add_norm_inputs((6, 100), dtype, generator)
+def test_opcheck_in_place_form(dtype, generator, device):
+    args = add_norm_inputs((6, 100), dtype, generator, device=device)
     torch.library.opcheck(torch.ops.myops.fused_add_norm_inplace.default, (*args, EPS))
 
 
-def test_gradcheck_float64(generator):
-    args = add_norm_inputs((3, 4, 9), torch.float64, generator, requires_grad=True)
+def test_gradcheck_float64(generator, device):
+    args = add_norm_inputs((3, 4, 9), torch.float64, generator, requires_grad=True, device=device)
     assert torch.autograd.gradcheck(lambda *a: ops.fused_add_norm(*a, 1e-5), args)
 
 
-def test_gradgradcheck_float64(generator):
-    args = add_norm_inputs((2, 7), torch.float64, generator, requires_grad=True)
+def test_gradgradcheck_float64(generator, device):
+    args = add_norm_inputs((2, 7), torch.float64, generator, requires_grad=True, device=device)
     assert torch.autograd.gradgradcheck(lambda *a: ops.fused_add_norm(*a, 1e-5), args)
 
 

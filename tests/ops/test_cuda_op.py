@@ -22,7 +22,7 @@ from env.build.ptxas import short_kernel_name
 from ops.dtypes import TORCH_DTYPES, dtype_name
 from ops.reference import TOLERANCES, make_inputs, reference_norm
 from tests.helpers.cuda_variants import build_probe, kernel_names, read_variants
-from tests.helpers.devices import cuda_skip_reason
+from tests.helpers.devices import cuda_skip_reason, run_bound_on_cuda, skip_without_ort_cuda
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(cuda_skip_reason() is not None, reason=str(cuda_skip_reason()))]
 
@@ -265,30 +265,10 @@ def test_second_device_runs_there(generator):
 # --- ONNX Runtime's CUDA route ----------------------------------------------------------
 
 
-def _ort_cuda_skip_reason() -> str | None:
-    try:
-        from env.build import toolchain
-        from env.build.ort_runtime import cuda_provider_status
-    except ImportError as error:
-        return f"onnxruntime not importable: {error}"
-    usable, why = cuda_provider_status()
-    if not usable:
-        return f"onnxruntime cannot run CUDA here: {why}"
-    try:
-        build = toolchain.read_record()["build"]
-    except (OSError, ValueError):
-        return "no toolchain record: run `invoke build`"
-    if not build.get("ort_cuda_kernels"):
-        return f"the ORT library was built without its CUDA kernel: {build.get('ort_cuda_kernels_reason')}"
-    return None
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 @pytest.mark.parametrize("hidden", [512, 4097])
 def test_ort_cuda_route_equals_torch(dtype, hidden, generator):
-    reason = _ort_cuda_skip_reason()
-    if reason:
-        pytest.skip(reason)
+    skip_without_ort_cuda()
     import onnxruntime as ort
 
     from ops.ort.session import OrtConfig, create_session
@@ -301,14 +281,8 @@ def test_ort_cuda_route_equals_torch(dtype, hidden, generator):
     # (epsilon is a float attribute in ONNX: pass torch the same float32 value.)
     eps = float(torch.tensor(1e-5, dtype=torch.float32))
     expected = ops.fused_norm(x, w, b, eps).cpu()
-    binding = session.io_binding()
-    np_dtype = {torch.float32: "float32", torch.float16: "float16"}[dtype]
-    for name, t in (("X", x), ("weight", w), ("bias", b)):
-        binding.bind_input(name, "cuda", 0, np_dtype, list(t.shape), t.data_ptr())
     out = nan_like(x)
-    binding.bind_output("Y", "cuda", 0, np_dtype, list(out.shape), out.data_ptr())
-    torch.cuda.synchronize()
-    session.run_with_iobinding(binding)
+    run_bound_on_cuda(session, {"X": x, "weight": w, "bias": b}, {"Y": out})
     assert torch.equal(out.cpu(), expected)
     assert math.isfinite(float(out.float().abs().max()))
     assert "CUDAExecutionProvider" in session.get_providers() and ort.get_device() == "GPU"
