@@ -47,6 +47,9 @@ class _Side:
     """The state of one run between requests: its jobs, settings, results and scratch folder."""
 
     def __init__(self, options: dict, page_offset: int = 0, workdir: str | None = None) -> None:
+        from bench.allocator import fix_malloc_policy
+
+        fix_malloc_policy()  # before the cases allocate: see bench/allocator.py
         import torch
 
         from bench.environment import environment_columns, utc_timestamp

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 from datetime import UTC, datetime
 
 import torch
 
+from bench.allocator import cpu_allocator
 from bench.machine import cpu_power, machine_id, transparent_huge_pages
 from env.build.toolchain import cpu_model, package_version
 from env.paths import toolchain_record_path
@@ -44,13 +44,3 @@ def environment_columns(threads: int, device: str, timestamp: str) -> dict[str, 
         "machine_id": machine_id(),
         **cpu_power().columns(),
     }
-
-
-def cpu_allocator() -> str:
-    """How torch's CPU allocator gets large blocks: the one knob that decides page-fault costs.
-
-    torch frees large blocks back to the OS, so every call that allocates a
-    large fresh output pays ~4 KiB page faults; THP_MEM_ALLOC_ENABLE=1 (read
-    once, when torch first allocates) makes it ask for huge pages instead.
-    """
-    return "thp" if os.environ.get("THP_MEM_ALLOC_ENABLE", "0") == "1" else "default"

@@ -84,7 +84,12 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("cpu_model", "string", ""),
     ("threads", "int64", "torch.set_num_threads and ORT intra-op threads"),
     ("device", "string", "cpu, or the GPU model"),
-    ("cpu_allocator", "string", "thp when THP_MEM_ALLOC_ENABLE=1 (torch madvises huge pages), else default"),
+    (
+        "cpu_allocator",
+        "string",
+        "thp when THP_MEM_ALLOC_ENABLE=1 (torch madvises huge pages), else default; "
+        "then the malloc policy the run fixed (bench/allocator.py)",
+    ),
     ("other_cpu_share", "float64", "share of all cores other processes used while timing (all rounds; NaN if < 0.1 s)"),
     (
         "minor_faults_per_call",

@@ -40,6 +40,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench import metrics
+from bench.allocator import fix_malloc_policy
 from bench.devices import device_label, resolve_devices
 from bench.environment import environment_columns, utc_timestamp
 from bench.limits import copy_limits, dispatch_floor, launch_floor
@@ -468,6 +469,7 @@ def run_bench(options: BenchOptions, console: Console | None = None) -> Outcome:
 
 def _run_bench(options: BenchOptions, console: Console) -> Outcome:
     started = time.perf_counter()
+    fix_malloc_policy()  # before any case allocates: fresh outputs fault alike in every process (bench/allocator.py)
     threads = options.threads or default_threads()
     torch.set_num_threads(threads)
     baselines, devices = validate(options)  # before anything is measured: a bad name, dtype or device fails at once

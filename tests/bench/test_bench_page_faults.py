@@ -10,7 +10,7 @@ import pytest
 import torch
 from rich.console import Console
 
-from bench.environment import cpu_allocator
+from bench.allocator import cpu_allocator
 from bench.machine import minor_faults, snapshot, transparent_huge_pages
 from bench.metrics import PAGE_FAULT_BOUND, add_ratios, fault_cost_us, page_fault_bound
 from bench.report import COLUMNS, to_frame
@@ -24,7 +24,9 @@ BIG = 64 * 2**20
 
 def _huge_pages_possible() -> bool:
     modes = transparent_huge_pages()
-    return modes.startswith("enabled=always") or (cpu_allocator() == "thp" and not modes.startswith("enabled=never"))
+    return modes.startswith("enabled=always") or (
+        cpu_allocator().startswith("thp") and not modes.startswith("enabled=never")
+    )
 
 
 def _min_faults(nbytes: int) -> float:
