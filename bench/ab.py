@@ -76,7 +76,13 @@ TURNS_SINCE_PROTOCOL = 3
 # Worker processes per build (one round each), chosen by measurement (docs/comparisons.md): a family-wise
 # interval over about 30 rows at 4 pairs needs a t quantile of 11 (6.2 at 6 pairs, 5.0 at 8), so at 4 even a
 # 20 % change was inconclusive; each more pair costs one start and setup of both builds (about 80 s here).
-PROCESSES = {"quick": 6, "full": 8}
+PROCESSES = {"quick": 10, "full": 8}
+# How long each process of an A/B pair times each variant (quick and full alike; a full run's 1 s budget over
+# its 8 processes). The pair's variance has two parts: a bias of the process, which only more pairs average,
+# and the noise of its windows, which longer windows average. A process costs about 10 s to start and set up
+# whatever it measures, so each costs far more than 37 variants' windows; 42 ms (the quick budget over 6
+# processes) left the windows' noise the larger part (docs/comparisons.md).
+PROCESS_BUDGET_S = 0.125
 WORKER = "bench/ab_worker.py"
 # Longest a worker may take to answer one request (one job of the full grid takes seconds to a minute;
 # its first job in a process may compile). Past it, the worker is taken as hung.
@@ -343,15 +349,17 @@ def measure_processes(
     folder: Path,
     console: Console,
     start: StartWorker = _start,
+    process_budget_s: float | None = None,
 ) -> Measured:
     """Measure each side in ``processes`` fresh processes, in pairs, alternating; pool each side's reports.
 
     ``sides`` maps a label to its tree (one side: a plain run over several
     processes; two: an A/B run). Process k of every side gets the same page
-    offset, so a pair differs only in its build.
+    offset, so a pair differs only in its build. ``process_budget_s``: see
+    :func:`per_process`.
     """
     labels = list(sides)
-    options = replace(options, rounds=processes)  # each process takes 1/processes of every variant's budget
+    options = per_process(options, processes, process_budget_s)
     offsets = spread_offsets(processes)
     reports: dict[str, list[Path]] = {label: [] for label in labels}
     failures: dict[str, list[str]] = {label: [] for label in labels}
@@ -428,6 +436,19 @@ def measure_processes(
     )
 
 
+def per_process(options: BenchOptions, processes: int, process_budget_s: float | None = None) -> BenchOptions:
+    """The options of one of ``processes`` processes that each measure one round of the grid.
+
+    Each takes 1/processes of every variant's budget and of its minimum samples (its round of ``processes``).
+    ``process_budget_s`` sets that share instead (seconds per variant and process); an explicit
+    ``options.budget_s`` stays the whole run's budget, shared out.
+    """
+    options = replace(options, rounds=processes)
+    if process_budget_s is not None and options.budget_s is None:
+        options = replace(options, budget_s=process_budget_s * processes)
+    return options
+
+
 def _write_process_log(path: Path, rows: list[dict]) -> None:
     """One line per process: its side, index, pid, start order in its pair, page offset and measuring time."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -495,7 +516,7 @@ def run_ab(
     sides = {"NEW": new, "BASE": Tree(src, root / "build")}
     started = time.perf_counter()
     try:
-        measured = measure_processes(sides, options, processes, folder, console, start)
+        measured = measure_processes(sides, options, processes, folder, console, start, PROCESS_BUDGET_S)
     except Skipped as reason:
         return _skip(str(reason), console, folder)
     console.print(f"measured in {time.perf_counter() - started:.0f} s", highlight=False)

@@ -107,7 +107,8 @@ class _Side:
         from bench.run import record_results
         from bench.summary import print_summary
 
-        outcome = record_results(self.results, self.settings, self.env, Path(out_dir), self.started)
+        # No plot: a process's report is one unit of the pooled one, which the driver plots (2 s a process here).
+        outcome = record_results(self.results, self.settings, self.env, Path(out_dir), self.started, plot=False)
         print_summary(outcome, Console(file=sys.stderr, width=200))
         if self.scratch is not None:
             self.scratch.cleanup()

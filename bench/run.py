@@ -379,15 +379,25 @@ def run_round(
             results.failures.append(f"{job.label}: {type(error).__name__}: {error}")
         finally:
             gc.collect()  # free the job's buffers/sessions before the next one allocates
+            # What survived the job (an ORT session's module, Inductor's and dynamo's caches, the compiler
+            # stack a first compile imports: 400 000 objects and more) outlives the run: frozen, the full
+            # collection that starts every measurement (bench/timing.py) skips it. Unfrozen, each took about
+            # 0.3 s, 16 s of a quick process's 21 s of jobs. Refcounting still frees frozen objects.
+            gc.freeze()
 
 
 # --- step 3: record -------------------------------------------------------------------------
 
 
 def record_results(
-    results: Results, settings: RunSettings, env: dict[str, object], out_dir: Path | None, started: float
+    results: Results,
+    settings: RunSettings,
+    env: dict[str, object],
+    out_dir: Path | None,
+    started: float,
+    plot: bool = True,
 ) -> Outcome:
-    """Pool each row's rounds, add the ratios, write the report (CSV, samples, plot)."""
+    """Pool each row's rounds, add the ratios, write the report (CSV, samples, and the plot unless ``plot`` False)."""
     skipped = list(dict.fromkeys(results.skipped))  # a job-level skip repeats every round
     failures = list(dict.fromkeys(results.failures))
     rows, samples = [], {}
@@ -418,9 +428,10 @@ def record_results(
         )
     frame = to_frame(metrics.add_ratios(to_frame(rows)))
     paths = write_report(_unique_csv(reports_dir(out_dir), str(env["timestamp_utc"]), str(env["host"])), frame, samples)
-    from bench.plot import write_plot
+    if plot:
+        from bench.plot import write_plot
 
-    write_plot(frame, paths.plot)
+        write_plot(frame, paths.plot)
     return Outcome(paths=paths, frame=frame, failures=failures, skipped=skipped, seconds=time.perf_counter() - started)
 
 
