@@ -30,7 +30,7 @@ from bench import ab, scratch
 from bench.ab_worker import PROTOCOL
 from bench.compare import INCONCLUSIVE, REGRESSION, SAME, compare_reports
 from bench.report import SCHEMA_VERSION, RowSamples, read_samples
-from bench.run import BenchOptions
+from bench.run import BenchOptions, run_settings
 from env.paths import REPO_ROOT
 from tests.helpers.bench_synthetic import make_key, synthetic_report
 
@@ -319,6 +319,17 @@ def test_a_side_sees_only_its_own_build_and_sources(monkeypatch, tmp_path):
     assert env["FUSEDBENCH_BUILD_DIR"] == str(tmp_path / "build")
     assert not {"FUSEDBENCH_CSRC_DIR", "FUSEDBENCH_TORCH_LIBRARY", "FUSEDBENCH_ORT_LIBRARY", "PYTHONPATH"} & set(env)
     assert scratch.side_env(None)["FUSEDBENCH_CSRC_DIR"] == "/caller/FUSEDBENCH_CSRC_DIR"  # this checkout: as it is
+
+
+def test_each_process_times_a_variant_for_the_process_budget_unless_the_run_set_its_own():
+    per = ab.per_process(BenchOptions(quick=True), 10, 0.125)
+    settings = run_settings(per)
+    assert per.rounds == 10 and settings.round_config(0).budget_s == pytest.approx(0.125)
+    # Without a process budget a process takes its share of the mode's budget (a plain run in processes).
+    assert run_settings(ab.per_process(BenchOptions(quick=True), 5)).round_config(0).budget_s == pytest.approx(0.05)
+    # A budget the caller set is the whole run's, shared out whatever the process budget.
+    own = ab.per_process(BenchOptions(quick=True, budget_s=0.02), 4, 0.125)
+    assert run_settings(own).round_config(0).budget_s == pytest.approx(0.005)
 
 
 def test_an_incompatible_ref_is_skipped_with_the_reason():
