@@ -74,14 +74,14 @@ EXIT_SETUP_FAILED = 4
 SPOKEN_PROTOCOLS = (2, PROTOCOL)
 TURNS_SINCE_PROTOCOL = 3
 # Worker processes per build (one round each), chosen by measurement (docs/comparisons.md): a family-wise
-# interval over about 30 rows at 4 pairs needs a t quantile of 11 (6.2 at 6 pairs, 5.0 at 8), so at 4 even a
-# 20 % change was inconclusive; each more pair costs one start and setup of both builds (about 80 s here).
+# interval over about 30 rows needs a t quantile of 11 at 4 pairs, 6.2 at 6 and 4.4 at 10, and from 10 pairs
+# on the comparison trims the odd pair (bench/compare.py); a quick pair costs about 45 s here.
 PROCESSES = {"quick": 10, "full": 8}
-# How long each process of an A/B pair times each variant (quick and full alike; a full run's 1 s budget over
-# its 8 processes). The pair's variance has two parts: a bias of the process, which only more pairs average,
-# and the noise of its windows, which longer windows average. A process costs about 10 s to start and set up
-# whatever it measures, so each costs far more than 37 variants' windows; 42 ms (the quick budget over 6
-# processes) left the windows' noise the larger part (docs/comparisons.md).
+# How long each process of an A/B pair times each variant (quick and full alike: a full run's 1 s budget over
+# its 8 processes). A pair's log ratio varies by a bias of its processes, which only more pairs average, and by
+# the noise of its timing windows, which longer windows average. Starting a process and setting up its grid
+# costs about 10 s, far more than 37 variants' windows, so longer windows are cheap: at 42 ms (the quick budget
+# over 6 processes) the fused op's rows spread 0.02-0.07 between pairs, at 125 ms 0.013-0.016.
 PROCESS_BUDGET_S = 0.125
 WORKER = "bench/ab_worker.py"
 # Longest a worker may take to answer one request (one job of the full grid takes seconds to a minute;

@@ -4,8 +4,9 @@
     preallocated buffer - the most a norm writing into a caller's buffer (which
     also reads x once and writes y once) can hope for - and ``x.clone()``, a copy
     into a fresh output - the most a norm allocating its output can hope for:
-    torch's allocator returns large blocks to the OS, so at large sizes every
-    call pays the page faults of its new output, whatever the kernel does; on
+    a benchmark process maps every block of 128 KiB and more afresh
+    (bench/allocator.py), so at those sizes every call pays the page faults of
+    its new output, whatever the kernel does; on
     CUDA both are device-to-device copies of the same bytes;
   * CPU dispatch floor: the cheapest call through each runtime - a no-op torch op
     (``aten.alias``: dispatcher in and out, a view, no data touched) and an ONNX

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import re
 
@@ -201,6 +202,32 @@ def test_a_round_adds_timings_and_drops_a_row_that_fails_in_a_later_round(tmp_pa
     assert results.failures == ["limit 1 float64 test/v: RuntimeError: device lost"]
     run_round([job], 1, settings, results)
     assert len(results.failures) == 1  # a dropped row is not retried
+
+
+def test_what_a_job_leaves_alive_is_frozen_out_of_the_collections_that_start_each_measurement(tmp_path):
+    # Each measurement starts with a full collection; walking the imported compiler stack took about 0.3 s a
+    # time, so what outlives a job is frozen, and the next measurement's collection skips it.
+    kept = []
+    case = LimitCase(
+        shape=(1,), dtype=torch.float64, x=torch.zeros(1, dtype=torch.float64), bytes_moved=8.0, workdir=tmp_path
+    )
+
+    def prepare():
+        kept.append([[index] for index in range(1000)])  # a cache the job fills and keeps: outlives the job
+        return lambda: torch.zeros(1, dtype=torch.float64)
+
+    job = Job("cached", lambda: iter([(case, "test", Variant("v", prepare))]))
+    settings = RunSettings(
+        TimingConfig(warmup=0, budget_s=0.001, min_samples=2), rounds=1, resolution_ns=timer_resolution_ns()
+    )
+    gc.unfreeze()
+    try:
+        run_round([job], 0, settings, Results())
+        assert gc.get_freeze_count() >= 1000
+        collected = {id(o) for o in gc.get_objects()}  # what a collection walks: the frozen are not among them
+        assert all(gc.is_tracked(item) and id(item) not in collected for item in kept[0])
+    finally:
+        gc.unfreeze()
 
 
 def test_every_baseline_declares_its_order_and_devices():
