@@ -152,6 +152,20 @@ def test_a_20_percent_offset_of_one_process_is_never_a_regression(tmp_path, seed
     assert all(r.units == 4 and r.paired for r in comparison.rows)
 
 
+@pytest.mark.parametrize("odd", [0, 9])
+def test_at_ten_pairs_one_odd_process_is_trimmed_and_a_slowdown_in_all_is_still_flagged(tmp_path, odd):
+    # As a quick A/B run: 10 pairs. One of NEW's processes 20 % slower (an unlucky process) is trimmed off,
+    # so identical builds read SAME; a 20 % slowdown of every NEW process is flagged on every row.
+    offsets = [1.2 if index == odd else 1.0 for index in range(10)]
+    measured, _ = _measure(tmp_path / "aa", {"NEW": offsets, "BASE": [1.0] * 10}, seed=odd, processes=10)
+    comparison = compare_reports(measured.csv["BASE"], measured.csv["NEW"], paired=True)
+    assert {r.verdict for r in comparison.rows} == {SAME} and all(r.units == 10 for r in comparison.rows)
+    slowed = [1.2 * offset for offset in offsets]
+    measured, _ = _measure(tmp_path / "slow", {"NEW": slowed, "BASE": [1.0] * 10}, seed=odd, processes=10)
+    comparison = compare_reports(measured.csv["BASE"], measured.csv["NEW"], paired=True)
+    assert {r.verdict for r in comparison.rows} == {REGRESSION}
+
+
 def test_the_two_sides_of_a_job_take_turns_one_at_a_time(tmp_path):
     timeline: list[str] = []
     rng = np.random.default_rng(0)
