@@ -160,6 +160,8 @@ def test_at_ten_pairs_one_odd_process_is_trimmed_and_a_slowdown_in_all_is_still_
     measured, _ = _measure(tmp_path / "aa", {"NEW": offsets, "BASE": [1.0] * 10}, seed=odd, processes=10)
     comparison = compare_reports(measured.csv["BASE"], measured.csv["NEW"], paired=True)
     assert {r.verdict for r in comparison.rows} == {SAME} and all(r.units == 10 for r in comparison.rows)
+    # Trimmed, the odd process leaves no trace (judged by the mean, as below 10 pairs, this fails).
+    assert all(abs(r.ratio - 1) < 0.01 and r.ci_high - r.ci_low < 0.03 for r in comparison.rows), comparison.rows
     slowed = [1.2 * offset for offset in offsets]
     measured, _ = _measure(tmp_path / "slow", {"NEW": slowed, "BASE": [1.0] * 10}, seed=odd, processes=10)
     comparison = compare_reports(measured.csv["BASE"], measured.csv["NEW"], paired=True)
