@@ -75,11 +75,12 @@ SPOKEN_PROTOCOLS = (2, PROTOCOL)
 TURNS_SINCE_PROTOCOL = 3
 # Worker processes per build (one round each), chosen by measurement (docs/comparisons.md): a family-wise
 # interval over about 30 rows needs a t quantile of 11 at 4 pairs, 6.2 at 6 and 4.4 at 10, and from 10 pairs
-# on the comparison trims the odd pair (bench/compare.py); a quick pair costs about 45 s here.
-PROCESSES = {"quick": 10, "full": 8}
-# How long each process of an A/B pair times each variant (quick and full alike: a full run's 1 s budget over
-# its 8 processes). A pair's log ratio varies by a bias of its processes, which only more pairs average, and by
-# the noise of its timing windows, which longer windows average. Starting a process and setting up its grid
+# on the comparison trims the odd pair (bench/compare.py); a quick pair costs about 45 s here. A full run takes
+# more pairs (its grid holds rows slower and noisier than the quick grid's), each as long per variant.
+PROCESSES = {"quick": 10, "full": 12}
+# How long each process of an A/B pair times each variant, quick and full alike. A pair's log ratio varies
+# by a bias of its processes, which only more pairs average, and by the noise of its timing windows, which
+# longer windows average. Starting a process and setting up its grid
 # costs about 10 s, far more than 37 variants' windows, so longer windows are cheap: at 42 ms (the quick budget
 # over 6 processes) the fused op's rows spread 0.02-0.07 between pairs, at 125 ms 0.013-0.016.
 PROCESS_BUDGET_S = 0.125
