@@ -21,6 +21,13 @@
 
 #include "numeric_types.h"
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Declares the x86 conversion builtins used by the versions that have them;
+// the kernel itself uses no intrinsic wrapper functions (they could not be
+// inlined into the multi-versioned entry points' helpers).
+#include <immintrin.h>
+#endif
+
 // Vector values pass between always-inlined helpers; their by-value ABI
 // (what -Wpsabi warns about) never reaches a real call.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -48,6 +55,27 @@ constexpr int kBuildVectorBytes = 32;
 constexpr int kBuildVectorBytes = 16;
 #endif
 
+// Whether the code at vector width B converts float16 in hardware: F16C's
+// vcvtph2ps/vcvtps2ph at 32 bytes (x86-64-v3 has F16C) and AVX-512F's zmm
+// forms at 64. The baseline version converts in software.
+#if FUSED_NORM_CPU_VERSIONS
+template <int B>
+constexpr bool kHardwareHalf = B >= 32;
+#elif defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+template <int B>
+constexpr bool kHardwareHalf =
+#if defined(__AVX512F__)
+    B == 64 ||
+#endif
+#if defined(__F16C__)
+    B == 32 ||
+#endif
+    false;
+#else
+template <int B>
+constexpr bool kHardwareHalf = false;
+#endif
+
 // Vectors of `Bytes` bytes (16: xmm, 32: ymm, 64: zmm).
 template <int Bytes>
 struct Vec {
@@ -55,6 +83,7 @@ struct Vec {
   typedef double f64 __attribute__((vector_size(Bytes)));
   typedef uint32_t u32 __attribute__((vector_size(Bytes)));
   typedef int32_t i32 __attribute__((vector_size(Bytes)));
+  typedef int16_t i16 __attribute__((vector_size(Bytes)));
 };
 
 // Vectors move between memory and registers as one unaligned load or store
@@ -132,11 +161,42 @@ inline __attribute__((always_inline)) typename Vec<B>::u32 float_to_bfloat16_bit
   return (i32)(x & 0x7fffffffu) > 0x7f800000 ? (x >> 16) | 0x0040u : rounded;
 }
 
+// float16 <-> float in hardware, one float vector of B bytes at a time
+// (B / 4 halves). Instantiated only in code compiled for an instruction set
+// that has the conversion (kHardwareHalf), where the builtins expand.
+template <int B>
+struct HardwareHalf;
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+template <>
+struct HardwareHalf<32> {
+  typedef int16_t halves __attribute__((vector_size(16)));
+  static inline __attribute__((always_inline)) Vec<32>::f32 to_float(halves h) {
+    return __builtin_ia32_vcvtph2ps256(h);
+  }
+  static inline __attribute__((always_inline)) halves to_half(Vec<32>::f32 f) {
+    return __builtin_ia32_vcvtps2ph256(f, 0);  // 0: round to nearest even, whatever MXCSR says
+  }
+};
+
+template <>
+struct HardwareHalf<64> {
+  typedef int16_t halves __attribute__((vector_size(32)));
+  static inline __attribute__((always_inline)) Vec<64>::f32 to_float(halves h) {
+    return __builtin_ia32_vcvtph2ps512_mask(h, Vec<64>::f32{}, static_cast<uint16_t>(0xffff), 4);
+  }
+  static inline __attribute__((always_inline)) halves to_half(Vec<64>::f32 f) {
+    return __builtin_ia32_vcvtps2ph512_mask(f, 0, halves{}, static_cast<uint16_t>(0xffff));
+  }
+};
+#endif
+
 // A group is one vector of stored elements (B bytes of T), loaded as
-// kAccPerGroup vectors of the accumulation type. Lane l of accumulation
-// vector a holds the group's element l * kAccPerGroup + a: for 16-bit types
-// the even elements go to vector 0 and the odd ones to vector 1, which needs
-// only shifts and masks, no shuffles.
+// kAccPerGroup vectors of the accumulation type. element(a, l) says which of
+// the group's elements lane l of accumulation vector a holds. The software
+// 16-bit conversions put the even elements in vector 0 and the odd ones in
+// vector 1 (shifts and masks, no shuffles); the hardware float16 conversion
+// reads the group's first and second halves.
 template <typename T, int B>
 struct Groups;
 
@@ -144,6 +204,7 @@ template <int B>
 struct Groups<float, B> {
   using acc_v = typename Vec<B>::f32;
   static constexpr int kAccPerGroup = 1;
+  static constexpr int element(int, int l) { return l; }
   static inline __attribute__((always_inline)) void load(const float* p, acc_v* out) { out[0] = load_vector<acc_v>(p); }
   static inline __attribute__((always_inline)) void store(float* p, const acc_v* in) { store_vector(p, in[0]); }
 };
@@ -152,6 +213,7 @@ template <int B>
 struct Groups<double, B> {
   using acc_v = typename Vec<B>::f64;
   static constexpr int kAccPerGroup = 1;
+  static constexpr int element(int, int l) { return l; }
   static inline __attribute__((always_inline)) void load(const double* p, acc_v* out) {
     out[0] = load_vector<acc_v>(p);
   }
@@ -163,6 +225,7 @@ struct Groups<BFloat16, B> {
   using acc_v = typename Vec<B>::f32;
   using u32 = typename Vec<B>::u32;
   static constexpr int kAccPerGroup = 2;
+  static constexpr int element(int a, int l) { return l * 2 + a; }
   static inline __attribute__((always_inline)) void load(const BFloat16* p, acc_v* out) {
     const u32 bits = load_vector<u32>(p);
     out[0] = (acc_v)(bits << 16);
@@ -178,15 +241,48 @@ template <int B>
 struct Groups<Half, B> {
   using acc_v = typename Vec<B>::f32;
   using u32 = typename Vec<B>::u32;
+  using i16 = typename Vec<B>::i16;
+  static constexpr bool kHardware = kHardwareHalf<B>;
   static constexpr int kAccPerGroup = 2;
+  static constexpr int kHalvesPerAcc = B / 4;
+  static constexpr int element(int a, int l) { return kHardware ? a * kHalvesPerAcc + l : l * 2 + a; }
+
   static inline __attribute__((always_inline)) void load(const Half* p, acc_v* out) {
-    const u32 bits = load_vector<u32>(p);
-    out[0] = half_bits_to_float<B>(bits & 0xffffu);
-    out[1] = half_bits_to_float<B>(bits >> 16);
+    if constexpr (kHardware) {
+      using H = HardwareHalf<B>;
+      out[0] = H::to_float(load_vector<typename H::halves>(p));
+      out[1] = H::to_float(load_vector<typename H::halves>(p + kHalvesPerAcc));
+    } else {
+      const u32 bits = load_vector<u32>(p);
+      out[0] = half_bits_to_float<B>(bits & 0xffffu);
+      out[1] = half_bits_to_float<B>(bits >> 16);
+    }
   }
+
   static inline __attribute__((always_inline)) void store(Half* p, const acc_v* in) {
-    const u32 bits = float_to_half_bits<B>(in[0]) | (float_to_half_bits<B>(in[1]) << 16);
-    store_vector(p, bits);
+    if constexpr (kHardware) {
+      using H = HardwareHalf<B>;
+      const i16 bits = join_halves(H::to_half(in[0]), H::to_half(in[1]));
+      // The hardware keeps a NaN's payload; to_half (and torch) store the
+      // one quiet NaN 0x7e00 with the sign, so every version writes the
+      // same bits.
+      const i16 magnitude = bits & 0x7fff;
+      store_vector(p, magnitude > 0x7c00 ? (bits & static_cast<int16_t>(0x8000)) | 0x7e00 : bits);
+    } else {
+      const u32 bits = float_to_half_bits<B>(in[0]) | (float_to_half_bits<B>(in[1]) << 16);
+      store_vector(p, bits);
+    }
+  }
+
+ private:
+  template <typename Part>
+  static inline __attribute__((always_inline)) i16 join_halves(Part lo, Part hi) {
+    if constexpr (B == 32) {
+      return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    } else {
+      return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19,
+                                     20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31);
+    }
   }
 };
 
@@ -235,7 +331,7 @@ inline __attribute__((always_inline)) typename Numeric<T>::acc_t fold_inv_rms(co
 #pragma GCC unroll 2
     for (int a = 0; a < A; ++a) {
 #pragma GCC unroll 16
-      for (int l = 0; l < L::kAccLanes; ++l) partial[g * L::kGroup + l * A + a] = acc[g * A + a][l];
+      for (int l = 0; l < L::kAccLanes; ++l) partial[g * L::kGroup + L::G::element(a, l)] = acc[g * A + a][l];
     }
   }
   // Pairwise fold of the lanes: a fixed order, so results do not depend on

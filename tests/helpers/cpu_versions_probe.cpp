@@ -7,7 +7,12 @@
 //
 // Every dtype; row lengths below, at and past each vector width and the
 // 32-lane chunk; rows split into two calls at a point that is not a
-// multiple of the row block, as threads split them.
+// multiple of the row block, as threads split them. Then the values where
+// conversions differ most easily: rows holding one NaN (signalling, or
+// negative with a payload) or one infinity, 16-bit subnormal inputs, and
+// weights that push outputs past the 16-bit range or into its subnormals;
+// through both entries (the norm, and the residual add + norm with its sum).
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +47,76 @@ void write_element(DType dtype, unsigned char* p, float value) {
   }
 }
 
+size_t element_size(DType dtype) { return dtype == DType::kFloat64 ? 8 : dtype == DType::kFloat32 ? 4 : 2; }
+
+// A NaN of each dtype given by its bits: `quiet` false gives a signalling NaN
+// with a payload, true a negative quiet NaN with a payload.
+void write_nan(DType dtype, unsigned char* p, bool quiet) {
+  switch (dtype) {
+    case DType::kFloat32: {
+      const uint32_t bits = quiet ? 0xffc01234u : 0x7f800101u;
+      std::memcpy(p, &bits, 4);
+      break;
+    }
+    case DType::kFloat64: {
+      const uint64_t bits = quiet ? 0xfff8000000001234ull : 0x7ff0000000000101ull;
+      std::memcpy(p, &bits, 8);
+      break;
+    }
+    case DType::kFloat16: {
+      const uint16_t bits = quiet ? 0xfe37u : 0x7c05u;
+      std::memcpy(p, &bits, 2);
+      break;
+    }
+    case DType::kBFloat16: {
+      const uint16_t bits = quiet ? 0xffd3u : 0x7f85u;
+      std::memcpy(p, &bits, 2);
+      break;
+    }
+  }
+}
+
+// Rows 0-2 hold one NaN or infinity each at a random position, rows 3-5 are
+// tiny (16-bit subnormals), the rest ordinary; the weights are ordinary,
+// huge (outputs overflow float16) or tiny (outputs in float16's
+// subnormals, with a zero bias). Runs the norm and the residual add + norm
+// and writes y, then the add's y and sum.
+void special_values(DType dtype, int64_t hidden, std::mt19937_64& rng) {
+  const size_t esize = element_size(dtype);
+  const int64_t rows = 9;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int64_t> position(0, hidden - 1);
+  std::vector<unsigned char> x(rows * hidden * esize), r(rows * hidden * esize), w(hidden * esize),
+      b(hidden * esize);
+  for (int64_t row = 0; row < rows; ++row) {
+    const float scale = row >= 3 && row < 6 ? 3e-6f : 1.0f;
+    for (int64_t i = 0; i < hidden; ++i) {
+      write_element(dtype, &x[(row * hidden + i) * esize], scale * normal(rng));
+      write_element(dtype, &r[(row * hidden + i) * esize], scale * normal(rng));
+    }
+  }
+  write_nan(dtype, &x[position(rng) * esize], false);
+  write_nan(dtype, &r[(hidden + position(rng)) * esize], true);
+  write_element(dtype, &x[(2 * hidden + position(rng)) * esize], -INFINITY);
+  for (int64_t i = 0; i < hidden; ++i) {
+    const int kind = static_cast<int>(i % 3);
+    const float magnitude = kind == 0 ? 1.0f : kind == 1 ? 3e4f : 2e-6f;
+    write_element(dtype, &w[i * esize], magnitude * (1.0f + 0.1f * normal(rng)));
+    write_element(dtype, &b[i * esize], kind == 2 ? 0.0f : 0.1f * normal(rng));
+  }
+  std::vector<unsigned char> y(x.size(), 0xff), sum(x.size(), 0xff);
+  NormProblem norm{x.data(), w.data(), b.data(), y.data(), rows, hidden, 1e-6, dtype};
+  cpu_forward_rows(norm, 0, 5);
+  cpu_forward_rows(norm, 5, rows);
+  std::fwrite(y.data(), 1, y.size(), stdout);
+  std::memset(y.data(), 0xff, y.size());
+  AddNormProblem add{norm, r.data(), sum.data()};
+  cpu_add_forward_rows(add, 0, 5);
+  cpu_add_forward_rows(add, 5, rows);
+  std::fwrite(y.data(), 1, y.size(), stdout);
+  std::fwrite(sum.data(), 1, sum.size(), stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -54,7 +129,7 @@ int main(int argc, char** argv) {
   std::uniform_real_distribution<float> scale(0.01f, 10.0f);
   const int64_t hiddens[] = {1, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 768, 1023, 4097, 5001};
   for (DType dtype : kDTypes) {
-    const size_t esize = dtype == DType::kFloat64 ? 8 : dtype == DType::kFloat32 ? 4 : 2;
+    const size_t esize = element_size(dtype);
     for (int64_t hidden : hiddens) {
       const int64_t rows = 7;
       std::vector<unsigned char> x(rows * hidden * esize), w(hidden * esize), b(hidden * esize),
@@ -70,6 +145,7 @@ int main(int argc, char** argv) {
       cpu_forward_rows(p, 3, rows);
       std::fwrite(y.data(), 1, y.size(), stdout);
     }
+    for (int64_t hidden : {17, 768, 5001}) special_values(dtype, hidden, rng);
   }
   return 0;
 }
