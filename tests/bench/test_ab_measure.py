@@ -9,7 +9,7 @@ import sysconfig
 import pytest
 import torch.utils.cpp_extension as cpp_extension
 
-from bench.ab_measure import GAP_CAP_US, IMPL, slowed_impl
+from bench.ab_measure import GAP_CAP_US, GAP_INSIDE_SHARE, IMPL, slowed_impl
 from env.paths import REPO_ROOT
 
 
@@ -19,6 +19,7 @@ def test_both_entries_get_the_wait_and_nothing_else_changes():
     assert slowed.count("const InjectedWait injected_wait;") == 2
     assert "constexpr double kInjectedShare = 0.1;" in slowed
     assert f"constexpr std::chrono::nanoseconds kGapCap{{{GAP_CAP_US * 1000}}};" in slowed
+    assert f"constexpr double kGapInsideShare = {GAP_INSIDE_SHARE!r};" in slowed
     # Every line of the op's source is still there, in order: only lines were added.
     kept = iter(slowed.splitlines())
     assert all(any(line == other for other in kept) for line in source.splitlines())
