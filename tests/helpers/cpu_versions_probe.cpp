@@ -86,8 +86,7 @@ void special_values(DType dtype, int64_t hidden, std::mt19937_64& rng) {
   const int64_t rows = 9;
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<int64_t> position(0, hidden - 1);
-  std::vector<unsigned char> x(rows * hidden * esize), r(rows * hidden * esize), w(hidden * esize),
-      b(hidden * esize);
+  std::vector<unsigned char> x(rows * hidden * esize), r(rows * hidden * esize), w(hidden * esize), b(hidden * esize);
   for (int64_t row = 0; row < rows; ++row) {
     const float scale = row >= 3 && row < 6 ? 3e-6f : 1.0f;
     for (int64_t i = 0; i < hidden; ++i) {
