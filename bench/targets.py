@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from bench.allocator import MMAP_THRESHOLD_BYTES
+
 DISPATCH_BOUND = "1x8x512"  # 16 KiB: the per-call overhead dominates
 # 4 MiB of x and 4 MiB of y fit the CPU's last-level cache (32 MiB on the
 # reference VM), so the copy itself runs from cache there, at several times
@@ -27,10 +29,19 @@ CPU_16BIT_COPY_SHARE = 0.70  # bf16/fp16: the conversions add integer work per e
 ORT_MARGIN = 1.10
 MODEL_MARGIN = 1.05  # "measurably faster": at least 5 % beyond equal medians
 # The fused residual add + norm against the add and the fused norm as two calls: one call and one pass
-# over the inputs fewer. At the memory-bound shapes the byte counts cap the gain: the pair moves 5 tensors
-# (add: read 2, write 1; norm: read 1, write 1), the fused op 4, so 1.25x is the most two kernels at copy
-# speed allow there; below the last-level cache the second call's dispatch and its re-read weigh more.
+# over the inputs fewer. Where the tensors fit the last-level cache (up to CACHE_RESIDENT_COPY) the second
+# call's dispatch and its re-read weigh most: 1.3x.
 ADD_NORM_SPEEDUP = 1.3
+# Past the cache the byte counts cap the gain: the pair moves 5 tensors (add: read 2, write 1; norm: read 1,
+# write 1), the fused op 4, so 1.25x is the most two kernels at copy speed allow, and 7/6 = 1.17x once
+# each written line is first read into the cache (write-allocate). 1.1x leaves the kernels 6 % of that.
+# The in-place pair is judged at every shape, the allocating calls only where their outputs are heap blocks
+# (below the mmap threshold the benchmark fixes): past it each output is a fresh mapping, and both forms
+# take the same first-touch page faults for their two outputs, which then make most of the time (386
+# faults, about 90 % of either call at 4x64x768 on the reference VM): the ratio would measure the page
+# faults, not what the fusion saves.
+ADD_NORM_MEMORY_BOUND_SPEEDUP = 1.1
+FLOAT32_BYTES = 4  # the targets count fp32 rows
 # Two threads must not lose to one. A problem of one task (32768 elements) runs on the calling thread at
 # either count, so there the two rows time the same code in two runs; the margin is that noise.
 THREAD_MARGIN = 1.05
@@ -158,14 +169,22 @@ def _model_small_batch(frame: pd.DataFrame) -> list[Check]:
 
 
 def _add_norm_vs_separate_add(frame: pd.DataFrame) -> list[Check]:
+    """Each variant of the fused add + norm against its two-call counterpart (``fused`` on this workload)."""
     checks = []
     for shape in dict.fromkeys(frame.loc[frame.workload == "add_norm", "shape"]):
-        separate, fused = (
-            _median(frame, "add_norm", shape, "fused", "call"),
-            _median(frame, "add_norm", shape, "fused_add", "call"),
+        need = (
+            ADD_NORM_SPEEDUP
+            if shape_elements(shape) <= shape_elements(CACHE_RESIDENT_COPY)
+            else (ADD_NORM_MEMORY_BOUND_SPEEDUP)
         )
-        if separate and fused:
-            checks.append((f"{shape} {separate / fused:.2f}x", separate / fused >= ADD_NORM_SPEEDUP))
+        heap_outputs = shape_elements(shape) * FLOAT32_BYTES < MMAP_THRESHOLD_BYTES
+        for variant in ("call", "inplace") if heap_outputs else ("inplace",):
+            separate, fused = (
+                _median(frame, "add_norm", shape, "fused", variant),
+                _median(frame, "add_norm", shape, "fused_add", variant),
+            )
+            if separate and fused:
+                checks.append((f"{shape} {variant} {separate / fused:.2f}x", separate / fused >= need))
     return checks
 
 
@@ -231,8 +250,9 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target(f"sequence model at its smallest batch, unfused/fused: >= {MODEL_MARGIN}x", _model_small_batch),
     Target(
-        f"fused residual add + norm vs the add and the fused norm as two calls, at every add_norm shape: "
-        f">= {ADD_NORM_SPEEDUP}x",
+        "fused residual add + norm vs the add and the fused norm as two calls, in place at every add_norm shape "
+        f"and allocating where the outputs are under {MMAP_THRESHOLD_BYTES // 1024} KiB: >= {ADD_NORM_SPEEDUP}x up "
+        f"to {CACHE_RESIDENT_COPY}, >= {ADD_NORM_MEMORY_BOUND_SPEEDUP}x past it",
         _add_norm_vs_separate_add,
     ),
     Target(

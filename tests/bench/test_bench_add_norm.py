@@ -12,7 +12,7 @@ from rich.console import Console
 
 from bench.report import KEY_COLUMNS, read_report
 from bench.run import BenchOptions, plan_jobs, run_bench
-from bench.targets import ADD_NORM_SPEEDUP, evaluate_targets
+from bench.targets import ADD_NORM_MEMORY_BOUND_SPEEDUP, ADD_NORM_SPEEDUP, evaluate_targets
 from bench.verify import VerificationError, verify_outputs
 from bench.workloads import GRIDS
 from ops.reference import COMPOSITION_TOLERANCES
@@ -45,6 +45,7 @@ def test_add_norm_rows_of_every_baseline_and_the_folded_model(run):
         ("unfused", "call"),
         ("native", "call"),
         ("fused", "call"),
+        ("fused", "inplace"),
         ("fused_add", "call"),
         ("fused_add", "inplace"),
     ):
@@ -96,22 +97,39 @@ def _target(frame: pd.DataFrame, prefix: str):
 
 
 def test_targets_judge_the_fused_add_against_the_separate_add(generator):
-    base = float(torch.empty(1).uniform_(10.0, 50.0, generator=generator))
-    rows = [
-        ("add_norm", "1x8x512", "fused", "call", base),
-        ("add_norm", "1x8x512", "fused_add", "call", base / 1.8),
-        ("add_norm", "32x512x4096", "fused", "call", 100 * base),
-        ("add_norm", "32x512x4096", "fused_add", "call", 100 * base / 1.2),
-        ("model", "1x32x128", "fused", "call", 20 * base),
-        ("model", "1x32x128", "fused_add", "call", 19 * base),
-    ]
-    frame = pd.DataFrame(rows, columns=["workload", "shape", "baseline", "variant", "median_us"]).assign(
-        dtype="float32", copy_share=np.nan, copy_limit=""
-    )
-    add_norm = _target(frame, "fused residual add + norm")
-    assert add_norm.met is False and "1x8x512 1.80x" in add_norm.detail and "32x512x4096 1.20x" in add_norm.detail
-    assert f">= {ADD_NORM_SPEEDUP}x" in add_norm.name
-    model = _target(frame, "sequence model with its residual adds folded")
+    """1.3x up to the cache-resident shape, 1.1x past it; in place everywhere, allocating only under 128 KiB."""
+    draw = lambda low, high: float(torch.empty(1).uniform_(low, high, generator=generator))  # noqa: E731
+    speedups = {  # (shape, variant): the two calls' time / the fused op's
+        ("1x8x512", "call"): 1.3 + draw(0.01, 0.5),  # 16 KiB outputs: heap blocks, judged
+        ("1x8x512", "inplace"): 1.3 + draw(0.01, 0.5),
+        ("8x128x1024", "call"): 0.97,  # 4 MiB outputs: fresh mappings, their page faults; not judged
+        ("8x128x1024", "inplace"): 1.2,  # the miss: 1.3x asked where the tensors fit the cache
+        ("32x512x4096", "call"): 0.95,
+        ("32x512x4096", "inplace"): 1.1 + draw(0.01, 0.1),  # past the cache 1.1x is asked
+    }
+    rows = []
+    for (shape, variant), speedup in speedups.items():
+        fused = draw(10.0, 1000.0)
+        rows += [
+            ("add_norm", shape, "fused", variant, fused * speedup),
+            ("add_norm", shape, "fused_add", variant, fused),
+        ]
+    rows += [("model", "1x32x128", "fused", "call", 20.0), ("model", "1x32x128", "fused_add", "call", 19.0)]
+
+    def frame_of(kept):
+        return pd.DataFrame(kept, columns=["workload", "shape", "baseline", "variant", "median_us"]).assign(
+            dtype="float32", copy_share=np.nan, copy_limit=""
+        )
+
+    add_norm = _target(frame_of(rows), "fused residual add + norm")
+    assert add_norm.met is False and "8x128x1024 inplace 1.20x" in add_norm.detail
+    assert "1x8x512 call" in add_norm.detail and "32x512x4096 inplace" in add_norm.detail
+    assert " call" not in add_norm.detail.replace("1x8x512 call", "")
+    assert len(add_norm.detail.split("; ")) == 4  # every judged pair named
+    assert f">= {ADD_NORM_SPEEDUP}x" in add_norm.name and f">= {ADD_NORM_MEMORY_BOUND_SPEEDUP}x" in add_norm.name
+    met = _target(frame_of([r for r in rows if r[1:4] != ("8x128x1024", "fused", "inplace")]), "fused residual")
+    assert met.met is True and len(met.detail.split("; ")) == 3
+    model = _target(frame_of(rows), "sequence model with its residual adds folded")
     assert model.met is True and "1x32x128 fused/fused_add 1.053" in model.detail
 
 
