@@ -50,30 +50,17 @@ void write_element(DType dtype, unsigned char* p, float value) {
 size_t element_size(DType dtype) { return dtype == DType::kFloat64 ? 8 : dtype == DType::kFloat32 ? 4 : 2; }
 
 // A NaN of each dtype given by its bits: `quiet` false gives a signalling NaN
-// with a payload, true a negative quiet NaN with a payload.
+// with a payload, true a negative quiet NaN with a payload. The low
+// element_size bytes of the 64-bit value are the element (x86-64 is little-endian).
 void write_nan(DType dtype, unsigned char* p, bool quiet) {
+  uint64_t bits = 0;
   switch (dtype) {
-    case DType::kFloat32: {
-      const uint32_t bits = quiet ? 0xffc01234u : 0x7f800101u;
-      std::memcpy(p, &bits, 4);
-      break;
-    }
-    case DType::kFloat64: {
-      const uint64_t bits = quiet ? 0xfff8000000001234ull : 0x7ff0000000000101ull;
-      std::memcpy(p, &bits, 8);
-      break;
-    }
-    case DType::kFloat16: {
-      const uint16_t bits = quiet ? 0xfe37u : 0x7c05u;
-      std::memcpy(p, &bits, 2);
-      break;
-    }
-    case DType::kBFloat16: {
-      const uint16_t bits = quiet ? 0xffd3u : 0x7f85u;
-      std::memcpy(p, &bits, 2);
-      break;
-    }
+    case DType::kFloat32: bits = quiet ? 0xffc01234u : 0x7f800101u; break;
+    case DType::kFloat64: bits = quiet ? 0xfff8000000001234ull : 0x7ff0000000000101ull; break;
+    case DType::kFloat16: bits = quiet ? 0xfe37u : 0x7c05u; break;
+    case DType::kBFloat16: bits = quiet ? 0xffd3u : 0x7f85u; break;
   }
+  std::memcpy(p, &bits, element_size(dtype));
 }
 
 // Rows 0-2 hold one NaN or infinity each at a random position, rows 3-5 are
