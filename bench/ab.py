@@ -57,7 +57,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from bench import compare, scratch
+from bench import compare, confirm, scratch
 from bench.ab_worker import PROTOCOL
 from bench.placement import spread_offsets
 from bench.pooled import pool_reports
@@ -84,6 +84,15 @@ PROCESSES = {"quick": 10, "full": 12}
 # costs about 10 s, far more than 37 variants' windows, so longer windows are cheap: at 42 ms (the quick budget
 # over 6 processes) the fused op's rows spread 0.02-0.07 between pairs, at 125 ms 0.013-0.016.
 PROCESS_BUDGET_S = 0.125
+# The run's family-wise alpha is spent in two stages. The first judges every row on the pairs above. A row it
+# leaves INCONCLUSIVE with its estimate past a bound (a 10 % slowdown judged at 5 % often is: at 10 pairs and
+# 1 - alpha/32 per row, Yuen's t is 5.2) is measured again in fresh pairs of processes, only its jobs, and
+# judged on those pairs alone, over a family of the few suspects (t 3.3-4.3 at 12 pairs). The stages' data
+# are independent, so the two alphas add up to the run's. A run with no suspect (identical code, mostly)
+# has no second stage.
+CONFIRM_ALPHA_SHARE = 0.2
+CONFIRM_PROCESSES = 12
+CONFIRM_BUDGET_S = 0.25  # per variant and process: a suspect's grid is a few jobs, so its windows can be long
 WORKER = "bench/ab_worker.py"
 # Longest a worker may take to answer one request (one job of the full grid takes seconds to a minute;
 # its first job in a process may compile). Past it, the worker is taken as hung.
@@ -374,12 +383,17 @@ def measure_processes(
                 workers.append(start(label, sides[label], folder / label.lower() / f"process{index}.log"))
             jobs = None
             pids = {}
+            # Every worker is asked before any answer is read, so the sides import and set up at once (nothing
+            # is timed yet): on 2 cores that halves the untimed part of a pair.
             for worker in workers:
-                plan = plan_for(options, worker.ask({"do": "fields"})["options"], worker.label)
+                worker.send({"do": "fields"})
+            fields = {worker.label: worker.receive("fields")["options"] for worker in workers}
+            for worker in workers:
+                plan = plan_for(options, fields[worker.label], worker.label)
                 workdir = folder / worker.label.lower() / "cache"
-                reply = worker.ask(
-                    {"do": "plan", "options": plan, "page_offset": offsets[index], "workdir": str(workdir)}
-                )
+                worker.send({"do": "plan", "options": plan, "page_offset": offsets[index], "workdir": str(workdir)})
+            for worker in workers:
+                reply = worker.receive("plan")
                 if jobs is not None and reply["jobs"] != jobs:
                     raise AbError(
                         f"the sides plan different grids ({jobs} and {reply['jobs']} jobs): their options differ"
@@ -398,8 +412,9 @@ def measure_processes(
                     seconds[label] += reply["seconds"]
                     handoffs[label] += reply.get("handoffs", 0)
             for worker in workers:
-                out = folder / worker.label.lower() / f"process{index}"
-                record = worker.ask({"do": "record", "out_dir": str(out)})
+                worker.send({"do": "record", "out_dir": str(folder / worker.label.lower() / f"process{index}")})
+            for worker in workers:
+                record = worker.receive("record")
                 failures[worker.label] += record["failures"]
                 skipped[worker.label] += record["skipped"]
                 if record["csv"] is not None:
@@ -468,6 +483,7 @@ class AbResult:
     new_csv: Path | None = None
     base_csv: Path | None = None
     skipped: str = ""
+    comparison: compare.Comparison | None = None  # both stages' verdicts (see run_ab)
 
 
 def run_ab(
@@ -515,16 +531,72 @@ def run_ab(
         probe.close()
     build_ref(src, root / "build", root / "build.log", console)
     sides = {"NEW": new, "BASE": Tree(src, root / "build")}
-    started = time.perf_counter()
     try:
-        measured = measure_processes(sides, options, processes, folder, console, start, PROCESS_BUDGET_S)
+        return measure_and_judge(sides, options, processes, folder, console, threshold, alpha, start)
     except Skipped as reason:
         return _skip(str(reason), console, folder)
+
+
+def measure_and_judge(
+    sides: dict[str, Tree],
+    options: BenchOptions,
+    processes: int,
+    folder: Path,
+    console: Console,
+    threshold: float,
+    alpha: float,
+    start: StartWorker = _start,
+) -> AbResult:
+    """Both stages of an A/B run of built trees NEW and BASE (see CONFIRM_ALPHA_SHARE), judged and saved."""
+    started = time.perf_counter()
+    measured = measure_processes(sides, options, processes, folder, console, start, PROCESS_BUDGET_S)
     console.print(f"measured in {time.perf_counter() - started:.0f} s", highlight=False)
-    return _compare(measured, folder, console, threshold, alpha)
+    # Printed as usual and recorded, to save the same tables.
+    recorder = Console(record=True, file=console.file, width=console.width, force_terminal=console.is_terminal)
+    first_alpha = alpha * (1 - CONFIRM_ALPHA_SHARE)
+    comparison = _judge(measured, folder, recorder, threshold, first_alpha)
+    suspects = compare.suspects(comparison, threshold) if not comparison.machine_differences else []
+    if suspects:
+        recorder.print(
+            f"confirming {len(suspects)} INCONCLUSIVE row(s) whose estimate lies past a bound, in "
+            f"{CONFIRM_PROCESSES} fresh pairs of processes: {confirm.describe(suspects)}",
+            highlight=False,
+        )
+        try:
+            again = measure_processes(
+                sides,
+                confirm.confirm_options(options, suspects),
+                CONFIRM_PROCESSES,
+                folder / "confirm",
+                recorder,
+                start,
+                CONFIRM_BUDGET_S,
+            )
+        except Skipped as reason:  # REF cannot measure the narrowed grid: the first stage's verdicts stand
+            recorder.print(f"[yellow]not confirmed[/]: {reason}", highlight=False)
+        else:
+            second = _judge(again, folder / "confirm", recorder, threshold, alpha * CONFIRM_ALPHA_SHARE, suspects)
+            comparison = compare.with_confirmed(comparison, second)
+            measured = replace(measured, failures={k: v + again.failures[k] for k, v in measured.failures.items()})
+    code = _verdict(comparison, recorder, threshold, alpha, first_alpha)
+    text = recorder.export_text()
+    new_csv, base_csv = measured.csv["NEW"], measured.csv["BASE"]
+    saved = write_text_atomic(folder / "compare.txt", f"BASE {base_csv}\nNEW  {new_csv}\n\n{text}")
+    console.print(f"reports  BASE {base_csv}\n         NEW  {new_csv}\ncompare  {saved}", highlight=False)
+    if measured.failures["NEW"] and code == compare.EXIT_OK:
+        code = compare.EXIT_REGRESSION  # a wrong output is a failure, as in a plain run
+    return AbResult(code, folder, new_csv, base_csv, comparison=comparison)
 
 
-def _compare(measured: Measured, folder: Path, console: Console, threshold: float, alpha: float) -> AbResult:
+def _judge(
+    measured: Measured,
+    folder: Path,
+    console: Console,
+    threshold: float,
+    alpha: float,
+    only: list[compare.Key] | None = None,
+) -> compare.Comparison:
+    """One stage's pooled reports compared paired (``only``: just these rows, the family ``alpha`` covers)."""
     for label in measured.csv:
         for line in measured.skipped[label]:
             console.print(f"[yellow]{label} skipped[/] {line}", highlight=False)
@@ -533,15 +605,46 @@ def _compare(measured: Measured, folder: Path, console: Console, threshold: floa
     new_csv, base_csv = measured.csv["NEW"], measured.csv["BASE"]
     if new_csv is None or base_csv is None:
         raise AbError(f"a side measured nothing in some process (see the logs under {folder})")
-    # Printed as usual and recorded, to save the same table.
-    recorder = Console(record=True, file=console.file, width=console.width, force_terminal=console.is_terminal)
-    code = compare.main(str(base_csv), str(new_csv), threshold=threshold, alpha=alpha, console=recorder, paired=True)
-    text = recorder.export_text()
-    saved = write_text_atomic(folder / "compare.txt", f"BASE {base_csv}\nNEW  {new_csv}\n\n{text}")
-    console.print(f"reports  BASE {base_csv}\n         NEW  {new_csv}\ncompare  {saved}", highlight=False)
-    if measured.failures["NEW"] and code == compare.EXIT_OK:
-        code = compare.EXIT_REGRESSION  # a wrong output is a failure, as in a plain run
-    return AbResult(code, folder, new_csv, base_csv)
+    try:
+        comparison = compare.compare_reports(base_csv, new_csv, threshold, alpha, paired=True, only=only)
+    except (compare.ReportError, ValueError) as error:
+        raise AbError(f"the pooled reports under {folder} cannot be compared: {error}") from None
+    title = "confirmation: the suspect rows in fresh pairs, judged on them alone" if only else ""
+    compare.print_comparison(comparison, threshold, alpha, console, title=title, summary=False)
+    return comparison
+
+
+def rejudge_folder(folder: Path, threshold: float, alpha: float = compare.DEFAULT_ALPHA) -> compare.Comparison:
+    """A finished run's verdicts judged again from its pooled reports by this checkout's rules, both stages.
+
+    A run from before the second stage (no ``confirm`` folder) keeps its suspects INCONCLUSIVE.
+    """
+    share = CONFIRM_ALPHA_SHARE
+
+    def pooled(where: Path) -> tuple[Path, Path]:
+        return where / "base" / "pooled.csv", where / "new" / "pooled.csv"
+
+    comparison = compare.compare_reports(*pooled(folder), threshold, alpha * (1 - share), paired=True)
+    suspects = compare.suspects(comparison, threshold)
+    again = pooled(folder / "confirm")
+    if suspects and all(path.is_file() for path in again):
+        second = compare.compare_reports(*again, threshold, alpha * share, paired=True, only=suspects)
+        comparison = compare.with_confirmed(comparison, second)
+    return comparison
+
+
+def _verdict(comparison: compare.Comparison, console: Console, threshold: float, alpha: float, first: float) -> int:
+    """The run's exit code from both stages' verdicts, with one line saying what they add up to."""
+    if comparison.machine_differences:
+        return compare.EXIT_MACHINES_DIFFER
+    confirmed = [r for r in comparison.rows if r.confirmed]
+    stages = (
+        f"{100 * (1 - alpha):g}% family-wise over both stages ({100 * (1 - first):g}% on every row, "
+        f"{100 * (1 - alpha + first):g}% on the {len(confirmed)} row(s) measured again)"
+        if confirmed
+        else f"{100 * (1 - first):g}% family-wise; no row needed measuring again"
+    )
+    return compare.print_summary(comparison, console, threshold, note=stages)
 
 
 def _skip(reason: str, console: Console, folder: Path | None = None) -> AbResult:

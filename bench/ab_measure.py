@@ -37,7 +37,7 @@ import pandas as pd
 from rich.console import Console
 
 from bench import ab, scratch
-from bench.compare import INCONCLUSIVE, LIMIT_WORKLOAD, REGRESSION, compare_reports
+from bench.compare import INCONCLUSIVE, LIMIT_WORKLOAD, REGRESSION
 from bench.report import read_report
 from bench.run import BenchOptions
 from env.paths import REPO_ROOT
@@ -62,6 +62,7 @@ FIELDS = (
     "op_rows_intervals",
     "other_rows_flagged",
     "inconclusive",
+    "confirmed_rows",
     "max_ratio",
     "max_ratio_row",
     "median_detectable",
@@ -216,7 +217,7 @@ def one_run(
     quiet = Console(file=io.StringIO(), width=250)
     result = ab.run_ab(ref, options, quiet, threshold=threshold, new=tree, ref_cache=workspace.ref_cache)
     wall = time.perf_counter() - started
-    comparison = compare_reports(result.base_csv, result.new_csv, threshold=threshold, paired=True)
+    comparison = result.comparison  # both stages: a suspect row carries its confirmation's verdict
     rows = [r for r in comparison.rows if r.key[0] != LIMIT_WORKLOAD]
     flagged = [r for r in comparison.regressions]
     # The op's own rows (an op shape, the op alone in the timed call), and model rows whose norms are the op.
@@ -240,6 +241,11 @@ def one_run(
         "model_op_rows_flagged": f"{sum(r.verdict == REGRESSION for r in model_op_rows)}/{len(model_op_rows)}",
         "other_rows_flagged": sum(r.key[3] != OP_BASELINE for r in flagged),
         "inconclusive": sum(r.verdict == INCONCLUSIVE for r in rows),
+        "confirmed_rows": "; ".join(
+            f"{'/'.join(r.key[3:5])} {r.key[0]} {r.key[1]} {r.ratio:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] {r.verdict}"
+            for r in rows
+            if r.confirmed
+        ),
         "max_ratio": round(top.ratio, 3),
         "max_ratio_row": f"{'/'.join(top.key[3:5])} {top.key[0]} {top.key[1]}",
         "median_detectable": round(float(pd.Series([r.detectable for r in rows]).median()), 3),
@@ -307,7 +313,7 @@ def rejudge(out: Path) -> pd.DataFrame:
         if not (base.is_file() and new.is_file()):
             lines.append({"kind": run.kind, "run": run.run, "recorded": run.regressions, "now": "n/a", "now_op": "n/a"})
             continue
-        comparison = compare_reports(base, new, threshold=run.threshold, paired=True)
+        comparison = ab.rejudge_folder(folder, run.threshold)
         flagged = comparison.regressions
         lines.append(
             {

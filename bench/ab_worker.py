@@ -56,8 +56,9 @@ class _Side:
         from bench.placement import set_page_offset
         from bench.run import BenchOptions, Results, default_threads, plan_jobs, run_settings
 
-        if options.get("op_shapes") is not None:
-            options["op_shapes"] = tuple(tuple(s) for s in options["op_shapes"])
+        for name in ("op_shapes", "add_norm_shapes"):  # JSON brings them as lists
+            if options.get(name) is not None:
+                options[name] = tuple(tuple(s) for s in options[name])
         if options.get("model_batches") is not None:
             options["model_batches"] = tuple(tuple(b) for b in options["model_batches"])
         self.options = BenchOptions(**options)

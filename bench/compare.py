@@ -56,7 +56,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, field
+from collections.abc import Collection
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +101,8 @@ LIMIT_WORKLOAD = "limit"
 
 BUSY_SHARE = 0.10  # other processes above this share of the CPU make a row suspect
 
+Key = tuple[str, ...]  # a row: KEY_COLUMNS' values
+
 REGRESSION, IMPROVEMENT, SAME, INCONCLUSIVE = "REGRESSION", "IMPROVEMENT", "SAME", "INCONCLUSIVE"
 MIN_UNITS = 2  # per side: one unit has no spread, so no interval
 
@@ -116,6 +119,7 @@ class RowComparison:
     paired: bool
     detectable: float  # smallest slowdown (a fraction) this row could have flagged; NaN without an interval
     verdict: str
+    confirmed: bool = False  # judged again on fresh pairs (an A/B run's second stage): these numbers are theirs
 
 
 @dataclass
@@ -283,6 +287,28 @@ def column_differences(base: pd.DataFrame, new: pd.DataFrame, columns: tuple[str
     return differences
 
 
+def with_confirmed(first: Comparison, second: Comparison) -> Comparison:
+    """``first`` with each row ``second`` judged again replaced by that judgement (marked confirmed)."""
+    again = {r.key: replace(r, confirmed=True) for r in second.rows}
+    return replace(first, rows=[again.get(r.key, r) for r in first.rows])
+
+
+def suspects(comparison: Comparison, threshold: float) -> list[Key]:
+    """The counted rows left INCONCLUSIVE whose estimate lies past a bound: worth measuring again.
+
+    Their interval straddles the bound although the estimate says changed; fresh
+    pairs judged on their own settle them (bench/ab.py confirms them).
+    """
+    return [
+        r.key
+        for r in comparison.rows
+        if r.key[0] != LIMIT_WORKLOAD
+        and r.verdict == INCONCLUSIVE
+        and r.units >= MIN_UNITS
+        and not (1 / (1 + threshold) <= r.ratio <= 1 + threshold)
+    ]
+
+
 def family_alpha_per_row(alpha: float, counted_rows: int) -> float:
     """Each row's alpha for a family-wise ``alpha`` over ``counted_rows`` rows (Bonferroni)."""
     return alpha / max(1, counted_rows)
@@ -295,8 +321,12 @@ def compare_reports(
     alpha: float = DEFAULT_ALPHA,
     seed: int = 0,
     paired: bool = False,
+    only: Collection[Key] | None = None,
 ) -> Comparison:
-    """Every row of both reports judged (see the module docstring); ``paired``: round k of each ran side by side."""
+    """Every row of both reports judged (see the module docstring); ``paired``: round k of each ran side by side.
+
+    ``only``: judge just these rows (the family ``alpha`` is spread over is then theirs).
+    """
     if not threshold >= 0:
         raise ValueError(f"threshold must be >= 0 (a fraction: 0.10 = 10%), got {threshold}")
     if not 0 < alpha < 1:
@@ -310,7 +340,7 @@ def compare_reports(
         if missing:
             raise ReportError(f"{csv}: samples sidecar lacks rows {missing[:3]}{' ...' if len(missing) > 3 else ''}")
     rng = np.random.default_rng(seed)  # a fixed seed: the same two reports always give the same table
-    in_both = [k for k in base_keys if k in set(new_keys)]
+    in_both = [k for k in base_keys if k in set(new_keys) and (only is None or k in set(only))]
     row_alpha = family_alpha_per_row(alpha, sum(k[0] != LIMIT_WORKLOAD for k in in_both))
     rows = [compare_samples(k, base_samples[k], new_samples[k], threshold, row_alpha, rng, paired) for k in in_both]
     return Comparison(
@@ -333,10 +363,10 @@ def _machine_differences(base: pd.DataFrame, new: pd.DataFrame) -> list[str]:
     return column_differences(base[base.device.isin(shared)], new[new.device.isin(shared)], MACHINE_COLUMNS)
 
 
-def comparison_table(comparison: Comparison, threshold: float, alpha: float) -> Table:
+def comparison_table(comparison: Comparison, threshold: float, alpha: float, title: str = "") -> Table:
     confidence = f"{100 * (1 - alpha):g}% family-wise ({100 * (1 - comparison.row_alpha):.2f}% per row)"
     table = Table(
-        title="NEW / BASE per unit (a round; an A/B run's rounds are processes, paired); "
+        title=(title or "NEW / BASE per unit (a round; an A/B run's rounds are processes, paired)") + "; "
         f"{confidence} interval: REGRESSION when above {1 + threshold:.2f}, "
         f"SAME when within [{1 / (1 + threshold):.3f}, {1 + threshold:.2f}]"
     )
@@ -373,6 +403,19 @@ def main(
     except (ReportError, ValueError) as error:
         console.print(f"[red bold]compare: {error}[/]", highlight=False)
         return EXIT_NOT_A_REPORT
+    return print_comparison(comparison, float(threshold), float(alpha), console, allow_different_machines)
+
+
+def print_comparison(
+    comparison: Comparison,
+    threshold: float,
+    alpha: float,
+    console: Console,
+    allow_different_machines: bool = False,
+    title: str = "",
+    summary: bool = True,
+) -> int:
+    """Print the table and (``summary``) what it found; the exit code (regressions count, limit rows do not)."""
     if comparison.machine_differences and not allow_different_machines:
         console.print(
             "[red bold]compare: the two reports come from different machines or runtimes[/] - differing: "
@@ -389,7 +432,7 @@ def main(
     )
     if comparison.machine_differences:
         console.print(warning, highlight=False)
-    console.print(comparison_table(comparison, float(threshold), float(alpha)))
+    console.print(comparison_table(comparison, threshold, alpha, title))
     if comparison.machine_differences:
         console.print(warning, highlight=False)
     for change in comparison.environment_changes:
@@ -397,6 +440,17 @@ def main(
     for label, keys in (("only in BASE", comparison.only_in_base), ("only in NEW", comparison.only_in_new)):
         for key in keys:
             console.print(f"{label}: {' '.join(key)}", highlight=False)
+    return print_summary(comparison, console, threshold) if summary else _exit_code(comparison)
+
+
+def _exit_code(comparison: Comparison) -> int:
+    if comparison.machine_differences:
+        return EXIT_MACHINES_DIFFER
+    return EXIT_REGRESSION if comparison.regressions else EXIT_OK
+
+
+def print_summary(comparison: Comparison, console: Console, threshold: float, note: str = "") -> int:
+    """The lines under the table: limit rows, inconclusive rows, the count; returns the exit code."""
     count = len(comparison.regressions)
     if comparison.limit_changes:
         rows = ", ".join(f"{r.key[3]}/{r.key[4]} {r.key[1]}" for r in comparison.limit_changes)
@@ -410,5 +464,9 @@ def main(
             f"[yellow]{inconclusive} row(s) INCONCLUSIVE: their interval straddles a bound, too noisy to tell at this "
             "threshold (not counted; more rounds or a quieter machine narrow it)[/]"
         )
-    console.print(f"{len(comparison.rows)} rows compared, {count} regression(s)" + ("" if count else " - OK"))
+    console.print(
+        f"{len(comparison.rows)} rows compared, {count} regression(s)"
+        + ("" if count else " - OK")
+        + (f"; {note}" if note else "")
+    )
     return EXIT_REGRESSION if count else EXIT_OK
