@@ -360,14 +360,18 @@ def measure_processes(
     console: Console,
     start: StartWorker = _start,
     process_budget_s: float | None = None,
+    cache: Path | None = None,
 ) -> Measured:
     """Measure each side in ``processes`` fresh processes, in pairs, alternating; pool each side's reports.
 
     ``sides`` maps a label to its tree (one side: a plain run over several
     processes; two: an A/B run). Process k of every side gets the same page
     offset, so a pair differs only in its build. ``process_budget_s``: see
-    :func:`per_process`.
+    :func:`per_process`. ``cache``: where each side's setup is cached (a folder
+    per side; default under ``folder``, removed at the end; given, the caller
+    removes it).
     """
+    cache_root = cache or folder
     labels = list(sides)
     options = per_process(options, processes, process_budget_s)
     offsets = spread_offsets(processes)
@@ -390,7 +394,7 @@ def measure_processes(
             fields = {worker.label: worker.receive("fields")["options"] for worker in workers}
             for worker in workers:
                 plan = plan_for(options, fields[worker.label], worker.label)
-                workdir = folder / worker.label.lower() / "cache"
+                workdir = cache_root / worker.label.lower() / "cache"
                 worker.send({"do": "plan", "options": plan, "page_offset": offsets[index], "workdir": str(workdir)})
             for worker in workers:
                 reply = worker.receive("plan")
@@ -439,7 +443,7 @@ def measure_processes(
             highlight=False,
         )
     _write_process_log(folder / "processes.csv", log_rows)
-    for label in labels:
+    for label in labels if cache is None else ():
         shutil.rmtree(folder / label.lower() / "cache", ignore_errors=True)  # setup cached for this run only
     csvs = {}
     for label in labels:
@@ -548,8 +552,24 @@ def measure_and_judge(
     start: StartWorker = _start,
 ) -> AbResult:
     """Both stages of an A/B run of built trees NEW and BASE (see CONFIRM_ALPHA_SHARE), judged and saved."""
+    # One setup cache for both stages: the second's first pair need not export or compile again.
+    with tempfile.TemporaryDirectory(prefix="fusedbench-ab-cache-") as cache:
+        return _measure_and_judge(sides, options, processes, folder, console, threshold, alpha, start, Path(cache))
+
+
+def _measure_and_judge(
+    sides: dict[str, Tree],
+    options: BenchOptions,
+    processes: int,
+    folder: Path,
+    console: Console,
+    threshold: float,
+    alpha: float,
+    start: StartWorker,
+    cache: Path,
+) -> AbResult:
     started = time.perf_counter()
-    measured = measure_processes(sides, options, processes, folder, console, start, PROCESS_BUDGET_S)
+    measured = measure_processes(sides, options, processes, folder, console, start, PROCESS_BUDGET_S, cache)
     console.print(f"measured in {time.perf_counter() - started:.0f} s", highlight=False)
     # Printed as usual and recorded, to save the same tables.
     recorder = Console(record=True, file=console.file, width=console.width, force_terminal=console.is_terminal)
@@ -562,19 +582,28 @@ def measure_and_judge(
             f"{CONFIRM_PROCESSES} fresh pairs of processes: {confirm.describe(suspects)}",
             highlight=False,
         )
+        started = time.perf_counter()
+        narrowed = confirm.confirm_options(options, suspects)
         try:
-            again = measure_processes(
-                sides,
-                confirm.confirm_options(options, suspects),
-                CONFIRM_PROCESSES,
-                folder / "confirm",
-                recorder,
-                start,
-                CONFIRM_BUDGET_S,
-            )
+            try:
+                again = measure_processes(
+                    sides, narrowed, CONFIRM_PROCESSES, folder / "confirm", recorder, start, CONFIRM_BUDGET_S, cache
+                )
+            except Skipped:  # a REF from before job lists: the whole product of the suspects' cases, slower
+                again = measure_processes(
+                    sides,
+                    replace(narrowed, jobs=None),
+                    CONFIRM_PROCESSES,
+                    folder / "confirm",
+                    recorder,
+                    start,
+                    CONFIRM_BUDGET_S,
+                    cache,
+                )
         except Skipped as reason:  # REF cannot measure the narrowed grid: the first stage's verdicts stand
             recorder.print(f"[yellow]not confirmed[/]: {reason}", highlight=False)
         else:
+            recorder.print(f"measured again in {time.perf_counter() - started:.0f} s", highlight=False)
             second = _judge(again, folder / "confirm", recorder, threshold, alpha * CONFIRM_ALPHA_SHARE, suspects)
             comparison = compare.with_confirmed(comparison, second)
             measured = replace(measured, failures={k: v + again.failures[k] for k, v in measured.failures.items()})

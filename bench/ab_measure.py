@@ -276,12 +276,20 @@ def append(out: Path, line: dict) -> None:
     write_markdown(pd.read_csv(path), out / "results.md")
 
 
+def _again(runs: pd.DataFrame) -> str:
+    """How many runs had a second stage (rows measured again), or "-" for runs recorded before it existed."""
+    if "confirmed_rows" not in runs:
+        return "-"
+    return f"{int(runs.confirmed_rows.fillna('').astype(str).str.len().gt(0).sum())}/{len(runs)}"
+
+
 def write_markdown(frame: pd.DataFrame, path: Path) -> None:
     """One line per kind: runs, how many were clean / fully flagged, wall time, load."""
     lines = [
         "| kind | threshold | runs | runs with 0 false regressions | runs with every op row flagged | "
-        "op rows flagged | other rows flagged | inconclusive rows (mean) | wall s (median) | load 1-min (range) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "op rows flagged | other rows flagged | inconclusive rows (mean) | runs with rows measured again | "
+        "wall s (median) | load 1-min (range) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for kind, runs in frame.groupby("kind", sort=False):
         slowdown = kind != "aa"
@@ -293,7 +301,7 @@ def write_markdown(frame: pd.DataFrame, path: Path) -> None:
             f"{f'{all_op}/{len(runs)}' if slowdown else '-'} | "
             f"{int(runs.op_rows_flagged.sum())}/{int(runs.op_rows.sum())} | "
             f"{int(runs.other_rows_flagged.sum()) if slowdown else int(runs.regressions.sum())} | "
-            f"{runs.inconclusive.mean():.1f} | "
+            f"{runs.inconclusive.mean():.1f} | {_again(runs)} | "
             f"{runs.wall_s.median():.0f} | {min(loads):.1f}-{max(loads):.1f} |"
         )
     path.write_text("\n".join(lines) + "\n")

@@ -2,9 +2,9 @@
 
 A row the first stage leaves INCONCLUSIVE with its estimate past a bound
 (compare.suspects) is measured again in fresh pairs of processes, and judged on
-those pairs alone. The grid here is the smallest one that holds every suspect:
-the product of their devices, dtypes, baselines and shapes. Rows it holds that
-were not suspects are measured too and not judged.
+those pairs alone. The grid here holds just the suspects' jobs (with the limits
+they are read against); a job's other variants are measured too and not
+judged.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import replace
 
-from bench.run import BenchOptions
+from bench.run import BenchOptions, job_label
 from bench.workloads import GRIDS
 
 Key = tuple[str, ...]  # compare's row key: workload, shape, dtype, baseline, variant, device
@@ -67,6 +67,8 @@ def confirm_options(options: BenchOptions, keys: list[Key]) -> BenchOptions:
         else None,
         model_batches=_model_batches(by_workload.get("model", [])),
         budget_s=None,
+        # Of that product, only the suspects' own jobs (and their limits): the rest would only cost time.
+        jobs=tuple(dict.fromkeys(job_label(k[0], k[1], k[2], k[3], k[5]) for k in keys)),
     )
 
 

@@ -78,6 +78,8 @@ class BenchOptions:
     rounds: int = ROUNDS
     device: str = "all"  # cpu | cuda | all (every device present) | a comma list
     l2_flush: bool = False  # CUDA: overwrite L2 before each timed call of a case that fits in it
+    # Only these jobs (labels, as job_label gives them), with the limits they are read against; None: every job
+    jobs: tuple[str, ...] | None = None
 
     @property
     def mode(self) -> str:
@@ -146,29 +148,51 @@ def _prefix(device: str) -> str:
 
 
 def _op_jobs(
-    shape: tuple[int, ...], dtype: torch.dtype, device: str, baselines: list[Baseline], workdir: Path
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    device: str,
+    baselines: list[Baseline],
+    workdir: Path,
+    wanted: Callable[[str], bool],
 ) -> list[Job]:
     case = _LazyCase(lambda: OpCase.create(shape, dtype, workdir, device=device))
     label = f"{_prefix(device)}op {shape_label(shape)} {dtype_name(dtype)}"
+    baselines = [b for b in baselines if wanted(f"{label} {b.name}")]
+    if not baselines and not wanted(f"{label} copy"):
+        return []
     jobs = [Job(f"{label} copy", lambda: iter(copy_limits(case.get())))]
     jobs += [_baseline_job(label, b, case, release=i == len(baselines) - 1) for i, b in enumerate(baselines)]
     return jobs
 
 
 def _add_norm_jobs(
-    shape: tuple[int, ...], dtype: torch.dtype, device: str, baselines: list[Baseline], workdir: Path
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    device: str,
+    baselines: list[Baseline],
+    workdir: Path,
+    wanted: Callable[[str], bool],
 ) -> list[Job]:
     # No copy job of its own: the op's copy rows at the same shape are its limit too (same bytes per second).
     case = _LazyCase(lambda: AddNormCase.create(shape, dtype, workdir, device=device))
     label = f"{_prefix(device)}add_norm {shape_label(shape)} {dtype_name(dtype)}"
+    baselines = [b for b in baselines if wanted(f"{label} {b.name}")]
     return [_baseline_job(label, b, case, release=i == len(baselines) - 1) for i, b in enumerate(baselines)]
 
 
 def _model_jobs(
-    name: str, batch: int, seq: int, dtype: torch.dtype, device: str, baselines: list[Baseline], workdir: Path
+    name: str,
+    batch: int,
+    seq: int,
+    dtype: torch.dtype,
+    device: str,
+    baselines: list[Baseline],
+    workdir: Path,
+    wanted: Callable[[str], bool],
 ) -> list[Job]:
     case = _LazyCase(lambda: ModelCase.create(name, batch, seq, dtype, workdir, device=device))
     label = f"{_prefix(device)}model {name} {batch}x{seq} {dtype_name(dtype)}"
+    baselines = [b for b in baselines if wanted(f"{label} {b.name}")]
     return [_baseline_job(label, b, case, release=i == len(baselines) - 1) for i, b in enumerate(baselines)]
 
 
@@ -178,8 +202,37 @@ def _floor_job(device: str, workdir: Path) -> Job:
     return Job(f"{_prefix(device)}limit launch floor", lambda: iter(launch_floor(workdir, device)))
 
 
+def job_label(workload: str, shape: str, dtype: str, baseline: str, device: str) -> str | None:
+    """The label of the job that measures a report row (its key's values); None for a limit row.
+
+    Must read as _op_jobs, _add_norm_jobs and _model_jobs write them (a model row's
+    shape is batch x sequence x hidden, its job names the grid's model).
+    """
+    if workload in ("op", "add_norm"):
+        return f"{_prefix(device)}{workload} {shape} {dtype} {baseline}"
+    if workload == "model":
+        batch, seq = (int(d) for d in shape.split("x")[:2])
+        grid = GRIDS[device]
+        for name, b, s in grid.batches(True) + grid.batches(False):
+            if (b, s) == (batch, seq):
+                return f"{_prefix(device)}model {name} {batch}x{seq} {dtype} {baseline}"
+        raise ValueError(f"no model of the {device} grid runs batch {batch} x sequence {seq}")
+    return None
+
+
 def plan_jobs(options: BenchOptions, workdir: Path) -> list[Job]:
-    """Every job of a run, device by device, in order; no case is built until its first job runs."""
+    """Every job of a run, device by device, in order; no case is built until its first job runs.
+
+    With ``options.jobs``, only those (and the limits: the floors, and the copy of each case that keeps a job).
+    """
+    wanted = None if options.jobs is None else set(options.jobs)
+    jobs = _plan_all_jobs(options, workdir, (lambda label: True) if wanted is None else wanted.__contains__)
+    if wanted is not None and (missing := wanted - {job.label for job in jobs}):
+        raise ValueError(f"jobs {sorted(missing)} are not in this grid (its options do not plan them)")
+    return jobs
+
+
+def _plan_all_jobs(options: BenchOptions, workdir: Path, wanted: Callable[[str], bool]) -> list[Job]:
     baselines = select(options.baseline)
     jobs = []
     for device in resolve_devices(options.device):
@@ -199,11 +252,11 @@ def plan_jobs(options: BenchOptions, workdir: Path) -> list[Job]:
         jobs.append(_floor_job(device, workdir))
         for dtype in dtypes:
             for shape in op_shapes:
-                jobs += _op_jobs(shape, dtype, device, op_baselines, workdir)
+                jobs += _op_jobs(shape, dtype, device, op_baselines, workdir, wanted)
             for shape in add_norm_shapes if add_norm_baselines else ():
-                jobs += _add_norm_jobs(shape, dtype, device, add_norm_baselines, workdir)
+                jobs += _add_norm_jobs(shape, dtype, device, add_norm_baselines, workdir, wanted)
             for name, batch, seq in batches:
-                jobs += _model_jobs(name, batch, seq, dtype, device, model_baselines, workdir)
+                jobs += _model_jobs(name, batch, seq, dtype, device, model_baselines, workdir, wanted)
     return jobs
 
 

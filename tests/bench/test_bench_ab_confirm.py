@@ -133,6 +133,7 @@ def test_the_narrowed_grid_plans_exactly_the_suspects_jobs(tmp_path):
     keys = [
         ("op", "8x128x1024", "float32", "fused", "call", "cpu"),
         ("model", "1x32x128", "float32", "ort", "standard-run", "cpu"),
+        ("add_norm", "4x64x768", "float32", "fused", "inplace", "cpu"),
     ]
     options = confirm_options(BenchOptions(quick=True), keys)
     labels = [job.label for job in plan_jobs(options, tmp_path)]
@@ -140,12 +141,18 @@ def test_the_narrowed_grid_plans_exactly_the_suspects_jobs(tmp_path):
         "limit dispatch floor",  # the limits a row's share of the copy is read against
         "op 8x128x1024 float32 copy",
         "op 8x128x1024 float32 fused",
-        "op 8x128x1024 float32 ort",
-        "model small 1x32 float32 fused",
+        "add_norm 4x64x768 float32 fused",
         "model small 1x32 float32 ort",
     ], labels
-    # A model row alone still plans one op shape: the smallest, never the whole grid.
-    alone = confirm_options(BenchOptions(quick=True), keys[1:])
+    # A model row alone still plans one op shape (an empty override would mean the whole grid) but not its jobs.
+    alone = confirm_options(BenchOptions(quick=True), keys[1:2])
     assert alone.op_shapes == ((1, 8, 512),) and alone.add_norm_shapes is None
+    assert [job.label for job in plan_jobs(alone, tmp_path)] == ["limit dispatch floor", "model small 1x32 float32 ort"]
     with pytest.raises(ValueError, match="no rows"):
         confirm_options(BenchOptions(quick=True), [])
+
+
+def test_a_job_list_naming_a_job_the_grid_lacks_is_refused(tmp_path):
+    options = BenchOptions(quick=True, jobs=("op 8x128x1024 float32 fused", "op 3x3x3 float32 fused"))
+    with pytest.raises(ValueError, match=r"3x3x3.*not in this grid"):
+        plan_jobs(options, tmp_path)
