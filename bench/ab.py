@@ -583,26 +583,8 @@ def _measure_and_judge(
             highlight=False,
         )
         started = time.perf_counter()
-        narrowed = confirm.confirm_options(options, suspects)
-        try:
-            try:
-                again = measure_processes(
-                    sides, narrowed, CONFIRM_PROCESSES, folder / "confirm", recorder, start, CONFIRM_BUDGET_S, cache
-                )
-            except Skipped:  # a REF from before job lists: the whole product of the suspects' cases, slower
-                again = measure_processes(
-                    sides,
-                    replace(narrowed, jobs=None),
-                    CONFIRM_PROCESSES,
-                    folder / "confirm",
-                    recorder,
-                    start,
-                    CONFIRM_BUDGET_S,
-                    cache,
-                )
-        except Skipped as reason:  # REF cannot measure the narrowed grid: the first stage's verdicts stand
-            recorder.print(f"[yellow]not confirmed[/]: {reason}", highlight=False)
-        else:
+        again = _measure_again(sides, options, suspects, folder / "confirm", recorder, start, cache)
+        if again is not None:
             recorder.print(f"measured again in {time.perf_counter() - started:.0f} s", highlight=False)
             second = _judge(again, folder / "confirm", recorder, threshold, alpha * CONFIRM_ALPHA_SHARE, suspects)
             comparison = compare.with_confirmed(comparison, second)
@@ -615,6 +597,27 @@ def _measure_and_judge(
     if measured.failures["NEW"] and code == compare.EXIT_OK:
         code = compare.EXIT_REGRESSION  # a wrong output is a failure, as in a plain run
     return AbResult(code, folder, new_csv, base_csv, comparison=comparison)
+
+
+def _measure_again(
+    sides: dict[str, Tree],
+    options: BenchOptions,
+    suspects: list[compare.Key],
+    folder: Path,
+    console: Console,
+    start: StartWorker,
+    cache: Path,
+) -> Measured | None:
+    """The suspects' jobs in CONFIRM_PROCESSES fresh pairs; None (said why) when REF cannot measure them."""
+    narrowed = confirm.confirm_options(options, suspects)
+    # A REF from before job lists measures the whole product of the suspects' cases instead: slower, as valid.
+    for attempt in (narrowed, replace(narrowed, jobs=None)):
+        try:
+            return measure_processes(sides, attempt, CONFIRM_PROCESSES, folder, console, start, CONFIRM_BUDGET_S, cache)
+        except Skipped as reason:
+            refused = reason
+    console.print(f"[yellow]not measured again[/]: {refused}; the first stage's verdicts stand", highlight=False)
+    return None
 
 
 def _judge(

@@ -45,7 +45,14 @@ class SlowedWorker(FakeWorker):
         return {"csv": str(csv), "failures": [], "skipped": []}
 
 
-def _run(tmp_path: Path, first_slowdown: float, second_slowdown: float, first_spread: float, seed: int = 0):
+def _run(
+    tmp_path: Path,
+    first_slowdown: float,
+    second_slowdown: float,
+    first_spread: float,
+    seed: int = 0,
+    fields: list[str] | None = None,
+):
     """An A/B run of fakes: in the first stage NEW's processes are off by +-first_spread (alternating, so the
     estimate stays put and the interval widens); in the second they are not."""
     rng = np.random.default_rng(seed)
@@ -58,7 +65,7 @@ def _run(tmp_path: Path, first_slowdown: float, second_slowdown: float, first_sp
         if label == "NEW" and first:
             offset = math.exp(first_spread * (1 if index % 2 else -1))
         slowdown = (first_slowdown if first else second_slowdown) if label == "NEW" else 1.0
-        worker = SlowedWorker(label, log, offset, rng, slowdown=slowdown)
+        worker = SlowedWorker(label, log, offset, rng, fields=fields, slowdown=slowdown)
         started.append(worker)
         return worker
 
@@ -88,6 +95,16 @@ def test_a_slowdown_the_first_stage_cannot_settle_is_confirmed_on_fresh_pairs(tm
     assert not plan["model_batches"] and plan["budget_s"] == pytest.approx(ab.CONFIRM_BUDGET_S * ab.CONFIRM_PROCESSES)
     assert "confirmation: the suspect rows in fresh pairs" in text
     assert "95% family-wise over both stages (96% on every row, 99% on the 2 row(s) measured again)" in text
+
+
+def test_a_ref_without_job_lists_is_measured_again_on_the_suspects_cases(tmp_path):
+    # Its BenchOptions has no "jobs": the second stage falls back to the product of the suspects' cases.
+    fields = [name for name in vars(BenchOptions()) if name != "jobs"]
+    result, started, text = _run(tmp_path, 1.10, 1.10, first_spread=0.08, fields=fields)
+    plan = started[-1].plan["options"]  # the first try started a pair and was refused before planning
+    assert "jobs" not in plan and plan["baseline"] == "fused"
+    assert result.code == compare.EXIT_REGRESSION
+    assert {r.key[3] for r in result.comparison.rows if r.confirmed} == {"fused"}, text
 
 
 def test_a_first_stage_fluke_is_not_confirmed(tmp_path):
