@@ -31,7 +31,11 @@ measurement is the process:
   3. Each side's processes are pooled into one report (bench/pooled.py): the
      samples of process k are round k, so `invoke bench.compare` sees one unit per
      process, and pairs round k of NEW with round k of BASE. The table is
-     printed, saved as ``compare.txt`` and compare's exit code returned.
+     printed, at part of the run's alpha (CONFIRM_ALPHA_SHARE).
+  4. The rows it leaves INCONCLUSIVE with their estimate past a bound are
+     measured again in CONFIRM_PROCESSES fresh pairs that run only their jobs,
+     and judged on those pairs alone with the rest of the alpha. Both tables
+     are saved as ``compare.txt`` and the exit code says what they add up to.
 
 Every request to a worker has a deadline (REQUEST_TIMEOUT_S): a hung worker is
 killed and the run fails with its log, instead of hanging the run.
