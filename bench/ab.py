@@ -593,7 +593,7 @@ def _measure_and_judge(
             second = _judge(again, folder / "confirm", recorder, threshold, alpha * CONFIRM_ALPHA_SHARE, suspects)
             comparison = compare.with_confirmed(comparison, second)
             measured = replace(measured, failures={k: v + again.failures[k] for k, v in measured.failures.items()})
-    code = _verdict(comparison, recorder, threshold, alpha, first_alpha)
+    code = _verdict(comparison, recorder, alpha, first_alpha)
     text = recorder.export_text()
     new_csv, base_csv = measured.csv["NEW"], measured.csv["BASE"]
     saved = write_text_atomic(folder / "compare.txt", f"BASE {base_csv}\nNEW  {new_csv}\n\n{text}")
@@ -669,7 +669,7 @@ def rejudge_folder(folder: Path, threshold: float, alpha: float = compare.DEFAUL
     return comparison
 
 
-def _verdict(comparison: compare.Comparison, console: Console, threshold: float, alpha: float, first: float) -> int:
+def _verdict(comparison: compare.Comparison, console: Console, alpha: float, first: float) -> int:
     """The run's exit code from both stages' verdicts, with one line saying what they add up to."""
     if comparison.machine_differences:
         return compare.EXIT_MACHINES_DIFFER
@@ -680,7 +680,7 @@ def _verdict(comparison: compare.Comparison, console: Console, threshold: float,
         if confirmed
         else f"{100 * (1 - first):g}% family-wise; no row needed measuring again"
     )
-    return compare.print_summary(comparison, console, threshold, note=stages)
+    return compare.print_summary(comparison, console, note=stages)
 
 
 def _skip(reason: str, console: Console, folder: Path | None = None) -> AbResult:

@@ -27,7 +27,9 @@ plain run a pass over the grid. For each row present in both reports:
     95 % intervals fail on identical code at a rate that grows with m: seen
     on the development VM, 3 rows flagged in 11 A/B runs of 31 counted rows
     each (two of them A/A or on rows the change did not touch); at family-wise
-    95 % the same samples flag none;
+    95 % the same samples flag none. An A/B run (bench/ab.py) spends it in two
+    stages: every row, then the rows left INCONCLUSIVE past a bound (suspects)
+    measured again and judged alone (``only``);
   * the verdict reads the interval against the threshold t:
       REGRESSION    the lower bound is above 1 + t;
       IMPROVEMENT   the upper bound is below 1 / (1 + t);
@@ -440,7 +442,7 @@ def print_comparison(
     for label, keys in (("only in BASE", comparison.only_in_base), ("only in NEW", comparison.only_in_new)):
         for key in keys:
             console.print(f"{label}: {' '.join(key)}", highlight=False)
-    return print_summary(comparison, console, threshold) if summary else _exit_code(comparison)
+    return print_summary(comparison, console) if summary else _exit_code(comparison)
 
 
 def _exit_code(comparison: Comparison) -> int:
@@ -449,7 +451,7 @@ def _exit_code(comparison: Comparison) -> int:
     return EXIT_REGRESSION if comparison.regressions else EXIT_OK
 
 
-def print_summary(comparison: Comparison, console: Console, threshold: float, note: str = "") -> int:
+def print_summary(comparison: Comparison, console: Console, note: str = "") -> int:
     """The lines under the table: limit rows, inconclusive rows, the count; returns the exit code."""
     count = len(comparison.regressions)
     if comparison.limit_changes:
