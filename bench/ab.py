@@ -557,21 +557,11 @@ def measure_and_judge(
 ) -> AbResult:
     """Both stages of an A/B run of built trees NEW and BASE (see CONFIRM_ALPHA_SHARE), judged and saved."""
     # One setup cache for both stages: the second's first pair need not export or compile again.
-    with tempfile.TemporaryDirectory(prefix="fusedbench-ab-cache-") as cache:
-        return _measure_and_judge(sides, options, processes, folder, console, threshold, alpha, start, Path(cache))
+    with tempfile.TemporaryDirectory(prefix="fusedbench-ab-cache-") as cache_dir:
+        return _two_stages(sides, options, processes, folder, console, threshold, alpha, start, Path(cache_dir))
 
 
-def _measure_and_judge(
-    sides: dict[str, Tree],
-    options: BenchOptions,
-    processes: int,
-    folder: Path,
-    console: Console,
-    threshold: float,
-    alpha: float,
-    start: StartWorker,
-    cache: Path,
-) -> AbResult:
+def _two_stages(sides, options, processes, folder, console, threshold, alpha, start, cache: Path) -> AbResult:
     started = time.perf_counter()
     measured = measure_processes(sides, options, processes, folder, console, start, PROCESS_BUDGET_S, cache)
     console.print(f"measured in {time.perf_counter() - started:.0f} s", highlight=False)
