@@ -75,7 +75,7 @@ from env.repo import git_commit
 EXIT_SETUP_FAILED = 4
 # Worker protocols this driver speaks (bench/ab_worker.py), and the first one that takes turns: a REF from
 # before turn-taking is still measured, its jobs alternating with this checkout's one after the other.
-SPOKEN_PROTOCOLS = (2, PROTOCOL)
+SPOKEN_PROTOCOLS = (2, 3, PROTOCOL)
 TURNS_SINCE_PROTOCOL = 3
 # Worker processes per build (one round each), chosen by measurement (docs/comparisons.md): a family-wise
 # interval over about 30 rows needs a t quantile of 11 at 4 pairs, 6.2 at 6 and 4.4 at 10, and from 10 pairs
@@ -260,9 +260,10 @@ def run_job_in_turns(
 ) -> dict[str, dict]:
     """Job ``job`` in every worker at once, one worker running at a time, in turns; each worker's job reply.
 
-    Each worker is sent the job and waits for its first turn; the turn goes to
-    the workers in the given order, and from then on to the next waiting one
-    whenever the running one hands it back. A worker that answers its job
+    Every worker is sent the job at once, does its untimed start and waits for
+    its first turn (a worker that times nothing answers at once); the turn goes
+    to the workers in the given order, and from then on to the next waiting
+    one whenever the running one hands it back. A worker that answers its job
     leaves the rotation; the last one keeps the turn to itself.
 
     A waiting worker is stopped (SIGSTOP) until its next turn (``stop_waiting``
@@ -276,12 +277,16 @@ def run_job_in_turns(
     single-thread rows fell from 0.15-0.4 to 0.02-0.03.
     """
     request = {"do": "job", "round": round_index, "index": job, "turns": True}
-    waiting: deque[Worker] = deque()
-    for worker in workers:
+    for worker in workers:  # all at once: each does the job's untimed start (bench/turns.py) beside the others
         worker.send(request)
-        _expect_turn(worker.receive("job"), worker)
-        waiting.append(worker)
+    waiting: deque[Worker] = deque()
     replies = {}
+    for worker in workers:
+        reply = worker.receive("job")
+        if reply.get("turn") == "waiting":
+            waiting.append(worker)
+        else:  # it timed nothing (every variant skipped or failed before its first turn): done, no turns
+            replies[worker.label] = _job_reply(reply, worker)
     pause = (lambda worker: worker.pause()) if stop_waiting else (lambda worker: None)
     try:
         for worker in waiting:
@@ -296,16 +301,17 @@ def run_job_in_turns(
                     pause(worker)
                 waiting.append(worker)
             else:
-                replies[worker.label] = reply
+                replies[worker.label] = _job_reply(reply, worker)
     finally:
         for worker in workers:
             worker.resume()
     return replies
 
 
-def _expect_turn(reply: dict, worker: Worker) -> None:
-    if reply.get("turn") != "waiting":
-        raise AbError(f"the {worker.label} worker started its job without waiting for its turn: {reply}")
+def _job_reply(reply: dict, worker: Worker) -> dict:
+    if "seconds" not in reply:
+        raise AbError(f"the {worker.label} worker answered its job with neither a turn nor its seconds: {reply}")
+    return reply
 
 
 def _start(label: str, tree: Tree, log: Path) -> Worker:

@@ -12,8 +12,9 @@ job:
   {"do": "plan", "options": {...}, "page_offset": b, "workdir": d} -> {"jobs": N, "rounds": R, "pid": p}
   {"do": "job", "round": r, "index": j}              -> {"seconds": s}
   {"do": "job", "round": r, "index": j, "turns": true}
-      -> {"turn": "waiting"}, then after each {"do": "go"} either {"turn": "waiting"} (its turn is over,
-         bench/turns.py) or the job's reply {"seconds": s}
+      -> {"turn": "waiting"} once its untimed start is done (bench/turns.py), then after each {"do": "go"}
+         either {"turn": "waiting"} (its turn is over) or the job's reply {"seconds": s}; a job that times
+         nothing (every variant skipped or failed before timing) answers {"seconds": s} at once
   {"do": "record", "out_dir": "..."}                 -> {"csv": path or null, "failures": [...], "skipped": [...]}
   {"do": "quit"}
 
@@ -39,8 +40,9 @@ from typing import TextIO
 from bench.turns import Turns
 
 # Bump when a request or reply changes: the driver skips a build that speaks a version it does not know.
-# 3 added turn-taking ("turns" in a job request).
-PROTOCOL = 3
+# 3 added turn-taking ("turns" in a job request); 4 waits for the first turn after the job's untimed start,
+# and a job that times nothing answers without waiting (a driver of 3 would call that a broken worker).
+PROTOCOL = 4
 
 
 class _Side:
@@ -85,8 +87,6 @@ class _Side:
 
         if not 0 <= index < len(self.jobs):
             raise ValueError(f"job index must be in [0, {len(self.jobs)}), got {index}")
-        if turns is not None:
-            turns.begin()
         started = time.perf_counter()
         bench_turns.use(turns)
         try:

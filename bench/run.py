@@ -40,6 +40,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench import metrics
+from bench import turns as bench_turns
 from bench.allocator import fix_malloc_policy
 from bench.devices import device_label, resolve_devices
 from bench.environment import environment_columns, utc_timestamp
@@ -359,6 +360,7 @@ def _measure(case, variant: Variant, config: TimingConfig, settings: RunSettings
     if not isinstance(prepared, Prepared):
         prepared = Prepared(prepared, variant.note)
     verify_outputs(prepared.call(), case.reference(), case.tolerance)  # every round: a wrong call is never timed
+    bench_turns.current().begin()  # in an A/B worker, the first turn: everything above ran beside the other build
     # The setup above ran unpinned: pools it created keep every CPU. A parallel call is not pinned at all.
     with pinned_for_timing(torch.get_num_threads() if case.device == "cpu" else 1):
         timing, timer = _time(case, prepared, config, settings, block)

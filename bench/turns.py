@@ -11,9 +11,13 @@ TURN_S, then hands the CPU to the other (bench/ab.py's driver passes the turn)
 and waits. Each build's samples of a row are then spread over the same
 windows, and the drift falls on both.
 
-A handoff happens only between samples of a timed loop. Setup, verification
-and warm-up run inside the turn of the process that does them, so the other
-process never runs beside a timed sample. The time spent waiting is not the
+A handoff happens only between samples of a timed loop. A job waits for its
+first turn just before its first warm-up (``begin``, from bench/run.py): what
+comes before it is untimed (the case's inputs and reference, the first
+variant's setup and output check), so both builds do it at once, on their own
+cores (a compiled baseline's setup takes about 4 s of each pair of processes).
+From then on setup, verification and warm-up run inside the turn of the
+process that does them, so the other process never runs beside a timed sample. The time spent waiting is not the
 timed loop's: ``measure`` (bench/timing.py) subtracts it from its budget, and
 the first call after a turn comes back is not timed (its caches were the
 other process's).
@@ -49,11 +53,15 @@ class Turns:
         self._wait = wait
         self.turn_ns = int(turn_s * 1e9)
         self.handoffs = 0
+        self.begun = False
         self._since = time.perf_counter_ns()
 
     def begin(self) -> None:
-        """Wait for the first turn (before a job does anything)."""
+        """Wait for the first turn, before the job's first warm-up; later calls return at once."""
+        if self.begun:
+            return
         self._wait()
+        self.begun = True
         self._since = time.perf_counter_ns()
 
     def pass_if_due(self) -> Pause | None:

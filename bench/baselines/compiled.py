@@ -19,9 +19,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import torch
-import torch._inductor.config
-
 from bench.registry import Variant, register
 from bench.workloads import AddNormCase, Case, OpCase, shape_label
 from ops.dtypes import dtype_name
@@ -51,6 +48,12 @@ class Compiled:
     order = 30
 
     def variants(self, case: Case) -> list[Variant]:
+        # Imported here, not at the top: Dynamo and Inductor take 2 s to import, and every process that plans a
+        # grid imports this module (an A/B run's second stage plans a few rows in 24 fresh processes). Not in
+        # prepare either: setup_s is the compile's time.
+        import torch._dynamo
+        import torch._inductor.config
+
         assert isinstance(case, (OpCase, AddNormCase))
         if isinstance(case, AddNormCase):
             function, args = add_then(unfused_norm), (case.x, case.residual, case.weight, case.bias, case.eps)

@@ -90,6 +90,8 @@ class FakeWorker:
             self.jobs_run.append(request["index"])
             if request.get("turns"):
                 assert self.hello["protocol"] >= ab.TURNS_SINCE_PROTOCOL and self.turns_left == 0
+                if not self.turns_per_job:  # every variant skipped: nothing timed, no turn asked for
+                    return {"seconds": 0.0}
                 self.turns_left = self.turns_per_job
                 return {"turn": "waiting"}
             self.timeline.append(f"{self.label}{request['index']}")
@@ -182,6 +184,19 @@ def test_the_two_sides_of_a_job_take_turns_one_at_a_time(tmp_path):
     # the CPU for its last two.
     assert timeline == ["BASE2", "NEW2", "BASE2", "NEW2", "BASE2", "NEW2", "BASE2", "BASE2"]
     assert {label: reply["seconds"] for label, reply in replies.items()} == pytest.approx({"NEW": 0.03, "BASE": 0.05})
+
+
+def test_a_side_whose_job_times_nothing_takes_no_turn_and_the_other_side_runs_alone(tmp_path):
+    timeline: list[str] = []
+    rng = np.random.default_rng(0)
+    new, base = (
+        FakeWorker(label, tmp_path, 1.0, rng, turns_per_job=n, timeline=timeline)
+        for label, n in (("NEW", 0), ("BASE", 2))
+    )
+    new.peers, base.peers = [base], [new]
+    replies = ab.run_job_in_turns([new, base], job=1)
+    assert timeline == ["BASE1", "BASE1"]
+    assert replies == {"NEW": {"seconds": 0.0}, "BASE": {"seconds": pytest.approx(0.02)}}
 
 
 def test_a_ref_from_before_turn_taking_runs_its_jobs_after_this_checkouts(tmp_path):

@@ -257,3 +257,36 @@ def test_reports_dir_default_env_and_option(monkeypatch, tmp_path):
     monkeypatch.setenv("FUSEDBENCH_REPORTS_DIR", str(tmp_path / "env"))
     assert reports_dir() == (tmp_path / "env").resolve()
     assert reports_dir(tmp_path / "opt") == (tmp_path / "opt").resolve()
+
+
+def test_a_job_waits_for_its_first_turn_after_its_untimed_start_and_only_once(tmp_path, monkeypatch):
+    # In an A/B worker the two builds set up at once (nothing is timed then): the first turn is awaited after
+    # the first variant's setup and output check, before any warm-up; a later variant sets up in its turn.
+    from bench import turns as bench_turns
+
+    events = []
+    turns = bench_turns.Turns(lambda: events.append("turn"), turn_s=60.0)  # one long turn: no handoff
+    monkeypatch.setattr(bench_turns, "_current", turns)
+    x = torch.randn(64, dtype=torch.float64)
+    case = LimitCase(shape=(64,), dtype=torch.float64, x=x, bytes_moved=x.nbytes, workdir=tmp_path)
+
+    def variant(name):
+        def call():
+            events.append(f"{name} call")
+            return x.clone()
+
+        def prepare():
+            events.append(f"{name} setup")
+            return call
+
+        return Variant(name, prepare)
+
+    job = Job("two variants", lambda: iter([(case, "test", variant("a")), (case, "test", variant("b"))]))
+    settings = RunSettings(TimingConfig(warmup=2, budget_s=0.001, min_samples=2), 1, timer_resolution_ns())
+    results = Results()
+    run_round([job], 0, settings, results)
+    assert results.failures == [] and len(results.measured) == 2
+    assert events[:4] == ["a setup", "a call", "turn", "a call"]  # setup, the output check, then the turn
+    assert events.count("turn") == 1 and turns.begun
+    later = events.index("b setup")
+    assert events[later + 1] == "b call" and "turn" not in events[later:]
