@@ -93,7 +93,9 @@ PROCESS_BUDGET_S = 0.125
 # 1 - alpha/32 per row, Yuen's t is 5.2) is measured again in fresh pairs of processes, only its jobs, and
 # judged on those pairs alone, over a family of the few suspects (t 3.3-4.3 at 12 pairs). The stages' data
 # are independent, so the two alphas add up to the run's. A run with no suspect (identical code, mostly)
-# has no second stage.
+# has no second stage, and neither has a suspect whose pairs spread too much for 12 more to settle
+# (compare.settleable: chosen on the first stage's data, so the second's alpha holds). Such a second stage
+# took 110-250 s and settled nothing.
 CONFIRM_ALPHA_SHARE = 0.2
 CONFIRM_PROCESSES = 12
 CONFIRM_BUDGET_S = 0.25  # per variant and process: a suspect's grid is a few jobs, so its windows can be long
@@ -575,7 +577,18 @@ def _two_stages(sides, options, processes, folder, console, threshold, alpha, st
     recorder = Console(record=True, file=console.file, width=console.width, force_terminal=console.is_terminal)
     first_alpha = alpha * (1 - CONFIRM_ALPHA_SHARE)
     comparison = _judge(measured, folder, recorder, threshold, first_alpha)
-    suspects = compare.suspects(comparison, threshold) if not comparison.machine_differences else []
+    second_alpha = alpha * CONFIRM_ALPHA_SHARE
+    suspects, too_noisy = (
+        compare.worth_measuring_again(comparison, threshold, CONFIRM_PROCESSES, second_alpha)
+        if not comparison.machine_differences
+        else ([], [])
+    )
+    if too_noisy:
+        recorder.print(
+            f"not measuring again {len(too_noisy)} INCONCLUSIVE row(s) past a bound whose pairs spread too much "
+            f"for {CONFIRM_PROCESSES} more to settle: {confirm.describe(too_noisy)}",
+            highlight=False,
+        )
     if suspects:
         recorder.print(
             f"confirming {len(suspects)} INCONCLUSIVE row(s) whose estimate lies past a bound, in "
@@ -586,7 +599,7 @@ def _two_stages(sides, options, processes, folder, console, threshold, alpha, st
         again = _measure_again(sides, options, suspects, folder / "confirm", recorder, start, cache)
         if again is not None:
             recorder.print(f"measured again in {time.perf_counter() - started:.0f} s", highlight=False)
-            second = _judge(again, folder / "confirm", recorder, threshold, alpha * CONFIRM_ALPHA_SHARE, suspects)
+            second = _judge(again, folder / "confirm", recorder, threshold, second_alpha, suspects)
             comparison = compare.with_confirmed(comparison, second)
             measured = replace(measured, failures={k: v + again.failures[k] for k, v in measured.failures.items()})
     code = _verdict(comparison, recorder, alpha, first_alpha)
@@ -657,7 +670,7 @@ def rejudge_folder(folder: Path, threshold: float, alpha: float = compare.DEFAUL
         return where / "base" / "pooled.csv", where / "new" / "pooled.csv"
 
     comparison = compare.compare_reports(*pooled(folder), threshold, alpha * (1 - share), paired=True)
-    suspects = compare.suspects(comparison, threshold)
+    suspects, _ = compare.worth_measuring_again(comparison, threshold, CONFIRM_PROCESSES, alpha * share)
     again = pooled(folder / "confirm")
     if suspects and all(path.is_file() for path in again):
         second = compare.compare_reports(*again, threshold, alpha * share, paired=True, only=suspects)
