@@ -602,7 +602,7 @@ def _two_stages(sides, options, processes, folder, console, threshold, alpha, st
             second = _judge(again, folder / "confirm", recorder, threshold, second_alpha, suspects)
             comparison = compare.with_confirmed(comparison, second)
             measured = replace(measured, failures={k: v + again.failures[k] for k, v in measured.failures.items()})
-    code = _verdict(comparison, recorder, alpha, first_alpha)
+    code = _verdict(comparison, recorder, alpha, first_alpha, len(too_noisy))
     text = recorder.export_text()
     new_csv, base_csv = measured.csv["NEW"], measured.csv["BASE"]
     saved = write_text_atomic(folder / "compare.txt", f"BASE {base_csv}\nNEW  {new_csv}\n\n{text}")
@@ -678,7 +678,7 @@ def rejudge_folder(folder: Path, threshold: float, alpha: float = compare.DEFAUL
     return comparison
 
 
-def _verdict(comparison: compare.Comparison, console: Console, alpha: float, first: float) -> int:
+def _verdict(comparison: compare.Comparison, console: Console, alpha: float, first: float, too_noisy: int) -> int:
     """The run's exit code from both stages' verdicts, with one line saying what they add up to."""
     if comparison.machine_differences:
         return compare.EXIT_MACHINES_DIFFER
@@ -687,8 +687,10 @@ def _verdict(comparison: compare.Comparison, console: Console, alpha: float, fir
         f"{100 * (1 - alpha):g}% family-wise over both stages ({100 * (1 - first):g}% on every row, "
         f"{100 * (1 - alpha + first):g}% on the {len(confirmed)} row(s) measured again)"
         if confirmed
-        else f"{100 * (1 - first):g}% family-wise; no row needed measuring again"
+        else f"{100 * (1 - first):g}% family-wise; no row measured again"
     )
+    if too_noisy:
+        stages += f"; {too_noisy} suspect(s) too noisy to settle, left INCONCLUSIVE"
     return compare.print_summary(comparison, console, note=stages)
 
 

@@ -123,13 +123,14 @@ def test_a_suspect_too_noisy_for_the_second_stage_to_settle_is_not_measured_agai
     assert len(started) == 2 * FIRST and not (tmp_path / "run" / "confirm").exists()
     assert all(r.verdict == INCONCLUSIVE and not r.confirmed for r in fused), text
     assert "not measuring again 2 INCONCLUSIVE row(s)" in text and result.code == compare.EXIT_OK
+    assert "no row measured again; 2 suspect(s) too noisy to settle, left INCONCLUSIVE" in text
 
 
 def test_no_suspect_no_second_stage(tmp_path):
     result, started, text = _run(tmp_path, 1.0, 1.0, first_spread=0.0)
     assert len(started) == 2 * FIRST and not (tmp_path / "run" / "confirm").exists()
     assert result.code == compare.EXIT_OK
-    assert "no row needed measuring again" in text
+    assert "no row measured again" in text and "too noisy" not in text
 
 
 def test_a_slowdown_the_first_stage_settles_is_not_measured_again(tmp_path):
