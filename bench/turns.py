@@ -14,13 +14,12 @@ windows, and the drift falls on both.
 A handoff happens only between samples of a timed loop. A job waits for its
 first turn just before its first warm-up (``begin``, from bench/run.py): what
 comes before it is untimed (the case's inputs and reference, the first
-variant's setup and output check), so both builds do it at once, on their own
-cores (a compiled baseline's setup takes about 4 s of each pair of processes).
-From then on setup, verification and warm-up run inside the turn of the
-process that does them, so the other process never runs beside a timed sample. The time spent waiting is not the
-timed loop's: ``measure`` (bench/timing.py) subtracts it from its budget, and
-the first call after a turn comes back is not timed (its caches were the
-other process's).
+variant's setup and output check), so both builds do it at once. From then on
+setup, verification and warm-up run inside the turn of the process that does
+them, so the other process never runs beside a timed sample. The time spent
+waiting is not the timed loop's: ``measure`` (bench/timing.py) subtracts it
+from its budget, and the first call after a turn comes back is not timed (its
+caches were the other process's).
 
 Outside an A/B worker no turn is taken (the default ``NO_TURNS``).
 """
