@@ -170,14 +170,20 @@ def test_at_ten_pairs_one_odd_process_is_trimmed_and_a_slowdown_in_all_is_still_
     assert {r.verdict for r in comparison.rows} == {REGRESSION}
 
 
-def test_the_two_sides_of_a_job_take_turns_one_at_a_time(tmp_path):
+def _peers(tmp_path: Path, new_turns: int, base_turns: int) -> tuple[FakeWorker, FakeWorker, list[str]]:
+    """A NEW and a BASE fake worker that see each other, taking the given turns per job; their shared timeline."""
     timeline: list[str] = []
     rng = np.random.default_rng(0)
     new, base = (
         FakeWorker(label, tmp_path, 1.0, rng, turns_per_job=n, timeline=timeline)
-        for label, n in (("NEW", 3), ("BASE", 5))
+        for label, n in (("NEW", new_turns), ("BASE", base_turns))
     )
     new.peers, base.peers = [base], [new]
+    return new, base, timeline
+
+
+def test_the_two_sides_of_a_job_take_turns_one_at_a_time(tmp_path):
+    new, base, timeline = _peers(tmp_path, 3, 5)
     assert ab.takes_turns([new, base])
     replies = ab.run_job_in_turns([base, new], job=2)
     # BASE first (the order given), then alternating; NEW's job ends after its third turn and BASE keeps
@@ -187,13 +193,7 @@ def test_the_two_sides_of_a_job_take_turns_one_at_a_time(tmp_path):
 
 
 def test_a_side_whose_job_times_nothing_takes_no_turn_and_the_other_side_runs_alone(tmp_path):
-    timeline: list[str] = []
-    rng = np.random.default_rng(0)
-    new, base = (
-        FakeWorker(label, tmp_path, 1.0, rng, turns_per_job=n, timeline=timeline)
-        for label, n in (("NEW", 0), ("BASE", 2))
-    )
-    new.peers, base.peers = [base], [new]
+    new, base, timeline = _peers(tmp_path, 0, 2)
     replies = ab.run_job_in_turns([new, base], job=1)
     assert timeline == ["BASE1", "BASE1"]
     assert replies == {"NEW": {"seconds": 0.0}, "BASE": {"seconds": pytest.approx(0.02)}}
