@@ -68,6 +68,7 @@ from rich.console import Console
 from rich.table import Table
 from scipy.stats import bootstrap, t, trim_mean
 
+from bench.machine import BUSY_SHARE
 from bench.report import KEY_COLUMNS, ReportError, RowSamples, read_report, read_samples
 
 BOOTSTRAP_RESAMPLES = 4000
@@ -100,8 +101,6 @@ EXIT_OK, EXIT_REGRESSION, EXIT_NOT_A_REPORT, EXIT_MACHINES_DIFFER = 0, 1, 2, 3
 # them is the machine or the process, never the code under test (seen in A/A runs: one process's
 # 16 KiB copy 12 % slower than the other's in every round), so they are shown but not counted.
 LIMIT_WORKLOAD = "limit"
-
-BUSY_SHARE = 0.10  # other processes above this share of the CPU make a row suspect
 
 Key = tuple[str, ...]  # a row: KEY_COLUMNS' values
 

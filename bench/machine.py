@@ -87,6 +87,10 @@ def other_cpu_seconds(before: CpuSnapshot, after: CpuSnapshot) -> float:
     return max(0.0, (after.busy_s - before.busy_s) - (after.own_s - before.own_s))
 
 
+# Other processes above this share of the CPU make a row suspect (reports, summaries and comparisons say so).
+BUSY_SHARE = 0.10
+
+
 def other_cpu_share(others_s: float, wall_s: float, cores: int | None = None) -> float:
     """Fraction (0..1) of all cores' time that other processes used in ``wall_s`` seconds.
 

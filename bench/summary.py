@@ -7,7 +7,7 @@ import math
 from rich.console import Console
 from rich.table import Table
 
-from bench.compare import BUSY_SHARE
+from bench.machine import BUSY_SHARE
 from bench.metrics import PAGE_FAULT_BOUND, fault_cost_us, page_fault_bound
 from bench.targets import evaluate_targets
 
