@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import io
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -28,6 +30,7 @@ from bench.run import (
 )
 from bench.summary import print_summary
 from bench.timing import TimingConfig, timer_resolution_ns
+from env.paths import REPO_ROOT
 
 TINY_SHAPES = ((1, 4, 64), (2, 8, 128))
 TINY_MODEL = (("tiny", 1, 4),)
@@ -249,9 +252,22 @@ def test_baseline_selection_and_errors():
         _run(None, dtype="float8")
 
 
-def test_reports_dir_default_env_and_option(monkeypatch, tmp_path):
-    from env.paths import REPO_ROOT
+def test_naming_baselines_imports_only_their_modules():
+    # A fresh interpreter: this one has imported every baseline already.
+    script = (
+        "import sys\n"
+        "from bench.registry import select\n"
+        "assert [b.name for b in select('fused')] == ['fused']\n"
+        "assert 'bench.baselines.ort' not in sys.modules and 'onnxscript' not in sys.modules, 'ort imported'\n"
+        # native lives in eager.py: found by importing every module
+        "assert [b.name for b in select('native,fused')] == ['native', 'fused']\n"
+        "assert 'bench.baselines.ort' in sys.modules\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, check=False)
+    assert result.returncode == 0, result.stderr
 
+
+def test_reports_dir_default_env_and_option(monkeypatch, tmp_path):
     monkeypatch.delenv("FUSEDBENCH_REPORTS_DIR", raising=False)
     assert reports_dir() == (REPO_ROOT / "reports").resolve()
     monkeypatch.setenv("FUSEDBENCH_REPORTS_DIR", str(tmp_path / "env"))
