@@ -451,6 +451,9 @@ def test_the_same_commit_against_itself_has_no_regression(repo, tmp_path):
     comparison = compare_reports(result.base_csv, result.new_csv, paired=True)
     assert len(comparison.rows) == 6 and not comparison.regressions, text
     assert "0 regression(s) - OK" in (result.folder / "compare.txt").read_text()
+    # REF was built for its libraries alone: the CUDA compile check, which builds nothing the run loads, skipped.
+    check = [line for line in (repo["ref"] / "build.log").read_text().splitlines() if "CUDA compile check" in line]
+    assert len(check) == 1 and "skipped (FUSEDBENCH_SKIP_CUDA_CHECK=1" in check[0], check
 
 
 @pytest.mark.slow

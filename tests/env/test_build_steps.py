@@ -98,6 +98,23 @@ def test_a_changed_flag_reruns_the_steps_that_use_it(facts, monkeypatch):
     assert changed_steps(before, keys(facts)) >= {"torch_jit", "ort_library"}
 
 
+def test_a_build_asked_to_skip_the_cuda_check_records_why_and_the_next_one_reruns_it(facts, monkeypatch):
+    def no_check():
+        raise AssertionError("the check ran although a skip was asked for")
+
+    before = keys(facts)
+    monkeypatch.setenv(cuda.SKIP_VARIABLE, "1")
+    monkeypatch.setattr(cuda, "compile_check", no_check)
+    record = {"build": {}, "artifacts": {}, "timings_s": {}}
+    cuda.run_in_build(record)
+    entry = record["build"]["cuda_resource_report"]
+    assert entry["status"] == "skipped" and entry["reason"].startswith(f"{cuda.SKIP_VARIABLE}=1"), entry
+    # Only that step's key changes, so the next build without the variable runs the check again.
+    assert changed_steps(before, keys(facts)) == {"cuda_compile_check"}
+    monkeypatch.setenv(cuda.SKIP_VARIABLE, "0")
+    assert not changed_steps(before, keys(facts))
+
+
 def test_a_changed_compiler_reruns_every_step(facts, tmp_path, monkeypatch):
     before = keys(facts)
     # The same g++ behind another name and another version line: what an upgrade looks like.
