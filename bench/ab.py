@@ -33,7 +33,7 @@ measurement is the process:
      process, and pairs round k of NEW with round k of BASE. The table is
      printed, at part of the run's alpha (CONFIRM_ALPHA_SHARE).
   4. The rows it leaves INCONCLUSIVE with their estimate past a bound are
-     measured again in CONFIRM_PROCESSES fresh pairs that run only their jobs,
+     measured again in CONFIRM_PROCESSES fresh pairs that time only those rows,
      and judged on those pairs alone with the rest of the alpha. Both tables
      are saved as ``compare.txt`` and the exit code says what they add up to.
 
@@ -90,7 +90,7 @@ PROCESSES = {"quick": 10, "full": 12}
 PROCESS_BUDGET_S = 0.125
 # The run's family-wise alpha is spent in two stages. The first judges every row on the pairs above. A row it
 # leaves INCONCLUSIVE with its estimate past a bound (a 10 % slowdown judged at 5 % often is: at 10 pairs and
-# 1 - alpha/32 per row, Yuen's t is 5.2) is measured again in fresh pairs of processes, only its jobs, and
+# 1 - alpha/32 per row, Yuen's t is 5.2) is measured again in fresh pairs of processes, only its own rows, and
 # judged on those pairs alone, over a family of the few suspects (t 3.3-4.3 at 12 pairs). The stages' data
 # are independent, so the two alphas add up to the run's. A run with no suspect (identical code, mostly)
 # has no second stage, and neither has a suspect whose pairs spread too much for 12 more to settle
@@ -98,7 +98,7 @@ PROCESS_BUDGET_S = 0.125
 # took 110-250 s and settled nothing.
 CONFIRM_ALPHA_SHARE = 0.2
 CONFIRM_PROCESSES = 12
-CONFIRM_BUDGET_S = 0.25  # per variant and process: a suspect's grid is a few jobs, so its windows can be long
+CONFIRM_BUDGET_S = 0.25  # per variant and process: a suspect's grid is a few rows, so its windows can be long
 WORKER = "bench/ab_worker.py"
 # Longest a worker may take to answer one request (one job of the full grid takes seconds to a minute;
 # its first job in a process may compile). Past it, the worker is taken as hung.
@@ -623,8 +623,10 @@ def _measure_again(
 ) -> Measured | None:
     """The suspects' jobs in CONFIRM_PROCESSES fresh pairs; None (said why) when REF cannot measure them."""
     narrowed = confirm.confirm_options(options, suspects)
-    # A REF from before job lists measures the whole product of the suspects' cases instead: slower, as valid.
-    for attempt in (narrowed, replace(narrowed, jobs=None)):
+    # A REF from before row lists measures the suspects' whole jobs and their limits, one from before job lists
+    # the whole product of the suspects' cases: slower, as valid.
+    jobs_only = replace(narrowed, rows=None)
+    for attempt in (narrowed, jobs_only, replace(jobs_only, jobs=None)):
         try:
             return measure_processes(sides, attempt, CONFIRM_PROCESSES, folder, console, start, CONFIRM_BUDGET_S, cache)
         except Skipped as reason:

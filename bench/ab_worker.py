@@ -61,8 +61,9 @@ class _Side:
         for name in ("op_shapes", "add_norm_shapes"):  # JSON brings them as lists
             if options.get(name) is not None:
                 options[name] = tuple(tuple(s) for s in options[name])
-        if options.get("jobs") is not None:
-            options["jobs"] = tuple(options["jobs"])
+        for name in ("jobs", "rows"):
+            if options.get(name) is not None:
+                options[name] = tuple(options[name])
         if options.get("model_batches") is not None:
             options["model_batches"] = tuple(tuple(b) for b in options["model_batches"])
         self.options = BenchOptions(**options)

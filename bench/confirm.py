@@ -2,9 +2,9 @@
 
 A row the first stage leaves INCONCLUSIVE with its estimate past a bound
 (compare.suspects) is measured again in fresh pairs of processes, and judged on
-those pairs alone. The grid here holds just the suspects' jobs (with the limits
-they are read against); a job's other variants are measured too and not
-judged.
+those pairs alone. The grid here times just the suspect rows: not the other
+variants of their jobs, and not the limits (a verdict reads a row's own time,
+not its ratio to a copy), so a pair costs little more than its processes' start.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import replace
 
-from bench.run import BenchOptions, job_label
+from bench.run import BenchOptions, job_label, row_label
 from bench.workloads import GRIDS
 
 Key = tuple[str, ...]  # compare's row key: workload, shape, dtype, baseline, variant, device
@@ -67,8 +67,11 @@ def confirm_options(options: BenchOptions, keys: list[Key]) -> BenchOptions:
         else None,
         model_batches=_model_batches(by_workload.get("model", [])),
         budget_s=None,
-        # Of that product, only the suspects' own jobs (and their limits): the rest would only cost time.
+        # Of that product, only the suspects' own jobs, and of those only the suspect rows: the rest would only
+        # cost time. A REF without row lists falls back to the jobs (with their limits), one without those to
+        # the product (bench/ab.py).
         jobs=tuple(dict.fromkeys(job_label(k[0], k[1], k[2], k[3], k[5]) for k in keys)),
+        rows=tuple(dict.fromkeys(row_label(job_label(k[0], k[1], k[2], k[3], k[5]), k[4]) for k in keys)),
     )
 
 

@@ -81,6 +81,9 @@ class BenchOptions:
     l2_flush: bool = False  # CUDA: overwrite L2 before each timed call of a case that fits in it
     # Only these jobs (labels, as job_label gives them), with the limits they are read against; None: every job
     jobs: tuple[str, ...] | None = None
+    # Only these rows (row_label: a job's label, "/", a variant), and no limits: rows looked at again, on their
+    # own (an A/B run's second stage). None: every row of the planned jobs
+    rows: tuple[str, ...] | None = None
 
     @property
     def mode(self) -> str:
@@ -131,17 +134,53 @@ class _LazyCase:
         self._case = None
 
 
-def _baseline_job(label: str, baseline: Baseline, case: _LazyCase, release: bool) -> Job:
+@dataclass(frozen=True)
+class _Selection:
+    """Which jobs and rows of the grid a run measures (BenchOptions.jobs and .rows; None: all)."""
+
+    jobs: frozenset[str] | None
+    rows: frozenset[str] | None
+
+    @classmethod
+    def of(cls, options: BenchOptions) -> _Selection:
+        rows = None if options.rows is None else frozenset(options.rows)
+        jobs = None if options.jobs is None else frozenset(options.jobs)
+        if rows is not None:
+            of_rows = frozenset(row.rpartition("/")[0] for row in rows)
+            jobs = of_rows if jobs is None else jobs & of_rows
+        return cls(jobs, rows)
+
+    @property
+    def limits(self) -> bool:
+        # A row's ratios to the limits are not what a second look at it is for: it is judged on its own time.
+        return self.rows is None
+
+    def job(self, label: str) -> bool:
+        return self.jobs is None or label in self.jobs
+
+    def row(self, job: str, variant: str) -> bool:
+        return self.rows is None or row_label(job, variant) in self.rows
+
+
+def row_label(job: str, variant: str) -> str:
+    """How BenchOptions.rows names one variant of one job."""
+    return f"{job}/{variant}"
+
+
+def _baseline_job(label: str, baseline: Baseline, case: _LazyCase, release: bool, selection: _Selection) -> Job:
+    job = f"{label} {baseline.name}"
+
     def measurements() -> Iterator[tuple[object, str, Variant]]:
         current = case.get()
         try:
             for variant in baseline.variants(current):
-                yield current, baseline.name, variant
+                if selection.row(job, variant.name):
+                    yield current, baseline.name, variant
         finally:
             if release:  # the case group's last job: free its tensors before the next case allocates
                 case.release()
 
-    return Job(f"{label} {baseline.name}", measurements)
+    return Job(job, measurements)
 
 
 def _prefix(device: str) -> str:
@@ -154,16 +193,15 @@ def _op_jobs(
     device: str,
     baselines: list[Baseline],
     workdir: Path,
-    wanted: Callable[[str], bool],
+    selection: _Selection,
 ) -> list[Job]:
     case = _LazyCase(lambda: OpCase.create(shape, dtype, workdir, device=device))
     label = f"{_prefix(device)}op {shape_label(shape)} {dtype_name(dtype)}"
-    baselines = [b for b in baselines if wanted(f"{label} {b.name}")]
-    if not baselines and not wanted(f"{label} copy"):
-        return []
-    jobs = [Job(f"{label} copy", lambda: iter(copy_limits(case.get())))]
-    jobs += [_baseline_job(label, b, case, release=i == len(baselines) - 1) for i, b in enumerate(baselines)]
-    return jobs
+    baselines = [b for b in baselines if selection.job(f"{label} {b.name}")]
+    copy = selection.limits and (baselines or selection.job(f"{label} copy"))
+    jobs = [Job(f"{label} copy", lambda: iter(copy_limits(case.get())))] if copy else []
+    last = len(baselines) - 1
+    return jobs + [_baseline_job(label, b, case, i == last, selection) for i, b in enumerate(baselines)]
 
 
 def _add_norm_jobs(
@@ -172,13 +210,14 @@ def _add_norm_jobs(
     device: str,
     baselines: list[Baseline],
     workdir: Path,
-    wanted: Callable[[str], bool],
+    selection: _Selection,
 ) -> list[Job]:
     # No copy job of its own: the op's copy rows at the same shape are its limit too (same bytes per second).
     case = _LazyCase(lambda: AddNormCase.create(shape, dtype, workdir, device=device))
     label = f"{_prefix(device)}add_norm {shape_label(shape)} {dtype_name(dtype)}"
-    baselines = [b for b in baselines if wanted(f"{label} {b.name}")]
-    return [_baseline_job(label, b, case, release=i == len(baselines) - 1) for i, b in enumerate(baselines)]
+    baselines = [b for b in baselines if selection.job(f"{label} {b.name}")]
+    last = len(baselines) - 1
+    return [_baseline_job(label, b, case, i == last, selection) for i, b in enumerate(baselines)]
 
 
 def _model_jobs(
@@ -189,12 +228,13 @@ def _model_jobs(
     device: str,
     baselines: list[Baseline],
     workdir: Path,
-    wanted: Callable[[str], bool],
+    selection: _Selection,
 ) -> list[Job]:
     case = _LazyCase(lambda: ModelCase.create(name, batch, seq, dtype, workdir, device=device))
     label = f"{_prefix(device)}model {name} {batch}x{seq} {dtype_name(dtype)}"
-    baselines = [b for b in baselines if wanted(f"{label} {b.name}")]
-    return [_baseline_job(label, b, case, release=i == len(baselines) - 1) for i, b in enumerate(baselines)]
+    baselines = [b for b in baselines if selection.job(f"{label} {b.name}")]
+    last = len(baselines) - 1
+    return [_baseline_job(label, b, case, i == last, selection) for i, b in enumerate(baselines)]
 
 
 def _floor_job(device: str, workdir: Path) -> Job:
@@ -224,16 +264,17 @@ def job_label(workload: str, shape: str, dtype: str, baseline: str, device: str)
 def plan_jobs(options: BenchOptions, workdir: Path) -> list[Job]:
     """Every job of a run, device by device, in order; no case is built until its first job runs.
 
-    With ``options.jobs``, only those (and the limits: the floors, and the copy of each case that keeps a job).
+    With ``options.jobs``, only those (and the limits: the floors, and the copy of each case that keeps a job);
+    with ``options.rows``, only the jobs of those rows, each timing just its rows, and no limits.
     """
-    wanted = None if options.jobs is None else set(options.jobs)
-    jobs = _plan_all_jobs(options, workdir, (lambda label: True) if wanted is None else wanted.__contains__)
-    if wanted is not None and (missing := wanted - {job.label for job in jobs}):
+    selection = _Selection.of(options)
+    jobs = _plan_all_jobs(options, workdir, selection)
+    if selection.jobs is not None and (missing := selection.jobs - {job.label for job in jobs}):
         raise ValueError(f"jobs {sorted(missing)} are not in this grid (its options do not plan them)")
     return jobs
 
 
-def _plan_all_jobs(options: BenchOptions, workdir: Path, wanted: Callable[[str], bool]) -> list[Job]:
+def _plan_all_jobs(options: BenchOptions, workdir: Path, selection: _Selection) -> list[Job]:
     baselines = select(options.baseline)
     jobs = []
     for device in resolve_devices(options.device):
@@ -250,14 +291,15 @@ def _plan_all_jobs(options: BenchOptions, workdir: Path, wanted: Callable[[str],
         op_baselines = [b for b in here if "op" in b.workloads]
         add_norm_baselines = [b for b in here if "add_norm" in b.workloads]
         model_baselines = [b for b in here if "model" in b.workloads]
-        jobs.append(_floor_job(device, workdir))
+        if selection.limits:
+            jobs.append(_floor_job(device, workdir))
         for dtype in dtypes:
             for shape in op_shapes:
-                jobs += _op_jobs(shape, dtype, device, op_baselines, workdir, wanted)
+                jobs += _op_jobs(shape, dtype, device, op_baselines, workdir, selection)
             for shape in add_norm_shapes if add_norm_baselines else ():
-                jobs += _add_norm_jobs(shape, dtype, device, add_norm_baselines, workdir, wanted)
+                jobs += _add_norm_jobs(shape, dtype, device, add_norm_baselines, workdir, selection)
             for name, batch, seq in batches:
-                jobs += _model_jobs(name, batch, seq, dtype, device, model_baselines, workdir, wanted)
+                jobs += _model_jobs(name, batch, seq, dtype, device, model_baselines, workdir, selection)
     return jobs
 
 

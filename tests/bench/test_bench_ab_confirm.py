@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -91,19 +92,32 @@ def test_a_slowdown_the_first_stage_cannot_settle_is_confirmed_on_fresh_pairs(tm
     second = started[2 * FIRST :]
     assert len(second) == 2 * ab.CONFIRM_PROCESSES
     plan = second[0].plan["options"]
-    # Only the suspects' jobs, each variant timed longer than in the first stage.
+    # Only the suspect rows, each timed longer than in the first stage.
     assert plan["baseline"] == "fused" and [tuple(s) for s in plan["op_shapes"]] == [(1, 8, 512), (8, 128, 1024)]
+    assert list(plan["rows"]) == ["op 1x8x512 float32 fused/call", "op 8x128x1024 float32 fused/call"]
     assert not plan["model_batches"] and plan["budget_s"] == pytest.approx(ab.CONFIRM_BUDGET_S * ab.CONFIRM_PROCESSES)
     assert "confirmation: the suspect rows in fresh pairs" in text
     assert "95% family-wise over both stages (96% on every row, 99% on the 2 row(s) measured again)" in text
 
 
-def test_a_ref_without_job_lists_is_measured_again_on_the_suspects_cases(tmp_path):
-    # Its BenchOptions has no "jobs": the second stage falls back to the product of the suspects' cases.
-    fields = [name for name in vars(BenchOptions()) if name != "jobs"]
+def test_a_ref_without_row_lists_is_measured_again_on_the_suspects_jobs(tmp_path):
+    fields = [name for name in vars(BenchOptions()) if name != "rows"]
     result, started, text = _run(tmp_path, 1.10, 1.10, first_spread=0.08, fields=fields)
     plan = started[-1].plan["options"]  # the first try started a pair and was refused before planning
+    assert "rows" not in plan and list(plan["jobs"]) == ["op 1x8x512 float32 fused", "op 8x128x1024 float32 fused"]
+    assert len(started) == 2 * FIRST + 2 + 2 * ab.CONFIRM_PROCESSES
+    assert result.code == compare.EXIT_REGRESSION
+    assert {r.key[3] for r in result.comparison.rows if r.confirmed} == {"fused"}, text
+
+
+def test_a_ref_without_job_lists_is_measured_again_on_the_suspects_cases(tmp_path):
+    # Its BenchOptions has neither "rows" nor "jobs": the second stage falls back to the product of the suspects'
+    # cases.
+    fields = [name for name in vars(BenchOptions()) if name not in ("jobs", "rows")]
+    result, started, text = _run(tmp_path, 1.10, 1.10, first_spread=0.08, fields=fields)
+    plan = started[-1].plan["options"]  # the first two tries started a pair each and were refused before planning
     assert "jobs" not in plan and plan["baseline"] == "fused"
+    assert len(started) == 2 * FIRST + 4 + 2 * ab.CONFIRM_PROCESSES
     assert result.code == compare.EXIT_REGRESSION
     assert {r.key[3] for r in result.comparison.rows if r.confirmed} == {"fused"}, text
 
@@ -192,9 +206,20 @@ def test_the_narrowed_grid_plans_exactly_the_suspects_jobs(tmp_path):
         ("add_norm", "4x64x768", "float32", "fused", "inplace", "cpu"),
     ]
     options = confirm_options(BenchOptions(quick=True), keys)
-    labels = [job.label for job in plan_jobs(options, tmp_path)]
+    jobs = plan_jobs(options, tmp_path)
+    # No limits: a verdict reads a row's own time.
+    assert [job.label for job in jobs] == [
+        "op 8x128x1024 float32 fused",
+        "add_norm 4x64x768 float32 fused",
+        "model small 1x32 float32 ort",
+    ]
+    # Each job times its suspect row, not the baseline's other variants.
+    for job, variant in zip(jobs[:2], ["call", "inplace"], strict=True):
+        assert [v.name for _, _, v in job.measurements()] == [variant], job.label
+    # A REF without row lists is sent the jobs alone: each with the limits it is read against.
+    labels = [job.label for job in plan_jobs(replace(options, rows=None), tmp_path)]
     assert labels == [
-        "limit dispatch floor",  # the limits a row's share of the copy is read against
+        "limit dispatch floor",
         "op 8x128x1024 float32 copy",
         "op 8x128x1024 float32 fused",
         "add_norm 4x64x768 float32 fused",
@@ -203,7 +228,7 @@ def test_the_narrowed_grid_plans_exactly_the_suspects_jobs(tmp_path):
     # A model row alone still plans one op shape (an empty override would mean the whole grid) but not its jobs.
     alone = confirm_options(BenchOptions(quick=True), keys[1:2])
     assert alone.op_shapes == ((1, 8, 512),) and alone.add_norm_shapes is None
-    assert [job.label for job in plan_jobs(alone, tmp_path)] == ["limit dispatch floor", "model small 1x32 float32 ort"]
+    assert [job.label for job in plan_jobs(alone, tmp_path)] == ["model small 1x32 float32 ort"]
     with pytest.raises(ValueError, match="no rows"):
         confirm_options(BenchOptions(quick=True), [])
 
