@@ -65,7 +65,7 @@ from bench import compare, confirm, scratch
 from bench.ab_worker import PROTOCOL
 from bench.placement import spread_offsets
 from bench.pooled import pool_reports
-from bench.report import SCHEMA_VERSION
+from bench.report import KEY_COLUMNS, SCHEMA_VERSION, read_report
 from bench.run import BenchOptions, reports_dir
 from env.files import write_text_atomic
 from env.paths import REPO_ROOT, build_dir
@@ -93,9 +93,9 @@ PROCESS_BUDGET_S = 0.125
 # 1 - alpha/32 per row, Yuen's t is 5.2) is measured again in fresh pairs of processes, only its own rows, and
 # judged on those pairs alone, over a family of the few suspects (t 3.3-4.3 at 12 pairs). The stages' data
 # are independent, so the two alphas add up to the run's. A run with no suspect (identical code, mostly)
-# has no second stage, and neither has a suspect whose pairs spread too much for 12 more to settle
-# (compare.settleable: chosen on the first stage's data, so the second's alpha holds). Such a second stage
-# took 110-250 s and settled nothing.
+# has no second stage. Every suspect is measured again, the noisiest too: with only the suspect rows timed,
+# a pair costs about 4 s and each suspect about 1 s more, so skipping one saves less than a missed
+# slowdown costs (a 10 % run missed its fused call at 1x8x512 when the rule skipped it as too noisy).
 CONFIRM_ALPHA_SHARE = 0.2
 CONFIRM_PROCESSES = 12
 CONFIRM_BUDGET_S = 0.25  # per variant and process: a suspect's grid is a few rows, so its windows can be long
@@ -578,17 +578,7 @@ def _two_stages(sides, options, processes, folder, console, threshold, alpha, st
     first_alpha = alpha * (1 - CONFIRM_ALPHA_SHARE)
     comparison = _judge(measured, folder, recorder, threshold, first_alpha)
     second_alpha = alpha * CONFIRM_ALPHA_SHARE
-    suspects, too_noisy = (
-        compare.worth_measuring_again(comparison, threshold, CONFIRM_PROCESSES, second_alpha)
-        if not comparison.machine_differences
-        else ([], [])
-    )
-    if too_noisy:
-        recorder.print(
-            f"not measuring again {len(too_noisy)} INCONCLUSIVE row(s) past a bound whose pairs spread too much "
-            f"for {CONFIRM_PROCESSES} more to settle: {confirm.describe(too_noisy)}",
-            highlight=False,
-        )
+    suspects = compare.suspects(comparison, threshold) if not comparison.machine_differences else []
     if suspects:
         recorder.print(
             f"confirming {len(suspects)} INCONCLUSIVE row(s) whose estimate lies past a bound, in "
@@ -602,7 +592,7 @@ def _two_stages(sides, options, processes, folder, console, threshold, alpha, st
             second = _judge(again, folder / "confirm", recorder, threshold, second_alpha, suspects)
             comparison = compare.with_confirmed(comparison, second)
             measured = replace(measured, failures={k: v + again.failures[k] for k, v in measured.failures.items()})
-    code = _verdict(comparison, recorder, alpha, first_alpha, len(too_noisy))
+    code = _verdict(comparison, recorder, alpha, first_alpha)
     text = recorder.export_text()
     new_csv, base_csv = measured.csv["NEW"], measured.csv["BASE"]
     saved = write_text_atomic(folder / "compare.txt", f"BASE {base_csv}\nNEW  {new_csv}\n\n{text}")
@@ -672,15 +662,18 @@ def rejudge_folder(folder: Path, threshold: float, alpha: float = compare.DEFAUL
         return where / "base" / "pooled.csv", where / "new" / "pooled.csv"
 
     comparison = compare.compare_reports(*pooled(folder), threshold, alpha * (1 - share), paired=True)
-    suspects, _ = compare.worth_measuring_again(comparison, threshold, CONFIRM_PROCESSES, alpha * share)
     again = pooled(folder / "confirm")
-    if suspects and all(path.is_file() for path in again):
+    if all(path.is_file() for path in again):
+        # The family is the suspects the run measured again (a run from before every suspect was, fewer).
+        frame = read_report(again[0])
+        measured = {tuple(k) for k in frame[list(KEY_COLUMNS)].astype(str).values.tolist()}
+        suspects = [k for k in compare.suspects(comparison, threshold) if k in measured]
         second = compare.compare_reports(*again, threshold, alpha * share, paired=True, only=suspects)
         comparison = compare.with_confirmed(comparison, second)
     return comparison
 
 
-def _verdict(comparison: compare.Comparison, console: Console, alpha: float, first: float, too_noisy: int) -> int:
+def _verdict(comparison: compare.Comparison, console: Console, alpha: float, first: float) -> int:
     """The run's exit code from both stages' verdicts, with one line saying what they add up to."""
     if comparison.machine_differences:
         return compare.EXIT_MACHINES_DIFFER
@@ -691,8 +684,6 @@ def _verdict(comparison: compare.Comparison, console: Console, alpha: float, fir
         if confirmed
         else f"{100 * (1 - first):g}% family-wise; no row measured again"
     )
-    if too_noisy:
-        stages += f"; {too_noisy} suspect(s) too noisy to settle, left INCONCLUSIVE"
     return compare.print_summary(comparison, console, note=stages)
 
 

@@ -310,46 +310,6 @@ def suspects(comparison: Comparison, threshold: float) -> list[Key]:
     ]
 
 
-# A suspect is measured again only where the second stage could settle it (see settleable). Its interval is
-# predicted from the first stage's spread per pair, over the second stage's pairs, at its t quantile, times
-# SECOND_STAGE_SPREAD: the second stage times each variant twice as long, in processes that run a few jobs, so
-# its pairs spread less. In the A/B runs of the development VM its intervals came out 0.2-1.2 times the plain
-# prediction; at 0.3 a suspect is skipped only when even a second stage about as quiet as the quietest seen
-# would leave it straddling its bound (the noisy ORT rows at 1x8x512, whose pairs spread 20-40 %, mostly).
-SECOND_STAGE_SPREAD = 0.3
-
-
-def _yuen_se_per_spread(pairs: int) -> float:
-    """Yuen's standard error of the trimmed mean of ``pairs`` values, per unit of their winsorized spread."""
-    cut = int(TRIM * pairs)
-    kept = pairs - 2 * cut
-    return math.sqrt((pairs - 1) / (kept * (kept - 1)))
-
-
-def settleable(row: RowComparison, row_alpha: float, threshold: float, pairs: int, pairs_alpha: float) -> bool:
-    """Whether ``pairs`` fresh pairs judged at ``pairs_alpha`` (per row) could settle ``row``, a suspect judged at
-    ``row_alpha``: would their predicted interval around its estimate clear the bound the estimate lies past?"""
-    estimate, bound = math.log(row.ratio), math.log(1 + threshold)
-    # The first stage's half-width on the side facing the bound, back to a spread per pair.
-    half = estimate - math.log(row.ci_low) if estimate > 0 else math.log(row.ci_high) - estimate
-    kept = row.units - 2 * int(TRIM * row.units)
-    spread = half / float(t.ppf(1 - row_alpha / 2, kept - 1)) / _yuen_se_per_spread(row.units)
-    kept_again = pairs - 2 * int(TRIM * pairs)
-    predicted = float(t.ppf(1 - pairs_alpha / 2, kept_again - 1)) * spread * _yuen_se_per_spread(pairs)
-    return abs(estimate) - SECOND_STAGE_SPREAD * predicted > bound
-
-
-def worth_measuring_again(
-    comparison: Comparison, threshold: float, pairs: int, alpha: float
-) -> tuple[list[Key], list[Key]]:
-    """The suspects (see suspects) split into those ``pairs`` fresh pairs at family-wise ``alpha`` could settle
-    and those they could not. Chosen on the first stage's data alone, so the second stage's alpha holds."""
-    keys = suspects(comparison, threshold)
-    rows = {r.key: r for r in comparison.rows}
-    again = [k for k in keys if settleable(rows[k], comparison.row_alpha, threshold, pairs, alpha / len(keys))]
-    return again, [k for k in keys if k not in again]
-
-
 def family_alpha_per_row(alpha: float, counted_rows: int) -> float:
     """Each row's alpha for a family-wise ``alpha`` over ``counted_rows`` rows (Bonferroni)."""
     return alpha / max(1, counted_rows)
