@@ -91,13 +91,17 @@ PROCESS_BUDGET_S = 0.125
 # The run's family-wise alpha is spent in two stages. The first judges every row on the pairs above. A row it
 # leaves INCONCLUSIVE with its estimate past a bound (a 10 % slowdown judged at 5 % often is: at 10 pairs and
 # 1 - alpha/32 per row, Yuen's t is 5.2) is measured again in fresh pairs of processes, only its own rows, and
-# judged on those pairs alone, over a family of the few suspects (t 3.3-4.3 at 12 pairs). The stages' data
+# judged on those pairs alone, over a family of the suspects. The stages' data
 # are independent, so the two alphas add up to the run's. A run with no suspect (identical code, mostly)
 # has no second stage. Every suspect is measured again, the noisiest too: with only the suspect rows timed,
 # a pair costs about 4 s and each suspect about 1 s more, so skipping one saves less than a missed
 # slowdown costs (a 10 % run missed its fused call at 1x8x512 when the rule skipped it as too noisy).
+# 20 pairs, since a pair is cheap and the family can be large: an interval's half-width is Yuen's t times
+# its standard error per unit of the pairs' spread, at 12 pairs 1.55 for one suspect and 2.25 for seven
+# (trimmed to 8 pairs, t has 7 degrees of freedom), at 20 pairs 1.18 and 1.60. Seven suspects at 12 pairs
+# left a 10 % slowdown of the allocating call at 4 MiB, 1.081 [1.037, 1.128], short of 1.05.
 CONFIRM_ALPHA_SHARE = 0.2
-CONFIRM_PROCESSES = 12
+CONFIRM_PROCESSES = 20
 CONFIRM_BUDGET_S = 0.25  # per variant and process: a suspect's grid is a few rows, so its windows can be long
 WORKER = "bench/ab_worker.py"
 # Longest a worker may take to answer one request (one job of the full grid takes seconds to a minute;
