@@ -94,8 +94,9 @@ PROCESS_BUDGET_S = 0.125
 # judged on those pairs alone, over a family of the suspects. The stages' data
 # are independent, so the two alphas add up to the run's. A run with no suspect (identical code, mostly)
 # has no second stage. Every suspect is measured again, the noisiest too: with only the suspect rows timed,
-# a pair costs about 4 s and each suspect about 1 s more, so skipping one saves less than a missed
-# slowdown costs (a 10 % run missed its fused call at 1x8x512 when the rule skipped it as too noisy).
+# a pair costs about 4 s and each suspect 1-5 s more (a compiled one compiles again in every process), so
+# skipping one saves less than a missed slowdown costs (a 10 % run missed its fused call at 1x8x512 when a
+# rule skipped it as too noisy).
 # 20 pairs, since a pair is cheap and the family can be large: an interval's half-width is Yuen's t times
 # its standard error per unit of the pairs' spread, at 12 pairs 1.55 for one suspect and 2.25 for seven
 # (trimmed to 8 pairs, t has 7 degrees of freedom), at 20 pairs 1.18 and 1.60. Seven suspects at 12 pairs
@@ -668,7 +669,7 @@ def rejudge_folder(folder: Path, threshold: float, alpha: float = compare.DEFAUL
     comparison = compare.compare_reports(*pooled(folder), threshold, alpha * (1 - share), paired=True)
     again = pooled(folder / "confirm")
     if all(path.is_file() for path in again):
-        # The family is the suspects the run measured again (a run from before every suspect was, fewer).
+        # The family is the suspects the run measured again (runs from before 2026-12-03 skipped some).
         frame = read_report(again[0])
         measured = {tuple(k) for k in frame[list(KEY_COLUMNS)].astype(str).values.tolist()}
         suspects = [k for k in compare.suspects(comparison, threshold) if k in measured]
