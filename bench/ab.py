@@ -65,7 +65,7 @@ from bench import compare, confirm, scratch
 from bench.ab_worker import PROTOCOL
 from bench.placement import spread_offsets
 from bench.pooled import pool_reports
-from bench.report import KEY_COLUMNS, SCHEMA_VERSION, read_report
+from bench.report import SCHEMA_VERSION, read_report
 from bench.run import BenchOptions, reports_dir
 from env.files import write_text_atomic
 from env.paths import REPO_ROOT, build_dir
@@ -670,8 +670,7 @@ def rejudge_folder(folder: Path, threshold: float, alpha: float = compare.DEFAUL
     again = pooled(folder / "confirm")
     if all(path.is_file() for path in again):
         # The family is the suspects the run measured again (runs from before 2026-12-03 skipped some).
-        frame = read_report(again[0])
-        measured = {tuple(k) for k in frame[list(KEY_COLUMNS)].astype(str).values.tolist()}
+        measured = set(compare.row_keys(read_report(again[0])))
         suspects = [k for k in compare.suspects(comparison, threshold) if k in measured]
         second = compare.compare_reports(*again, threshold, alpha * share, paired=True, only=suspects)
         comparison = compare.with_confirmed(comparison, second)

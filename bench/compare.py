@@ -310,6 +310,11 @@ def suspects(comparison: Comparison, threshold: float) -> list[Key]:
     ]
 
 
+def row_keys(frame: pd.DataFrame) -> list[Key]:
+    """A report's row keys, in its order."""
+    return [tuple(k) for k in frame[list(KEY_COLUMNS)].astype(str).values.tolist()]
+
+
 def family_alpha_per_row(alpha: float, counted_rows: int) -> float:
     """Each row's alpha for a family-wise ``alpha`` over ``counted_rows`` rows (Bonferroni)."""
     return alpha / max(1, counted_rows)
@@ -334,8 +339,7 @@ def compare_reports(
         raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
     base, new = read_report(base_csv), read_report(new_csv)
     base_samples, new_samples = read_samples(base_csv), read_samples(new_csv)
-    base_keys = [tuple(k) for k in base[list(KEY_COLUMNS)].astype(str).values.tolist()]
-    new_keys = [tuple(k) for k in new[list(KEY_COLUMNS)].astype(str).values.tolist()]
+    base_keys, new_keys = row_keys(base), row_keys(new)
     for csv, keys, samples in ((base_csv, base_keys, base_samples), (new_csv, new_keys, new_samples)):
         missing = [k for k in keys if k not in samples]
         if missing:
