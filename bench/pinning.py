@@ -37,6 +37,23 @@ def timing_cpu() -> int | None:
     return max(cpus) if len(cpus) > 1 else None
 
 
+def move_to_timing_cpu() -> int | None:
+    """Move the calling thread onto :func:`timing_cpu` and leave it free to move on (returns that CPU).
+
+    Not pinned: a pool thread can still take the other CPU. Taking turns with
+    another process, each side's thread otherwise wakes on the CPU it last ran
+    on, so the two sides of an A/B pair sit on different virtual CPUs, whose
+    speeds differ from one moment to the next (see bench/turns.py).
+    """
+    cpu = timing_cpu()
+    if cpu is None:
+        return None
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})  # the kernel migrates the caller before this returns
+    os.sched_setaffinity(0, allowed)
+    return cpu
+
+
 @contextmanager
 def pinned_for_timing(threads: int = 1) -> Iterator[int | None]:
     """Pin the calling thread to :func:`timing_cpu` for the block (yields it), then restore its CPUs.

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from bench.pinning import pinned_for_timing, timing_cpu
+from bench.pinning import move_to_timing_cpu, pinned_for_timing, timing_cpu
 
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
@@ -55,3 +55,26 @@ def test_a_loop_of_parallel_calls_is_not_pinned():
         assert cpu is None and os.sched_getaffinity(0) == allowed
     with pinned_for_timing(threads=1) as cpu:
         assert cpu == max(allowed)
+
+
+def _current_cpu() -> int:
+    # Field 39 of the thread's stat: the CPU it last ran on (fields after the name, which may hold spaces).
+    with open("/proc/thread-self/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[36])
+
+
+def test_a_turn_moves_the_thread_onto_the_timing_cpu_and_leaves_it_free(monkeypatch):
+    allowed = os.sched_getaffinity(0)
+    calls = []
+    real = os.sched_setaffinity
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: (calls.append(set(cpus)), real(pid, cpus))[1])
+    assert move_to_timing_cpu() == max(allowed)
+    assert calls == [{max(allowed)}, allowed] and os.sched_getaffinity(0) == allowed
+    # Read right after, the thread is where it was moved (another process may take the CPU in between: retry).
+    monkeypatch.undo()
+    assert any(move_to_timing_cpu() == _current_cpu() for _ in range(5))
+
+
+def test_a_pinned_thread_is_not_moved():
+    with pinned_for_timing() as cpu:
+        assert move_to_timing_cpu() is None and os.sched_getaffinity(0) == {cpu}

@@ -133,5 +133,16 @@ def test_turns_handed_over_are_neither_budget_nor_load(monkeypatch):
     assert np.median(timing.samples_us) < 5000  # no sample spans a wait
 
 
+def test_every_turn_starts_on_the_timing_cpu(monkeypatch):
+    # Both builds' threads start each turn on the same CPU, so a pair is not split over two CPUs' speeds.
+    events = []
+    monkeypatch.setattr(bench_turns, "move_to_timing_cpu", lambda: events.append("moved"))
+    turns = bench_turns.Turns(lambda: events.append("waited"), turn_s=0.0)
+    turns.begin()
+    assert events == ["waited", "moved"]
+    assert turns.pass_if_due() is not None
+    assert events == ["waited", "moved"] * 2
+
+
 def test_no_turns_are_taken_outside_an_ab_worker():
     assert bench_turns.current() is bench_turns.NO_TURNS and bench_turns.NO_TURNS.pass_if_due() is None
