@@ -324,6 +324,29 @@ def bench_ab_spread(c, rounds="4", modes="", out=""):
 
 
 @task(
+    name="offset-sweep",
+    pre=[build],
+    help={
+        "shape": "the op shape, like 8x128x1024 (default: the cache-resident one)",
+        "dtype": "float32 (default), float64, float16, bfloat16, or a comma list",
+        "distances": "bytes from x's start to y's, modulo 4096, a comma list (default: 0 to 4032, dense near 0)",
+        "threads": "torch intra-op threads, an integer >= 1 (default 1)",
+        "reps": "repetitions, each timing every distance once, an integer >= 1 (default 31)",
+        "out": "results folder (default <repo>/reports/offset_sweep)",
+    },
+)
+@cli.fails_with("bench.offset-sweep", ValueError)
+def bench_offset_sweep(c, shape="", dtype="float32", distances="", threads="1", reps="31", out=""):
+    """The op's share of a copy as its output's start moves against its input's within a page."""
+    from bench.offset_sweep import main
+
+    argv = ["--dtype", dtype, "--threads", str(cli.integer("--threads", threads, minimum=1))]
+    argv += ["--reps", str(cli.integer("--reps", reps, minimum=1))]
+    argv += [*(["--shape", shape] if shape else []), *(["--distances", distances] if distances else [])]
+    main(argv + (["--out", out] if out else []))
+
+
+@task(
     name="serve",
     pre=[build],
     help={
@@ -459,7 +482,7 @@ def gpu_check(
 ns = Collection()
 for _task in (build, toolchain, test, export, align, lint, cuda_check, gpu_check):
     ns.add_task(_task)
-_bench = Collection("bench", compare, bench_targets, bench_serve, bench_ab_measure, bench_ab_spread)
+_bench = Collection("bench", compare, bench_targets, bench_serve, bench_ab_measure, bench_ab_spread, bench_offset_sweep)
 _bench.add_task(bench, name="run", default=True)  # `invoke bench` runs it
 ns.add_collection(_bench)
 ns.add_collection(Collection("ort", ort_dump_replay, ort_client))

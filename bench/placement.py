@@ -11,6 +11,8 @@ layouts are spread over the processes and average out instead.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 PAGE_BYTES = 4096
@@ -39,15 +41,21 @@ def spread_offsets(count: int) -> list[int]:
     return [(index * slots // count) * ALIGNMENT for index in range(count)]
 
 
+def empty_at(shape: tuple[int, ...], dtype: torch.dtype, offset: int) -> torch.Tensor:
+    """An uninitialised contiguous CPU tensor whose first byte sits ``offset`` bytes into a 4 KiB page."""
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    if not (isinstance(offset, int) and 0 <= offset < PAGE_BYTES and offset % itemsize == 0):
+        raise ValueError(f"offset must be an int multiple of {itemsize} in [0, {PAGE_BYTES}), got {offset!r}")
+    numel = math.prod(shape)
+    buffer = torch.empty(numel + PAGE_BYTES // itemsize, dtype=dtype)
+    start = ((offset - buffer.data_ptr()) % PAGE_BYTES) // itemsize
+    return buffer[start : start + numel].view(shape)
+
+
 def placed(tensor: torch.Tensor) -> torch.Tensor:
     """A contiguous CPU copy of ``tensor`` starting at the set offset into a page; other tensors as they are."""
     if tensor.device.type != "cpu":
         return tensor
-    itemsize = tensor.element_size()
-    spare = PAGE_BYTES // itemsize
-    buffer = torch.empty(tensor.numel() + spare, dtype=tensor.dtype)
-    shift = (_offset_bytes - buffer.data_ptr()) % PAGE_BYTES
-    start = shift // itemsize
-    view = buffer[start : start + tensor.numel()].view(tensor.shape)
+    view = empty_at(tuple(tensor.shape), tensor.dtype, _offset_bytes)
     view.copy_(tensor)
     return view.requires_grad_(tensor.requires_grad)
