@@ -67,7 +67,7 @@ def test(c, k="", args="", all_=False, slow_only=False, workers=""):
 @task(
     pre=[build],
     help={
-        "baseline": "all (default), one name, or a comma list: unfused, fused, native, compiled, liger, ort",
+        "baseline": "all (default), one name, or a comma list: unfused, fused, fused_add, native, compiled, liger, ort",
         "quick": "small grid for CI (about 2 minutes)",
         "warmup": "untimed calls before each measurement, an integer >= 0 (default 50; fewer where they outlast the "
         "variant's time budget)",

@@ -186,3 +186,12 @@ def test_every_variable_the_code_reads_is_in_the_table():
     assert used, "no FUSEDBENCH_ variable found: is the pattern still right?"
     missing = sorted(v for v in used if f"`{v}`" not in listed)
     assert not missing, f"docs/variables.md has no row for {missing}"
+
+
+def test_the_baseline_option_lists_every_registered_baseline():
+    # The names are typed from the help text; a baseline added without it there is one users cannot find.
+    from bench.registry import all_baselines
+    from tasks import ns
+
+    listed = ns["bench.run"].help["baseline"].split(":")[-1]
+    assert [name.strip() for name in listed.split(",")] == list(all_baselines())
