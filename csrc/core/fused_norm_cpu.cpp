@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "numeric_types.h"
 
@@ -191,6 +192,41 @@ struct HardwareHalf<64> {
 };
 #endif
 
+// float -> bfloat16 in hardware: AVX512-BF16's vcvtne2ps2bf16 converts two
+// float vectors into one of 32 bfloat16 (the second argument's 16 first).
+// GCC 10-12 name and type the result as a vector of short, GCC 13 on as one
+// of __bf16 (and __has_builtin does not see either); both are the same 64
+// bytes. Not in x86-64-v4, so it runs only where the x86-64-v4 version has
+// asked the CPU (or a build's own flags enable it).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if __GNUC__ >= 13
+#define FUSED_NORM_BF16_PAIR(odd, even) __builtin_ia32_cvtne2ps2bf16_v32bf(odd, even)
+#elif __GNUC__ >= 10
+#define FUSED_NORM_BF16_PAIR(odd, even) __builtin_ia32_cvtne2ps2bf16_v32hi(odd, even)
+#endif
+#endif
+#if defined(FUSED_NORM_BF16_PAIR) && (FUSED_NORM_CPU_VERSIONS || (defined(__AVX512BF16__) && defined(__AVX512DQ__)))
+#define FUSED_NORM_BF16_HARDWARE 1
+#else
+#define FUSED_NORM_BF16_HARDWARE 0
+#endif
+
+// bfloat16 stored through vcvtne2ps2bf16: the same two bytes as BFloat16, a
+// type of its own so that the kernel instantiated for it (at 64 bytes only)
+// is the one whose stores use the instruction.
+struct BFloat16ByHardware {
+  uint16_t bits;
+};
+
+}  // namespace
+
+template <>
+struct Numeric<BFloat16ByHardware> {
+  using acc_t = float;
+};
+
+namespace {
+
 // A group is one vector of stored elements (B bytes of T), loaded as
 // kAccPerGroup vectors of the accumulation type. element(a, l) says which of
 // the group's elements lane l of accumulation vector a holds. The software
@@ -236,6 +272,40 @@ struct Groups<BFloat16, B> {
     store_vector(p, bits);
   }
 };
+
+#if FUSED_NORM_BF16_HARDWARE
+// Loads and lanes as BFloat16's (so the sums are the same); stores convert
+// in hardware, which rounds to nearest even and quiets a NaN exactly as
+// to_bfloat16 does, but flushes subnormal floats to zero. A group holding a
+// subnormal takes the software rounding instead, so every version writes
+// the same bits; outputs that small are rare, and the branch is predicted.
+template <>
+struct Groups<BFloat16ByHardware, 64> {
+  using Software = Groups<BFloat16, 64>;
+  using acc_v = Vec<64>::f32;
+  using i16 = Vec<64>::i16;
+  static constexpr int kAccPerGroup = Software::kAccPerGroup;
+  static constexpr int element(int a, int l) { return Software::element(a, l); }
+
+  static inline __attribute__((always_inline)) void load(const BFloat16ByHardware* p, acc_v* out) {
+    Software::load(reinterpret_cast<const BFloat16*>(p), out);
+  }
+
+  static inline __attribute__((always_inline)) void store(BFloat16ByHardware* p, const acc_v* in) {
+    constexpr int kSubnormal = 0x20;  // vfpclassps category: denormal
+    const unsigned subnormal_lanes = __builtin_ia32_fpclassps512_mask(in[0], kSubnormal, 0xffff) |
+                                     __builtin_ia32_fpclassps512_mask(in[1], kSubnormal, 0xffff);
+    if (__builtin_expect(subnormal_lanes != 0, 0)) {
+      Software::store(reinterpret_cast<BFloat16*>(p), in);
+      return;
+    }
+    // Lanes 0-15: the even elements (in[0]), 16-31: the odd ones; back to memory order.
+    const i16 converted = (i16)FUSED_NORM_BF16_PAIR(in[1], in[0]);
+    store_vector(p, __builtin_shufflevector(converted, converted, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7,
+                                            23, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31));
+  }
+};
+#endif
 
 template <int B>
 struct Groups<Half, B> {
@@ -513,19 +583,65 @@ inline __attribute__((always_inline)) void add_normalise_rows(const AddNormProbl
 // applies to concrete functions, and each version instantiates the
 // always_inline kernel at its own vector width.
 #if FUSED_NORM_CPU_VERSIONS
-#define FUSED_NORM_CPU_ENTRY(NAME, PROBLEM, KERNEL, T)                                                            \
+#if FUSED_NORM_BF16_HARDWARE
+// AVX512-BF16 is a feature, not an x86-64 level, so the loader cannot pick a
+// version by it (GCC versions by `arch=` only); the x86-64-v4 version asks
+// the CPU and calls the function compiled for it.
+bool cpu_has_avx512bf16() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") != 0;
+  }();
+  return has;
+}
+
+#define FUSED_NORM_CPU_V4_BFloat16(NAME, PROBLEM, KERNEL)                                                          \
+  __attribute__((target("arch=x86-64-v4,avx512bf16"))) void NAME##_avx512bf16(TypeTag<BFloat16>, const PROBLEM& p, \
+                                                                              int64_t begin, int64_t end) {        \
+    KERNEL<BFloat16ByHardware, 64>(p, begin, end);                                                                 \
+  }                                                                                                                \
+  __attribute__((target("arch=x86-64-v4"))) void NAME(TypeTag<BFloat16> tag, const PROBLEM& p, int64_t begin,      \
+                                                      int64_t end) {                                               \
+    if (cpu_has_avx512bf16()) return NAME##_avx512bf16(tag, p, begin, end);                                        \
+    KERNEL<BFloat16, 64>(p, begin, end);                                                                           \
+  }
+#else
+#define FUSED_NORM_CPU_V4_BFloat16(NAME, PROBLEM, KERNEL) FUSED_NORM_CPU_V4(NAME, PROBLEM, KERNEL, BFloat16)
+#endif
+#define FUSED_NORM_CPU_V4(NAME, PROBLEM, KERNEL, T)                                                               \
   __attribute__((target("arch=x86-64-v4"))) void NAME(TypeTag<T>, const PROBLEM& p, int64_t begin, int64_t end) { \
     KERNEL<T, 64>(p, begin, end);                                                                                 \
-  }                                                                                                               \
+  }
+#define FUSED_NORM_CPU_V4_float(NAME, PROBLEM, KERNEL) FUSED_NORM_CPU_V4(NAME, PROBLEM, KERNEL, float)
+#define FUSED_NORM_CPU_V4_double(NAME, PROBLEM, KERNEL) FUSED_NORM_CPU_V4(NAME, PROBLEM, KERNEL, double)
+#define FUSED_NORM_CPU_V4_Half(NAME, PROBLEM, KERNEL) FUSED_NORM_CPU_V4(NAME, PROBLEM, KERNEL, Half)
+#define FUSED_NORM_CPU_V3_AND_DEFAULT(NAME, PROBLEM, KERNEL, T)                                                   \
   __attribute__((target("arch=x86-64-v3"))) void NAME(TypeTag<T>, const PROBLEM& p, int64_t begin, int64_t end) { \
     KERNEL<T, 32>(p, begin, end);                                                                                 \
   }                                                                                                               \
   __attribute__((target("default"))) void NAME(TypeTag<T>, const PROBLEM& p, int64_t begin, int64_t end) {        \
     KERNEL<T, 16>(p, begin, end);                                                                                 \
   }
-#else
 #define FUSED_NORM_CPU_ENTRY(NAME, PROBLEM, KERNEL, T) \
-  void NAME(TypeTag<T>, const PROBLEM& p, int64_t begin, int64_t end) { KERNEL<T, kBuildVectorBytes>(p, begin, end); }
+  FUSED_NORM_CPU_V4_##T(NAME, PROBLEM, KERNEL);        \
+  FUSED_NORM_CPU_V3_AND_DEFAULT(NAME, PROBLEM, KERNEL, T)
+#else
+// The type a build without versions computes T as: bfloat16 stores in
+// hardware where the build's flags enable AVX512-BF16 at 64 bytes.
+template <typename T>
+struct BuildType {
+  using type = T;
+};
+#if FUSED_NORM_BF16_HARDWARE
+template <>
+struct BuildType<BFloat16> {
+  using type = std::conditional_t<kBuildVectorBytes == 64, BFloat16ByHardware, BFloat16>;
+};
+#endif
+#define FUSED_NORM_CPU_ENTRY(NAME, PROBLEM, KERNEL, T)                     \
+  void NAME(TypeTag<T>, const PROBLEM& p, int64_t begin, int64_t end) {    \
+    KERNEL<typename BuildType<T>::type, kBuildVectorBytes>(p, begin, end); \
+  }
 #endif
 #define FUSED_NORM_CPU_ENTRIES(T)                                  \
   FUSED_NORM_CPU_ENTRY(clone_rows, NormProblem, normalise_rows, T) \

@@ -1,12 +1,13 @@
 """Every instruction-set version of the CPU kernel computes the same bits.
 
-The core is built three ways from csrc/core/fused_norm_cpu.cpp with the
-project's optimisation flags: as delivered (the loader picks the widest
-version this CPU runs) and as single-version builds for x86-64 (SSE2, xmm)
-and, where this CPU runs them, x86-64-v3 (AVX2, ymm) and x86-64-v4
-(AVX-512, zmm). Each runs the same random problems (every dtype, row lengths
-around every vector width, rows split between two calls as threads split
-them); all outputs must be identical to the byte.
+The core is built from csrc/core/fused_norm_cpu.cpp with the project's
+optimisation flags, as delivered (the loader picks the widest version this
+CPU runs) and as single-version builds: x86-64 (SSE2, xmm) and, where this
+CPU runs them, x86-64-v3 (AVX2, ymm), x86-64-v4 (AVX-512, zmm) and x86-64-v4
+with AVX512-BF16 (bfloat16 stored by the hardware conversion). Each runs the
+same random problems (every dtype, row lengths around every vector width,
+rows split between two calls as threads split them, values in every
+conversion's corner cases); all outputs must be identical to the byte.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ pytestmark = [
 ]
 
 PROBE = REPO_ROOT / "tests" / "helpers" / "cpu_versions_probe.cpp"
-# -march level -> the /proc/cpuinfo flags it needs to run.
+# Single-version build -> (its compiler flags, the /proc/cpuinfo flags it needs to run).
 LEVELS = {
-    "x86-64": set(),
-    "x86-64-v3": {"avx2", "fma", "f16c", "bmi2"},
-    "x86-64-v4": {"avx512f", "avx512bw", "avx512vl"},
+    "x86-64": (["-march=x86-64"], set()),
+    "x86-64-v3": (["-march=x86-64-v3"], {"avx2", "fma", "f16c", "bmi2"}),
+    "x86-64-v4": (["-march=x86-64-v4"], {"avx512f", "avx512bw", "avx512vl"}),
+    # bfloat16 stored with vcvtne2ps2bf16 (its subnormal groups in software).
+    "x86-64-v4+avx512bf16": (["-march=x86-64-v4", "-mavx512bf16"], {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"}),
 }
 
 
@@ -52,10 +55,10 @@ def build(directory: Path, name: str, extra: list[str]) -> Path:
 
 
 def test_every_version_gives_identical_bits(tmp_path, generator):
-    runnable = [level for level, needs in LEVELS.items() if needs <= cpu_flags()]
+    runnable = {level: flags for level, (flags, needs) in LEVELS.items() if needs <= cpu_flags()}
     builds = {"delivered (loader's choice)": build(tmp_path, "delivered", [])}
-    for level in runnable:
-        builds[level] = build(tmp_path, level, [f"-march={level}", "-DFUSED_NORM_NO_CLONES"])
+    for level, flags in runnable.items():
+        builds[level] = build(tmp_path, level, [*flags, "-DFUSED_NORM_NO_CLONES"])
     seed = str(int(generator.initial_seed()))
     outputs = {
         name: subprocess.run([str(exe), seed], capture_output=True, check=True).stdout for name, exe in builds.items()

@@ -9,7 +9,7 @@
 // 32-lane chunk; rows split into two calls at a point that is not a
 // multiple of the row block, as threads split them. Then the values where
 // conversions differ most easily: rows holding one NaN (signalling, or
-// negative with a payload) or one infinity, 16-bit subnormal inputs, and
+// negative with a payload) or one infinity, subnormal 16-bit inputs, and
 // weights that push outputs past the 16-bit range or into its subnormals;
 // through both entries (the norm, and the residual add + norm with its sum).
 #include <cmath>
@@ -64,18 +64,23 @@ void write_nan(DType dtype, unsigned char* p, bool quiet) {
 }
 
 // Rows 0-2 hold one NaN or infinity each at a random position, rows 3-5 are
-// tiny (16-bit subnormals), the rest ordinary; the weights are ordinary,
-// huge (outputs overflow float16) or tiny (outputs in float16's
-// subnormals, with a zero bias). Runs the norm and the residual add + norm
-// and writes y, then the add's y and sum.
+// tiny (subnormals of the 16-bit type), the rest ordinary; the weights are
+// ordinary, huge (outputs overflow float16) or tiny (outputs in the 16-bit
+// type's subnormals, with a zero bias). bfloat16's subnormals are float's
+// (below 1.2e-38), where the hardware conversion would flush to zero.
+// Runs the norm and the residual add + norm and writes y, then the add's y
+// and sum.
 void special_values(DType dtype, int64_t hidden, std::mt19937_64& rng) {
   const size_t esize = element_size(dtype);
   const int64_t rows = 9;
+  const bool bfloat16 = dtype == DType::kBFloat16;
+  const float tiny_row = bfloat16 ? 3e-39f : 3e-6f;
+  const float tiny_weight = bfloat16 ? 1e-39f : 2e-6f;
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<int64_t> position(0, hidden - 1);
   std::vector<unsigned char> x(rows * hidden * esize), r(rows * hidden * esize), w(hidden * esize), b(hidden * esize);
   for (int64_t row = 0; row < rows; ++row) {
-    const float scale = row >= 3 && row < 6 ? 3e-6f : 1.0f;
+    const float scale = row >= 3 && row < 6 ? tiny_row : 1.0f;
     for (int64_t i = 0; i < hidden; ++i) {
       write_element(dtype, &x[(row * hidden + i) * esize], scale * normal(rng));
       write_element(dtype, &r[(row * hidden + i) * esize], scale * normal(rng));
@@ -86,7 +91,7 @@ void special_values(DType dtype, int64_t hidden, std::mt19937_64& rng) {
   write_element(dtype, &x[(2 * hidden + position(rng)) * esize], -INFINITY);
   for (int64_t i = 0; i < hidden; ++i) {
     const int kind = static_cast<int>(i % 3);
-    const float magnitude = kind == 0 ? 1.0f : kind == 1 ? 3e4f : 2e-6f;
+    const float magnitude = kind == 0 ? 1.0f : kind == 1 ? 3e4f : tiny_weight;
     write_element(dtype, &w[i * esize], magnitude * (1.0f + 0.1f * normal(rng)));
     write_element(dtype, &b[i * esize], kind == 2 ? 0.0f : 0.1f * normal(rng));
   }
