@@ -583,10 +583,21 @@ inline __attribute__((always_inline)) void add_normalise_rows(const AddNormProbl
 // applies to concrete functions, and each version instantiates the
 // always_inline kernel at its own vector width.
 #if FUSED_NORM_CPU_VERSIONS
+#define FUSED_NORM_CPU_V4(NAME, PROBLEM, KERNEL, T)                                                               \
+  __attribute__((target("arch=x86-64-v4"))) void NAME(TypeTag<T>, const PROBLEM& p, int64_t begin, int64_t end) { \
+    KERNEL<T, 64>(p, begin, end);                                                                                 \
+  }
+#define FUSED_NORM_CPU_V3_AND_DEFAULT(NAME, PROBLEM, KERNEL, T)                                                   \
+  __attribute__((target("arch=x86-64-v3"))) void NAME(TypeTag<T>, const PROBLEM& p, int64_t begin, int64_t end) { \
+    KERNEL<T, 32>(p, begin, end);                                                                                 \
+  }                                                                                                               \
+  __attribute__((target("default"))) void NAME(TypeTag<T>, const PROBLEM& p, int64_t begin, int64_t end) {        \
+    KERNEL<T, 16>(p, begin, end);                                                                                 \
+  }
 #if FUSED_NORM_BF16_HARDWARE
 // AVX512-BF16 is a feature, not an x86-64 level, so the loader cannot pick a
-// version by it (GCC versions by `arch=` only); the x86-64-v4 version asks
-// the CPU and calls the function compiled for it.
+// version by it (GCC versions by `arch=` only); bfloat16's x86-64-v4 version
+// asks the CPU and calls the function compiled for it.
 bool cpu_has_avx512bf16() {
   static const bool has = [] {
     __builtin_cpu_init();
@@ -595,7 +606,7 @@ bool cpu_has_avx512bf16() {
   return has;
 }
 
-#define FUSED_NORM_CPU_V4_BFloat16(NAME, PROBLEM, KERNEL)                                                          \
+#define FUSED_NORM_CPU_V4_BFLOAT16(NAME, PROBLEM, KERNEL)                                                          \
   __attribute__((target("arch=x86-64-v4,avx512bf16"))) void NAME##_avx512bf16(TypeTag<BFloat16>, const PROBLEM& p, \
                                                                               int64_t begin, int64_t end) {        \
     KERNEL<BFloat16ByHardware, 64>(p, begin, end);                                                                 \
@@ -606,25 +617,14 @@ bool cpu_has_avx512bf16() {
     KERNEL<BFloat16, 64>(p, begin, end);                                                                           \
   }
 #else
-#define FUSED_NORM_CPU_V4_BFloat16(NAME, PROBLEM, KERNEL) FUSED_NORM_CPU_V4(NAME, PROBLEM, KERNEL, BFloat16)
+#define FUSED_NORM_CPU_V4_BFLOAT16(NAME, PROBLEM, KERNEL) FUSED_NORM_CPU_V4(NAME, PROBLEM, KERNEL, BFloat16)
 #endif
-#define FUSED_NORM_CPU_V4(NAME, PROBLEM, KERNEL, T)                                                               \
-  __attribute__((target("arch=x86-64-v4"))) void NAME(TypeTag<T>, const PROBLEM& p, int64_t begin, int64_t end) { \
-    KERNEL<T, 64>(p, begin, end);                                                                                 \
-  }
-#define FUSED_NORM_CPU_V4_float(NAME, PROBLEM, KERNEL) FUSED_NORM_CPU_V4(NAME, PROBLEM, KERNEL, float)
-#define FUSED_NORM_CPU_V4_double(NAME, PROBLEM, KERNEL) FUSED_NORM_CPU_V4(NAME, PROBLEM, KERNEL, double)
-#define FUSED_NORM_CPU_V4_Half(NAME, PROBLEM, KERNEL) FUSED_NORM_CPU_V4(NAME, PROBLEM, KERNEL, Half)
-#define FUSED_NORM_CPU_V3_AND_DEFAULT(NAME, PROBLEM, KERNEL, T)                                                   \
-  __attribute__((target("arch=x86-64-v3"))) void NAME(TypeTag<T>, const PROBLEM& p, int64_t begin, int64_t end) { \
-    KERNEL<T, 32>(p, begin, end);                                                                                 \
-  }                                                                                                               \
-  __attribute__((target("default"))) void NAME(TypeTag<T>, const PROBLEM& p, int64_t begin, int64_t end) {        \
-    KERNEL<T, 16>(p, begin, end);                                                                                 \
-  }
 #define FUSED_NORM_CPU_ENTRY(NAME, PROBLEM, KERNEL, T) \
-  FUSED_NORM_CPU_V4_##T(NAME, PROBLEM, KERNEL);        \
+  FUSED_NORM_CPU_V4(NAME, PROBLEM, KERNEL, T)          \
   FUSED_NORM_CPU_V3_AND_DEFAULT(NAME, PROBLEM, KERNEL, T)
+#define FUSED_NORM_CPU_BFLOAT16_ENTRY(NAME, PROBLEM, KERNEL) \
+  FUSED_NORM_CPU_V4_BFLOAT16(NAME, PROBLEM, KERNEL)          \
+  FUSED_NORM_CPU_V3_AND_DEFAULT(NAME, PROBLEM, KERNEL, BFloat16)
 #else
 // The type a build without versions computes T as: bfloat16 stores in
 // hardware where the build's flags enable AVX512-BF16 at 64 bytes.
@@ -642,6 +642,7 @@ struct BuildType<BFloat16> {
   void NAME(TypeTag<T>, const PROBLEM& p, int64_t begin, int64_t end) {    \
     KERNEL<typename BuildType<T>::type, kBuildVectorBytes>(p, begin, end); \
   }
+#define FUSED_NORM_CPU_BFLOAT16_ENTRY(NAME, PROBLEM, KERNEL) FUSED_NORM_CPU_ENTRY(NAME, PROBLEM, KERNEL, BFloat16)
 #endif
 #define FUSED_NORM_CPU_ENTRIES(T)                                  \
   FUSED_NORM_CPU_ENTRY(clone_rows, NormProblem, normalise_rows, T) \
@@ -649,8 +650,10 @@ struct BuildType<BFloat16> {
 FUSED_NORM_CPU_ENTRIES(float)
 FUSED_NORM_CPU_ENTRIES(double)
 FUSED_NORM_CPU_ENTRIES(Half)
-FUSED_NORM_CPU_ENTRIES(BFloat16)
+FUSED_NORM_CPU_BFLOAT16_ENTRY(clone_rows, NormProblem, normalise_rows)
+FUSED_NORM_CPU_BFLOAT16_ENTRY(clone_add_rows, AddNormProblem, add_normalise_rows)
 #undef FUSED_NORM_CPU_ENTRIES
+#undef FUSED_NORM_CPU_BFLOAT16_ENTRY
 #undef FUSED_NORM_CPU_ENTRY
 
 }  // namespace
