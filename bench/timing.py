@@ -33,6 +33,8 @@ from bench import turns as bench_turns
 
 # A block must last at least this many timer resolutions: <= 1 % timer error.
 BLOCK_FACTOR = 100
+# Extra timings of the block probe's batch; the fastest sets the block.
+BLOCK_PROBE_REPEATS = 4
 # Warm-up calls made even when one call outlasts the budget: the first touches
 # the output's pages and lazy state, the next ones run on warm caches.
 MIN_WARMUP_CALLS = 3
@@ -131,18 +133,28 @@ def block_size(call: Callable[[], object], resolution_ns: float) -> int:
 
     Probes like timeit's autorange: time 1, 2, 4, ... calls until a batch lasts
     the target, so the timer's own cost does not inflate the per-call estimate.
+    One batch can be stretched by an interrupt or a page fault, which would make
+    the block too short and the timer's share of every sample larger; so the
+    batch found is timed BLOCK_PROBE_REPEATS times more and the fastest counts.
     """
     target_ns = BLOCK_FACTOR * resolution_ns
     calls = 1
     while True:
-        start = time.perf_counter_ns()
-        for _ in range(calls):
-            call()
-        elapsed = time.perf_counter_ns() - start
+        elapsed = _time_batch(call, calls)
         if elapsed >= target_ns:
             break
         calls *= 2
-    return 1 if calls == 1 else math.ceil(target_ns / (elapsed / calls))
+    if calls == 1:
+        return 1
+    fastest = min([elapsed] + [_time_batch(call, calls) for _ in range(BLOCK_PROBE_REPEATS)])
+    return math.ceil(target_ns / (max(fastest, 1) / calls))
+
+
+def _time_batch(call: Callable[[], object], calls: int) -> int:
+    start = time.perf_counter_ns()
+    for _ in range(calls):
+        call()
+    return time.perf_counter_ns() - start
 
 
 def warm_up(call: Callable[[], object], config: TimingConfig, sync: Callable[[], object] | None = None) -> int:

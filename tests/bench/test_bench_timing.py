@@ -9,7 +9,16 @@ import numpy as np
 import pytest
 
 from bench import turns as bench_turns
-from bench.timing import BLOCK_FACTOR, MIN_WARMUP_CALLS, TimingConfig, measure, summarize, timer_resolution_ns, warm_up
+from bench.timing import (
+    BLOCK_FACTOR,
+    MIN_WARMUP_CALLS,
+    TimingConfig,
+    block_size,
+    measure,
+    summarize,
+    timer_resolution_ns,
+    warm_up,
+)
 
 
 def test_timer_resolution_is_measured_and_small():
@@ -39,6 +48,23 @@ def _spin(microseconds: float) -> None:
     end = time.perf_counter_ns() + int(microseconds * 1e3)
     while time.perf_counter_ns() < end:
         pass
+
+
+def test_a_stretched_probe_batch_does_not_shorten_the_block():
+    # 10 us calls against a 50 us block target; the 3rd call of the probe (the first
+    # of its 2-call batch) is held up for 400 us, as an interrupt would. Judged on
+    # that batch alone, a call would seem to take 205 us and the block would be 1.
+    made = []
+
+    def call():
+        made.append(1)
+        _spin(400.0 if len(made) == 3 else 10.0)
+
+    for _ in range(3):  # warm, as measure() does before probing: a first call runs cold
+        call()
+    made.clear()
+    block = block_size(call, resolution_ns=500.0)
+    assert 4 <= block <= 5  # 50 us / (10 us + the loop's own cost)
 
 
 def test_warm_up_of_long_calls_stops_at_the_budget_but_never_below_the_minimum():
