@@ -347,6 +347,25 @@ def bench_offset_sweep(c, shape="", dtype="float32", distances="", threads="1", 
 
 
 @task(
+    name="thread-sweep",
+    pre=[build],
+    help={
+        "shapes": "op shapes, a comma list like 1x8x512,8x128x1024 (default: the report's and the task threshold's)",
+        "threads": "intra-op thread counts, a comma list whose first is the reference (default 1,2)",
+        "reps": "repetitions, each timing every count once, an integer >= 1 (default 21)",
+        "out": "results folder (default <repo>/reports/thread_sweep)",
+    },
+)
+@cli.fails_with("bench.thread-sweep", ValueError)
+def bench_thread_sweep(c, shapes="", threads="1,2", reps="21", out=""):
+    """The op at several thread counts on the same buffers in one process: time against the first count's."""
+    from bench.thread_sweep import main
+
+    argv = ["--threads", threads, "--reps", str(cli.integer("--reps", reps, minimum=1))]
+    main(argv + (["--shapes", shapes] if shapes else []) + (["--out", out] if out else []))
+
+
+@task(
     name="serve",
     pre=[build],
     help={
@@ -482,7 +501,16 @@ def gpu_check(
 ns = Collection()
 for _task in (build, toolchain, test, export, align, lint, cuda_check, gpu_check):
     ns.add_task(_task)
-_bench = Collection("bench", compare, bench_targets, bench_serve, bench_ab_measure, bench_ab_spread, bench_offset_sweep)
+_bench = Collection(
+    "bench",
+    compare,
+    bench_targets,
+    bench_serve,
+    bench_ab_measure,
+    bench_ab_spread,
+    bench_offset_sweep,
+    bench_thread_sweep,
+)
 _bench.add_task(bench, name="run", default=True)  # `invoke bench` runs it
 ns.add_collection(_bench)
 ns.add_collection(Collection("ort", ort_dump_replay, ort_client))

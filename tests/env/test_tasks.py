@@ -39,6 +39,7 @@ def test_task_names_follow_one_scheme():
         "bench.ab-spread",
         "bench.compare",
         "bench.offset-sweep",
+        "bench.thread-sweep",
         "bench.targets",
         "bench.serve",
         "ort.client",
