@@ -544,12 +544,25 @@ inline __attribute__((always_inline)) void normalise_rows(const NormProblem& p, 
   }
 }
 
-// The residual add + norm: the first pass writes s = x + residual and sums
-// its squares, the second pass is the same scaled write, reading s (just
-// written, still in L1/L2) instead of x.
-template <typename T, int B>
-inline __attribute__((always_inline)) void add_normalise_rows(const AddNormProblem& p, int64_t row_begin,
-                                                              int64_t row_end) {
+// Rows of at least this many bytes run the residual add + norm one at a
+// time. Its first pass touches three rows at once (x, residual, s), so a
+// block of four 4 KiB rows is 48 KiB of rows in flight, beyond L1, and the
+// second pass reads s back from L2. Measured on a Zen 4 (32 KiB L1), fp32,
+// in place, 1 thread (bench/core_timing.cpp): single rows took 0.63-0.97x
+// the time of blocks of four at 1024x1024 and 0.64-0.70x at 512x2048; below
+// 4 KiB they gained nothing (0.98-1.24x at 256x768 and 2048x512). The norm
+// keeps its blocks at every length: there single rows help only with the
+// output just after the input in a page and in cache, and lose 1.05-1.4x
+// out of cache.
+constexpr int64_t kAddNormSingleRowBytes = 4096;
+
+// The residual add + norm of `Rows` rows at a time from row r while whole
+// blocks remain; returns the first row left. The first pass writes
+// s = x + residual and sums its squares, the second pass is the same scaled
+// write, reading s (just written, still in L1/L2) instead of x.
+template <typename T, int B, int Rows>
+inline __attribute__((always_inline)) int64_t add_normalise_blocks(const AddNormProblem& p, int64_t r,
+                                                                   int64_t row_end) {
   using acc_t = typename Numeric<T>::acc_t;
   const T* x = static_cast<const T*>(p.norm.x);
   const T* residual = static_cast<const T*>(p.residual);
@@ -561,21 +574,25 @@ inline __attribute__((always_inline)) void add_normalise_rows(const AddNormProbl
   const int64_t hidden = p.norm.hidden;
   const acc_t eps = static_cast<acc_t>(p.norm.eps);
   const acc_t inv_hidden = acc_t(1) / static_cast<acc_t>(hidden);
-
-  int64_t r = row_begin;
-  for (; r + kRowBlock <= row_end; r += kRowBlock) {
-    acc_t inv_rms[kRowBlock];
-    for (int j = 0; j < kRowBlock; ++j) {
+  for (; r + Rows <= row_end; r += Rows) {
+    acc_t inv_rms[Rows];
+    for (int j = 0; j < Rows; ++j) {
       const int64_t offset = (r + j) * hidden;
       inv_rms[j] = row_add_inv_rms<T, B>(x + offset, residual + offset, s + offset, hidden, inv_hidden, eps);
     }
-    write_rows<T, B, kRowBlock>(s + r * hidden, weight, bias, y + r * hidden, hidden, inv_rms);
+    write_rows<T, B, Rows>(s + r * hidden, weight, bias, y + r * hidden, hidden, inv_rms);
   }
-  for (; r < row_end; ++r) {
-    const int64_t offset = r * hidden;
-    const acc_t inv_rms = row_add_inv_rms<T, B>(x + offset, residual + offset, s + offset, hidden, inv_hidden, eps);
-    write_rows<T, B, 1>(s + offset, weight, bias, y + offset, hidden, &inv_rms);
+  return r;
+}
+
+template <typename T, int B>
+inline __attribute__((always_inline)) void add_normalise_rows(const AddNormProblem& p, int64_t row_begin,
+                                                              int64_t row_end) {
+  int64_t r = row_begin;
+  if (p.norm.hidden * static_cast<int64_t>(sizeof(T)) < kAddNormSingleRowBytes) {
+    r = add_normalise_blocks<T, B, kRowBlock>(p, r, row_end);
   }
+  add_normalise_blocks<T, B, 1>(p, r, row_end);
 }
 
 // One non-template entry point per op and dtype (overloads on the type tag),
