@@ -20,9 +20,7 @@ copy / op, the op's share of the copy read side by side. Written to
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -32,6 +30,7 @@ from rich.console import Console
 
 import ops
 from bench.placement import PAGE_BYTES, empty_at
+from bench.sweep_timing import block_us, calls_per_block, parse_shape
 from bench.verify import verify
 from env.files import write_text_atomic
 from env.paths import REPO_ROOT
@@ -40,15 +39,6 @@ from ops.reference import EPS, make_inputs, reference_norm, tolerance
 
 DEFAULT_SHAPE = "8x128x1024"  # 4 MiB of float32: the cache-resident op shape, where the layout shows most
 DEFAULT_DISTANCES = (0, 64, 128, 192, 256, 512, 1024, 2048, 3072, 3968, 4032)
-BLOCK_S = 0.002  # one timed block: long against the timer, short against the host's drift
-
-
-def parse_shape(spec: str) -> tuple[int, ...]:
-    """ "8x128x1024" -> (8, 128, 1024); ValueError naming --shape on anything else."""
-    parts = spec.lower().split("x")
-    if not all(p.strip().isdigit() and int(p) > 0 for p in parts):
-        raise ValueError(f"--shape must be positive integers joined by 'x' (like 8x128x1024), got {spec!r}")
-    return tuple(int(p) for p in parts)
 
 
 def parse_distances(spec: str, itemsize: int) -> list[int]:
@@ -63,13 +53,6 @@ def parse_distances(spec: str, itemsize: int) -> list[int]:
             f"--distances must be multiples of the element size ({itemsize} bytes) in [0, {PAGE_BYTES}), got {spec!r}"
         )
     return distances
-
-
-def _block_us(fn: Callable[[], object], calls: int) -> float:
-    start = time.perf_counter_ns()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter_ns() - start) / calls / 1e3
 
 
 def sweep(shape: tuple[int, ...], dtype: torch.dtype, distances: Sequence[int], reps: int) -> pd.DataFrame:
@@ -95,20 +78,18 @@ def sweep(shape: tuple[int, ...], dtype: torch.dtype, distances: Sequence[int], 
     def op_into(y: torch.Tensor) -> Callable[[], object]:
         return lambda: op(x, weight, bias, EPS, y)
 
-    first = outputs[distances[0]]
-    per_call_s = max(_block_us(op_into(first), 10) / 1e6, 1e-7)
-    calls = max(1, math.ceil(BLOCK_S / per_call_s))
+    calls = calls_per_block(op_into(outputs[distances[0]]), 10)
     for y in outputs.values():  # warm-up: every layout once, both callables
-        _block_us(copy_into(y), calls)
-        _block_us(op_into(y), calls)
+        block_us(copy_into(y), calls)
+        block_us(op_into(y), calls)
 
     copy_us: dict[int, list[float]] = {d: [] for d in distances}
     op_us: dict[int, list[float]] = {d: [] for d in distances}
     for rep in range(reps):
         shift = rep % len(distances)  # rotate so that no distance always follows the same one
         for d in list(distances[shift:]) + list(distances[:shift]):
-            copy_us[d].append(_block_us(copy_into(outputs[d]), calls))
-            op_us[d].append(_block_us(op_into(outputs[d]), calls))
+            copy_us[d].append(block_us(copy_into(outputs[d]), calls))
+            op_us[d].append(block_us(op_into(outputs[d]), calls))
 
     numel = x.numel()
     rows = []

@@ -23,10 +23,8 @@ Written to ``thread_sweep.csv`` and ``thread_sweep.md`` under --out.
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -34,8 +32,8 @@ import pandas as pd
 import torch
 from rich.console import Console
 
-from bench.offset_sweep import parse_shape
 from bench.pinning import move_to_timing_cpu, pinned_for_timing
+from bench.sweep_timing import block_us, calls_per_block, parse_shape
 from bench.verify import verify
 from env.files import write_text_atomic
 from env.paths import REPO_ROOT
@@ -53,7 +51,6 @@ DEFAULT_SHAPES = (
     "16x256x2048",
     "32x512x4096",
 )
-BLOCK_S = 0.002  # one timed block: long against the timer, short against the host's drift
 WARM_CALLS = 3  # untimed calls after a change of thread count: the pool wakes, the caches refill
 
 
@@ -66,13 +63,6 @@ def parse_threads(spec: str) -> list[int]:
     if len(counts) < 2 or min(counts) < 1 or len(set(counts)) != len(counts):
         raise ValueError(f"--threads must be at least two distinct integers >= 1, got {spec!r}")
     return counts
-
-
-def _block_us(fn: Callable[[], object], calls: int) -> float:
-    start = time.perf_counter_ns()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter_ns() - start) / calls / 1e3
 
 
 def sweep(
@@ -97,7 +87,7 @@ def sweep(
             verify(y, expected, tolerance(dtype), f"fused_norm_out at {n} threads")
             verify(op_call(x, weight, bias, EPS), expected, tolerance(dtype), f"fused_norm at {n} threads")
         torch.set_num_threads(threads[0])
-        calls = {name: max(1, math.ceil(BLOCK_S / max(_block_us(fn, 5) / 1e6, 1e-7))) for name, fn in variants.items()}
+        calls = {name: calls_per_block(fn, 5) for name, fn in variants.items()}
         times: dict[tuple[int, str], list[float]] = {(n, v): [] for n in threads for v in variants}
         for rep in range(reps):
             shift = rep % len(threads)  # rotate so that no count always follows the same one
@@ -106,8 +96,8 @@ def sweep(
                 move_to_timing_cpu()  # unpinned counts still start where the pinned one runs
                 with pinned_for_timing(n):
                     for name, fn in variants.items():
-                        _block_us(fn, WARM_CALLS)
-                        times[n, name].append(_block_us(fn, calls[name]))
+                        block_us(fn, WARM_CALLS)
+                        times[n, name].append(block_us(fn, calls[name]))
     finally:
         torch.set_num_threads(before)
 
@@ -156,8 +146,6 @@ def main(argv: list[str] | None = None) -> None:
     if not shapes:
         raise ValueError(f"--shapes must be a comma list of shapes like 8x128x1024, got {args.shapes!r}")
     threads = parse_threads(args.threads)
-    if args.reps < 1:
-        raise ValueError(f"--reps must be an integer >= 1, got {args.reps}")
     frame = pd.concat([sweep(shape, threads, args.reps) for shape in shapes], ignore_index=True)
     args.out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(args.out / "thread_sweep.csv", frame.to_csv(index=False))
