@@ -85,12 +85,22 @@ def libraries() -> dict[str, Path]:
 
 
 def kernel_versions(library: Path, entry: str) -> dict[tuple[str, str], Function]:
-    """{(dtype, version): entry function} of one library's kernel ``entry``."""
-    found = {}
+    """{(dtype, version): entry function} of one library's kernel ``entry``.
+
+    GCC may split a version in parts (partial inlining leaves the entry's
+    first test in the version and moves the rest to ``<version>.part.0``);
+    a version's parts are read as one function.
+    """
+    found: dict[tuple[str, str], Function] = {}
     for symbol, function in disassemble(library, entry).items():
         version = version_of(symbol)
-        if version is not None and function.instructions:
-            found[(dtype_of(symbol), version)] = function
+        if version is None or not function.instructions:
+            continue
+        key = (dtype_of(symbol), version)
+        if key in found:
+            joined = sorted(found[key].instructions + function.instructions, key=lambda i: i.address)
+            function = Function(found[key].name, tuple(joined))
+        found[key] = function
     return found
 
 
