@@ -105,6 +105,13 @@ void cpu_forward_rows(const NormProblem& p, int64_t row_begin, int64_t row_end);
 // cpu_forward_rows. Thread-safe for disjoint row ranges.
 void cpu_add_forward_rows(const AddNormProblem& p, int64_t row_begin, int64_t row_end);
 
+// Whether both CPU entry points write p's y with non-temporal stores, past
+// the caches: where x and y together take more than 3/4 of one instance of
+// the last-level cache (what Linux reports for cpu0, or FUSED_NORM_LLC_BYTES
+// if set; read once per process), y starts at a cache line and every row is
+// whole cache lines. It changes how y reaches memory, never its bits.
+bool cpu_streams_output(const NormProblem& p);
+
 // Rows per parallel task, so that a task touches about 32K elements: below
 // that the cost of waking a thread exceeds the work (same constant as
 // at::internal::GRAIN_SIZE).

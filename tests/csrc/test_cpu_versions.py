@@ -7,12 +7,17 @@ CPU runs them, x86-64-v3 (AVX2, ymm), x86-64-v4 (AVX-512, zmm) and x86-64-v4
 with AVX512-BF16 (bfloat16 stored by the hardware conversion). Each runs the
 same random problems (every dtype, row lengths around every vector width,
 rows split between two calls as threads split them, values in every
-conversion's corner cases); all outputs must be identical to the byte.
+conversion's corner cases); all outputs must be identical to the byte. Each
+build runs twice: as the problems come (small: ordinary stores) and with
+FUSED_NORM_LLC_BYTES=1, where every problem whose rows are whole cache lines
+writes its output with streaming (non-temporal) stores.
 """
 
 from __future__ import annotations
 
+import os
 import platform
+import re
 import subprocess
 from pathlib import Path
 
@@ -60,9 +65,19 @@ def test_every_version_gives_identical_bits(tmp_path, generator):
     for level, flags in runnable.items():
         builds[level] = build(tmp_path, level, [*flags, "-DFUSED_NORM_NO_CLONES"])
     seed = str(int(generator.initial_seed()))
-    outputs = {
-        name: subprocess.run([str(exe), seed], capture_output=True, check=True).stdout for name, exe in builds.items()
-    }
+    # Problems whose rows are whole 64-byte lines, per dtype: the random ones at hidden 16, 32, 64, 768
+    # (float32), 8 to 768 (float64), 32 to 768 (16-bit), plus the special values' norm and add at 768.
+    whole_line_problems = (4 + 2) + (5 + 2) + (3 + 2) + (3 + 2)
+    outputs = {}
+    for name, exe in builds.items():
+        for mode, llc in (("", None), (" streamed", "1")):
+            env = {k: v for k, v in os.environ.items() if k != "FUSED_NORM_LLC_BYTES"}
+            if llc:
+                env["FUSED_NORM_LLC_BYTES"] = llc
+            run = subprocess.run([str(exe), seed], capture_output=True, check=True, env=env)
+            streamed = int(re.search(rb"streamed problems: (\d+)", run.stderr).group(1))
+            assert streamed == (whole_line_problems if llc else 0), (name + mode, streamed)
+            outputs[name + mode] = run.stdout
     reference = outputs["x86-64"]
     assert len(reference) > 100_000 and reference != b"\xff" * len(reference)
     differ = [name for name, out in outputs.items() if out != reference]

@@ -12,6 +12,10 @@
 // negative with a payload) or one infinity, subnormal 16-bit inputs, and
 // weights that push outputs past the 16-bit range or into its subnormals;
 // through both entries (the norm, and the residual add + norm with its sum).
+// Outputs start at a cache line, as tensors do, so that where the kernel
+// streams its stores (run with FUSED_NORM_LLC_BYTES=1: every problem whose
+// rows are whole cache lines) those rows take the streaming path; the
+// number of problems that streamed goes to stderr.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -46,6 +50,17 @@ void write_element(DType dtype, unsigned char* p, float value) {
     }
   }
 }
+
+int streamed_problems = 0;
+
+// An output buffer of `bytes` 0xff bytes at a cache line, inside `storage`.
+unsigned char* output_buffer(std::vector<unsigned char>& storage, size_t bytes) {
+  storage.assign(bytes + 64, 0xff);
+  const uintptr_t address = reinterpret_cast<uintptr_t>(storage.data());
+  return storage.data() + (64 - address % 64) % 64;
+}
+
+void count_streaming(const NormProblem& p) { streamed_problems += cpu_streams_output(p) ? 1 : 0; }
 
 size_t element_size(DType dtype) { return dtype == DType::kFloat64 ? 8 : dtype == DType::kFloat32 ? 4 : 2; }
 
@@ -95,16 +110,19 @@ void special_values(DType dtype, int64_t hidden, std::mt19937_64& rng) {
     write_element(dtype, &w[i * esize], magnitude * (1.0f + 0.1f * normal(rng)));
     write_element(dtype, &b[i * esize], kind == 2 ? 0.0f : 0.1f * normal(rng));
   }
-  std::vector<unsigned char> y(x.size(), 0xff), sum(x.size(), 0xff);
-  NormProblem norm{x.data(), w.data(), b.data(), y.data(), rows, hidden, 1e-6, dtype};
+  std::vector<unsigned char> y_storage, sum(x.size(), 0xff);
+  unsigned char* y = output_buffer(y_storage, x.size());
+  NormProblem norm{x.data(), w.data(), b.data(), y, rows, hidden, 1e-6, dtype};
+  count_streaming(norm);
   cpu_forward_rows(norm, 0, 5);
   cpu_forward_rows(norm, 5, rows);
-  std::fwrite(y.data(), 1, y.size(), stdout);
-  std::memset(y.data(), 0xff, y.size());
+  std::fwrite(y, 1, x.size(), stdout);
+  std::memset(y, 0xff, x.size());
   AddNormProblem add{norm, r.data(), sum.data()};
+  count_streaming(add.norm);
   cpu_add_forward_rows(add, 0, 5);
   cpu_add_forward_rows(add, 5, rows);
-  std::fwrite(y.data(), 1, y.size(), stdout);
+  std::fwrite(y, 1, x.size(), stdout);
   std::fwrite(sum.data(), 1, sum.size(), stdout);
 }
 
@@ -123,20 +141,21 @@ int main(int argc, char** argv) {
     const size_t esize = element_size(dtype);
     for (int64_t hidden : hiddens) {
       const int64_t rows = 7;
-      std::vector<unsigned char> x(rows * hidden * esize), w(hidden * esize), b(hidden * esize),
-          y(rows * hidden * esize);
+      std::vector<unsigned char> x(rows * hidden * esize), w(hidden * esize), b(hidden * esize), y_storage;
+      unsigned char* y = output_buffer(y_storage, x.size());
       for (int64_t i = 0; i < rows * hidden; ++i) write_element(dtype, &x[i * esize], normal(rng) * scale(rng));
       for (int64_t i = 0; i < hidden; ++i) {
         write_element(dtype, &w[i * esize], 1.0f + 0.1f * normal(rng));
         write_element(dtype, &b[i * esize], 0.1f * normal(rng));
       }
-      std::memset(y.data(), 0xff, y.size());
-      NormProblem p{x.data(), w.data(), b.data(), y.data(), rows, hidden, 1e-6, dtype};
+      NormProblem p{x.data(), w.data(), b.data(), y, rows, hidden, 1e-6, dtype};
+      count_streaming(p);
       cpu_forward_rows(p, 0, 3);
       cpu_forward_rows(p, 3, rows);
-      std::fwrite(y.data(), 1, y.size(), stdout);
+      std::fwrite(y, 1, x.size(), stdout);
     }
     for (int64_t hidden : {17, 768, 5001}) special_values(dtype, hidden, rng);
   }
+  std::fprintf(stderr, "streamed problems: %d\n", streamed_problems);
   return 0;
 }
