@@ -8,6 +8,11 @@
 //                                      its two-call form (residual += x, then
 //                                      the norm of the residual into x), with
 //                                      the residual OFFSET bytes into a page
+//   copy ROWS HIDDEN [REPS]            a copy of ROWS x HIDDEN floats three
+//                                      ways: memcpy, 64-byte vector stores and
+//                                      64-byte streaming stores (movntps, past
+//                                      the caches); what the kernel's stores
+//                                      can reach at each size
 //
 // Every buffer starts at a page boundary (the moved one at its offset), so
 // a run is repeatable. Build it with the kernel's own flags and run it
@@ -20,6 +25,7 @@
 // Each repetition times a block of calls of each contender back to back
 // (blocks of about 0.4 MB of output, so one block lasts well above the
 // clock's resolution); printed are the medians over repetitions.
+#include <immintrin.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -52,6 +58,18 @@ float* page_aligned(size_t bytes) {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// A copy at 64-byte vectors with ordinary stores, and with streaming stores
+// (a store fence after them, as the kernel's tasks end). n is a multiple of
+// 16 and y is page-aligned; x86-64 with AVX-512 only, as add_into.
+__attribute__((target("avx512f"))) void copy_vectors(float* __restrict y, const float* __restrict x, size_t n) {
+  for (size_t i = 0; i < n; i += 16) _mm512_storeu_ps(y + i, _mm512_loadu_ps(x + i));
+}
+
+__attribute__((target("avx512f"))) void copy_streaming(float* __restrict y, const float* __restrict x, size_t n) {
+  for (size_t i = 0; i < n; i += 16) _mm512_stream_ps(y + i, _mm512_loadu_ps(x + i));
+  _mm_sfence();
 }
 
 // The two-call form's add at the widest vectors GCC can give it here.
@@ -142,12 +160,40 @@ void time_add(int64_t rows, int64_t hidden, int reps, int offset) {
               median(two) / median(one));
 }
 
+// GB/s counted as bytes read plus bytes written, medians over repetitions;
+// the three copies take turns within each repetition.
+void time_copy(int64_t rows, int64_t hidden, int reps) {
+  const size_t n = static_cast<size_t>(rows * hidden), bytes = n * sizeof(float);
+  float* x = page_aligned(bytes);
+  float* y = page_aligned(bytes);
+  for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 1000) * 0.5f;
+  const int calls = static_cast<int>(std::max<size_t>(1, 400000 / bytes));
+  std::vector<double> plain, vectors, streaming;
+  for (int rep = 0; rep < reps + 2; ++rep) {  // the first two warm up
+    const double t0 = now_ns();
+    for (int i = 0; i < calls; ++i) std::memcpy(y, x, bytes);
+    const double t1 = now_ns();
+    for (int i = 0; i < calls; ++i) copy_vectors(y, x, n);
+    const double t2 = now_ns();
+    for (int i = 0; i < calls; ++i) copy_streaming(y, x, n);
+    const double t3 = now_ns();
+    if (rep >= 2) {
+      plain.push_back(2.0 * bytes * calls / (t1 - t0));
+      vectors.push_back(2.0 * bytes * calls / (t2 - t1));
+      streaming.push_back(2.0 * bytes * calls / (t3 - t2));
+    }
+  }
+  std::printf("copy %lldx%lld (%.1f MiB), GB/s read + written: memcpy %.1f, vector stores %.1f, streaming %.1f\n",
+              static_cast<long long>(rows), static_cast<long long>(hidden), bytes / 1048576.0, median(plain),
+              median(vectors), median(streaming));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (argc < 4 || (mode != "norm" && mode != "add")) {
-    std::fprintf(stderr, "usage: %s norm|add ROWS HIDDEN [REPS] [OFFSET (add)]\n", argv[0]);
+  if (argc < 4 || (mode != "norm" && mode != "add" && mode != "copy")) {
+    std::fprintf(stderr, "usage: %s norm|add|copy ROWS HIDDEN [REPS] [OFFSET (add)]\n", argv[0]);
     return 2;
   }
   const int64_t rows = std::atoll(argv[2]), hidden = std::atoll(argv[3]);
@@ -159,6 +205,12 @@ int main(int argc, char** argv) {
   }
   if (mode == "norm") {
     time_norm(rows, hidden, reps);
+  } else if (mode == "copy") {
+    if ((rows * hidden) % 16 != 0) {
+      std::fprintf(stderr, "copy: ROWS x HIDDEN must be a multiple of 16\n");
+      return 2;
+    }
+    time_copy(rows, hidden, reps);
   } else {
     time_add(rows, hidden, reps, offset);
   }
