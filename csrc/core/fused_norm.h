@@ -70,6 +70,11 @@ struct NormProblem {
   int64_t hidden = 0;
   double eps = 0.0;
   DType dtype = DType::kFloat32;
+  // y was allocated for this call. A large block then is usually fresh
+  // pages, which the first touch maps zeroed into the cache: ordinary
+  // stores write into those lines, where streaming ones would first push
+  // the zeros out to memory (cpu_streams_output).
+  bool output_just_allocated = false;
 };
 
 // One call of the fused residual add + norm (myops::fused_add_norm):
@@ -108,8 +113,10 @@ void cpu_add_forward_rows(const AddNormProblem& p, int64_t row_begin, int64_t ro
 // Whether both CPU entry points write p's y with non-temporal stores, past
 // the caches: where x and y together take more than 3/4 of one instance of
 // the last-level cache (what Linux reports for cpu0, or FUSED_NORM_LLC_BYTES
-// if set; read once per process), y starts at a cache line and every row is
-// whole cache lines. It changes how y reaches memory, never its bits.
+// if set; read once per process), y starts at a cache line, every row is
+// whole cache lines, y is not x (in place, each line of y is in the cache
+// already, read as x) and not just allocated. It changes how y reaches
+// memory, never its bits.
 bool cpu_streams_output(const NormProblem& p);
 
 // Rows per parallel task, so that a task touches about 32K elements: below

@@ -617,7 +617,8 @@ int64_t last_level_cache_bytes() {
 // where x and y together take more than 3/4 of the last-level cache, so y
 // would leave it before anyone read it, and y is whole cache lines (y at a
 // line, rows of whole lines), so every version's vectors are aligned and a
-// streamed line is written whole. Decided for the whole problem, so every
+// streamed line is written whole. Not in place (y's lines are in the cache,
+// just read as x) and not into a just-allocated y (NormProblem). Decided for the whole problem, so every
 // thread's rows and every version decide alike; the bits written do not
 // depend on it. The 3/4, measured on a Zen 5 VM (32 MiB L3, fp32, 1 thread,
 // bench/core_timing.cpp): streaming took 1.2-1.5x the time of ordinary
@@ -629,7 +630,7 @@ bool streams_output(const NormProblem& p, int64_t element_bytes) {
   const int64_t cache = last_level_cache_bytes();
   const int64_t footprint = 2 * p.rows * p.hidden * element_bytes;  // x and y
   return kCanStream && cache > 0 && 4 * footprint > 3 * cache && (p.hidden * element_bytes) % kCacheLineBytes == 0 &&
-         reinterpret_cast<uintptr_t>(p.y) % kCacheLineBytes == 0;
+         reinterpret_cast<uintptr_t>(p.y) % kCacheLineBytes == 0 && p.y != p.x && !p.output_just_allocated;
 }
 
 // Orders the non-temporal stores of a task before the task reports done:

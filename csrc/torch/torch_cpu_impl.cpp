@@ -13,8 +13,10 @@
 namespace fused_norm_torch {
 namespace {
 
-void run_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& y, double eps) {
-  const fused_norm::NormProblem p = make_problem(x, weight, bias, y, eps);
+void run_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& y, double eps,
+             bool y_just_allocated) {
+  fused_norm::NormProblem p = make_problem(x, weight, bias, y, eps);
+  p.output_just_allocated = y_just_allocated;
   at::parallel_for(0, p.rows, fused_norm::cpu_rows_per_task(p.hidden),
                    [&p](int64_t begin, int64_t end) { fused_norm::cpu_forward_rows(p, begin, end); });
 }
@@ -24,7 +26,7 @@ at::Tensor fused_norm_cpu(const at::Tensor& x, const at::Tensor& weight, const a
   // Non-contiguous inputs are copied once; the kernel needs dense rows.
   const at::Tensor xc = x.contiguous();
   at::Tensor y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
-  run_cpu(xc, weight.contiguous(), bias.contiguous(), y, eps);
+  run_cpu(xc, weight.contiguous(), bias.contiguous(), y, eps, /*y_just_allocated=*/true);
   return y;
 }
 
@@ -32,7 +34,7 @@ void fused_norm_out_cpu(const at::Tensor& x, const at::Tensor& weight, const at:
                         const at::Tensor& out) {
   check_norm_args("fused_norm_out", x, weight, bias, eps);
   check_out_arg(out, x, weight, bias);
-  run_cpu(x.contiguous(), weight.contiguous(), bias.contiguous(), out, eps);
+  run_cpu(x.contiguous(), weight.contiguous(), bias.contiguous(), out, eps, /*y_just_allocated=*/false);
 }
 
 void run_add_cpu(const fused_norm::AddNormProblem& p) {
@@ -46,8 +48,11 @@ std::tuple<at::Tensor, at::Tensor> fused_add_norm_cpu(const at::Tensor& x, const
   const auto options = x.options().memory_format(at::MemoryFormat::Contiguous);
   at::Tensor y = at::empty(x.sizes(), options);
   at::Tensor residual_out = at::empty(x.sizes(), options);
-  run_add_cpu(make_add_problem(x.contiguous(), residual.contiguous(), weight.contiguous(), bias.contiguous(), y,
-                               residual_out, eps));
+  // The contiguous copies (where an input is strided) live as long as the call.
+  const at::Tensor xc = x.contiguous(), rc = residual.contiguous(), wc = weight.contiguous(), bc = bias.contiguous();
+  fused_norm::AddNormProblem p = make_add_problem(xc, rc, wc, bc, y, residual_out, eps);
+  p.norm.output_just_allocated = true;
+  run_add_cpu(p);
   return {y, residual_out};
 }
 

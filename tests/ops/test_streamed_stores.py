@@ -4,11 +4,13 @@ Where x and y together outgrow the last-level cache, the CPU kernel writes y
 with streaming (non-temporal) stores, which bypass the caches and are weakly
 ordered: each task ends with a store fence before the thread pool joins.
 FUSED_NORM_LLC_BYTES, read once per process, sets the cache size the kernel
-assumes; at 1 byte every problem whose rows are whole cache lines streams.
-Two child processes run the same inputs at 2 threads, one streaming and one
-not (a cache of 1 PiB); every output must match bit for bit and the float64
-reference. (tests/csrc/test_cpu_versions.py checks, in the core alone, that
-the streamed problems are the ones expected.)
+assumes; at 1 byte the out variant streams wherever its rows are whole cache
+lines (allocating calls and in-place forms never stream: a fresh output's
+pages come zeroed into the cache, and in place each line of y was just read
+as x). Two child processes run every form on the same inputs at 2 threads,
+one at that setting and one at a cache of 1 PiB; every output must match bit
+for bit, and the float64 reference. (tests/csrc/test_cpu_versions.py checks,
+in the core alone, that the streamed problems are the ones expected.)
 """
 
 from __future__ import annotations
