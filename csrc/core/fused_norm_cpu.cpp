@@ -345,8 +345,8 @@ struct Groups<BFloat16ByHardware, 64> {
     }
     // Lanes 0-15: the even elements (in[0]), 16-31: the odd ones; back to memory order.
     const i16 converted = (i16)FUSED_NORM_BF16_PAIR(in[1], in[0]);
-    put_vector<Stream>(p, __builtin_shufflevector(converted, converted, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7,
-                                            23, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31));
+    put_vector<Stream>(p, __builtin_shufflevector(converted, converted, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22,
+                                                  7, 23, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31));
   }
 };
 #endif
@@ -642,8 +642,7 @@ inline __attribute__((always_inline)) void fence_streamed_stores() {
 }
 
 template <typename T, int B, bool Stream>
-inline __attribute__((always_inline)) void normalise_rows_as(const NormProblem& p, int64_t row_begin,
-                                                             int64_t row_end) {
+inline __attribute__((always_inline)) void normalise_rows_as(const NormProblem& p, int64_t row_begin, int64_t row_end) {
   using acc_t = typename Numeric<T>::acc_t;
   const T* __restrict x = static_cast<const T*>(p.x);
   const T* __restrict weight = static_cast<const T*>(p.weight);

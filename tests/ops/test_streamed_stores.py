@@ -68,9 +68,12 @@ def test_streamed_outputs_equal_ordinary_stores_bit_for_bit(tmp_path, generator)
     ordinary = _run_child(tmp_path / "cases.pt", tmp_path / "ordinary.pt", 2**50)
     for (x, r, w, b), got, want in zip(cases, streamed, ordinary, strict=True):
         where = f"{x.dtype} {tuple(x.shape)}"
-        for name, a, e in zip(("call", "out", "add y", "add sum", "in-place y", "in-place sum"), got, want, strict=True):
+        for name, a, e in zip(
+            ("call", "out", "add y", "add sum", "in-place y", "in-place sum"), got, want, strict=True
+        ):
             assert not a.isnan().any(), f"{where} {name}: some elements were never written"
             assert torch.equal(a, e), f"{where} {name}: streamed bits differ from ordinary stores"
         tolerance = TOLERANCES[x.dtype].as_kwargs()
         torch.testing.assert_close(got[1].double(), reference_norm(x, w, b, 1e-6), **tolerance)
+        assert torch.equal(got[3], x + r), f"{where}: the add's sum is not x + residual"
         torch.testing.assert_close(got[2].double(), reference_norm(got[3], w, b, 1e-6), **tolerance)
