@@ -213,6 +213,29 @@ def test_loop_finder_sees_packed_and_scalar_loops():
     )
 
 
+def test_a_jump_back_to_a_shared_tail_is_no_loop():
+    # GCC's layout: a cold path (sqrtf's slow path, its vdivss) sits between a
+    # shared tail and a jump back to it, and the tail leaves by an unconditional
+    # jump. The span from the tail to the jump is no loop: control cannot flow
+    # from its start to its end inside it. The real loop after it still counts.
+    from tests.helpers.x86_code import Instruction
+
+    listing = [
+        (0x10, "call", "100 <memcpy@plt>"),
+        (0x15, "jmp", "200 <f+0x200>"),
+        (0x1A, "call", "110 <sqrtf@plt>"),
+        (0x1F, "vdivss", "%xmm0,%xmm4,%xmm0"),
+        (0x23, "jne", "300 <f+0x300>"),
+        (0x25, "vzeroupper", ""),
+        (0x28, "jmp", "10 <f+0x10>"),
+        (0x30, "vmulps", "(%rdi,%rax,4),%ymm0,%ymm1"),
+        (0x35, "vmovups", "%ymm1,(%rsi,%rax,4)"),
+        (0x3A, "jne", "30 <f+0x30>"),
+    ]
+    function = Function("f", tuple(Instruction(*i) for i in listing))
+    assert [(lp.start, lp.end) for lp in function.innermost_loops] == [(0x30, 0x3A)]
+
+
 def test_a_store_split_through_the_stack_frame_is_found():
     # The write loop of a 32-byte memcpy store under generic tuning: the
     # vector spilled to the frame, then copied out 16 bytes at a time.

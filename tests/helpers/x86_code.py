@@ -142,7 +142,13 @@ class Function:
 
     @cached_property
     def innermost_loops(self) -> list[Loop]:
-        """Loops (target of a backward branch .. that branch) that contain no other loop."""
+        """Loops (target of a backward branch .. that branch) that contain no other loop.
+
+        A backward branch makes a loop only if control can flow from its target
+        to it without leaving the span: GCC also places shared blocks and cold
+        paths between a jump back to a shared tail and that tail, and such a
+        span is no loop.
+        """
         if not self.instructions:
             return []
         first = self.instructions[0].address
@@ -150,12 +156,38 @@ class Function:
             {
                 (i.jump_target, i.address)
                 for i in self.instructions
-                if i.jump_target is not None and first <= i.jump_target <= i.address
+                if i.jump_target is not None
+                and first <= i.jump_target <= i.address
+                and self._flows_back(i.jump_target, i.address)
             }
         )
         inner = [(s, e) for s, e in spans if not any((s2, e2) != (s, e) and s <= s2 and e2 <= e for s2, e2 in spans)]
         frame_pointer = any(i.mnemonic == "mov" and i.operands == "%rsp,%rbp" for i in self.instructions)
         return [Loop(s, e, tuple(i for i in self.instructions if s <= i.address <= e), frame_pointer) for s, e in inner]
+
+    def _flows_back(self, start: int, branch: int) -> bool:
+        """Whether the instruction at ``branch`` is reachable from ``start`` by paths inside [start, branch]."""
+        body = [i for i in self.instructions if start <= i.address <= branch]
+        index = {i.address: n for n, i in enumerate(body)}
+        seen: set[int] = set()
+        todo = [0] if body and body[0].address == start else []
+        while todo:
+            n = todo.pop()
+            if n in seen or n >= len(body):
+                continue
+            seen.add(n)
+            inst = body[n]
+            if inst.address == branch:
+                return True
+            if inst.mnemonic.startswith("ret") or inst.mnemonic in {"ud2", "hlt"}:
+                continue
+            target = inst.jump_target
+            if target is not None and target in index:
+                todo.append(index[target])
+            unconditional = inst.mnemonic in {"jmp", "jmpq"} or (inst.mnemonic.startswith("jmp") and target is None)
+            if not unconditional:
+                todo.append(n + 1)
+        return False
 
 
 def objdump() -> str | None:
