@@ -113,8 +113,9 @@ void cpu_add_forward_rows(const AddNormProblem& p, int64_t row_begin, int64_t ro
 // Whether both CPU entry points write p's y with non-temporal stores, past
 // the caches: where x and y together take more than 3/4 of one instance of
 // the last-level cache (what Linux reports for cpu0, or FUSED_NORM_LLC_BYTES
-// if set; read once per process), y starts at a cache line, every row is
-// whole cache lines, y is not x (in place, each line of y is in the cache
+// if set; read once per process), every row of y is whole cache lines (from
+// its first line boundary on; the elements before it take ordinary
+// stores), y is not x (in place, each line of y is in the cache
 // already, read as x) and not just allocated. It changes how y reaches
 // memory, never its bits.
 bool cpu_streams_output(const NormProblem& p);

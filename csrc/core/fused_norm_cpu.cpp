@@ -117,8 +117,9 @@ inline __attribute__((always_inline)) void store_vector(T* p, const V& v) {
 // from memory (write-allocate) only to overwrite all of it. A non-temporal
 // store (movntps) writes whole lines without that read: a third less memory
 // traffic for a kernel that reads x once from memory and writes y once. It
-// needs the vector's own alignment; only rows that have it stream
-// (streams_output), and the rows end with a store fence.
+// needs the vector's own alignment: write_rows streams a row from its first
+// cache line boundary on (streams_output says which problems stream), and
+// the rows end with a store fence.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 constexpr bool kCanStream = true;
 #else
@@ -543,28 +544,52 @@ inline __attribute__((always_inline)) void write_group(const T* __restrict x, co
   }
 }
 
+constexpr int64_t kCacheLineBytes = 64;
+
+// Elements [k, k + count) of `Rows` rows, fewer than a cache line's worth,
+// through zero-padded copies with ordinary stores; only the valid elements
+// are copied out. The same arithmetic per element as the whole groups.
+template <typename T, int B, int Rows>
+inline __attribute__((always_inline)) void write_part(const T* __restrict x, const T* __restrict w,
+                                                      const T* __restrict b, T* __restrict y, int64_t hidden,
+                                                      const typename Numeric<T>::acc_t* inv_rms, int64_t k,
+                                                      int64_t count) {
+  using L = Layout<T, B>;
+  constexpr int kLine = static_cast<int>(kCacheLineBytes / static_cast<int64_t>(sizeof(T)));
+  constexpr int kPad = kLine > L::kGroup ? kLine : L::kGroup;  // a multiple of kGroup
+  const size_t bytes = static_cast<size_t>(count) * sizeof(T);
+  T wpad[kPad] = {}, bpad[kPad] = {}, xpad[Rows * kPad] = {}, ypad[Rows * kPad];
+  std::memcpy(wpad, w + k, bytes);
+  std::memcpy(bpad, b + k, bytes);
+  for (int j = 0; j < Rows; ++j) std::memcpy(xpad + j * kPad, x + j * hidden + k, bytes);
+  for (int g = 0; g < count; g += L::kGroup) {
+    write_group<T, B, Rows, false>(xpad + g, wpad + g, bpad + g, ypad + g, kPad, inv_rms);
+  }
+  for (int j = 0; j < Rows; ++j) std::memcpy(y + j * hidden + k, ypad + j * kPad, bytes);
+}
+
 // The scaled write of `Rows` consecutive rows in one sweep, so that each
 // weight/bias vector is loaded once for all of them (a third less L1 traffic
-// for cache-resident sizes). The last partial group runs on zero-padded
-// copies and only its valid elements are copied out (a streamed row has no
-// partial group: streams_output asks for whole groups).
+// for cache-resident sizes). The last partial group goes through write_part.
+// Streamed rows are whole cache lines (streams_output) that may start inside
+// one: the elements before the first line boundary go through write_part
+// too, so that every streamed vector is aligned.
 template <typename T, int B, int Rows, bool Stream>
 inline __attribute__((always_inline)) void write_rows(const T* __restrict x, const T* __restrict w,
                                                       const T* __restrict b, T* __restrict y, int64_t hidden,
                                                       const typename Numeric<T>::acc_t* inv_rms) {
   using L = Layout<T, B>;
   int64_t k = 0;
+  if constexpr (Stream) {
+    const auto phase = static_cast<int64_t>(reinterpret_cast<uintptr_t>(y) % kCacheLineBytes);
+    const int64_t head = phase == 0 ? 0 : (kCacheLineBytes - phase) / static_cast<int64_t>(sizeof(T));
+    if (head > 0) write_part<T, B, Rows>(x, w, b, y, hidden, inv_rms, 0, head < hidden ? head : hidden);
+    k = head;
+  }
   for (; k + L::kGroup <= hidden; k += L::kGroup) {
     write_group<T, B, Rows, Stream>(x + k, w + k, b + k, y + k, hidden, inv_rms);
   }
-  if (k == hidden) return;
-  const size_t tail_bytes = static_cast<size_t>(hidden - k) * sizeof(T);
-  T wpad[L::kGroup] = {}, bpad[L::kGroup] = {}, xpad[Rows * L::kGroup] = {}, ypad[Rows * L::kGroup];
-  std::memcpy(wpad, w + k, tail_bytes);
-  std::memcpy(bpad, b + k, tail_bytes);
-  for (int j = 0; j < Rows; ++j) std::memcpy(xpad + j * L::kGroup, x + j * hidden + k, tail_bytes);
-  write_group<T, B, Rows, false>(xpad, wpad, bpad, ypad, L::kGroup, inv_rms);
-  for (int j = 0; j < Rows; ++j) std::memcpy(y + j * hidden + k, ypad + j * L::kGroup, tail_bytes);
+  if (k < hidden) write_part<T, B, Rows>(x, w, b, y, hidden, inv_rms, k, hidden - k);
 }
 
 constexpr int kRowBlock = 4;
@@ -615,22 +640,21 @@ int64_t last_level_cache_bytes() {
 
 // Whether the scaled write streams its output past the caches (put_vector):
 // where x and y together take more than 3/4 of the last-level cache, so y
-// would leave it before anyone read it, and y is whole cache lines (y at a
-// line, rows of whole lines), so every version's vectors are aligned and a
-// streamed line is written whole. Not in place (y's lines are in the cache,
+// would leave it before anyone read it, and its rows are whole cache lines,
+// so that every row starts at the same point of a line and, past write_rows'
+// head, every version's vectors are aligned and each streamed line is
+// written whole. Not in place (y's lines are in the cache,
 // just read as x) and not into a just-allocated y (NormProblem). Decided for the whole problem, so every
 // thread's rows and every version decide alike; the bits written do not
 // depend on it. The 3/4, measured on a Zen 5 VM (32 MiB L3, fp32, 1 thread,
 // bench/core_timing.cpp): streaming took 1.2-1.5x the time of ordinary
 // stores at 4 MiB of y, 0.85-1.25x at 8 MiB, 1.1-1.2x at 10 MiB, 0.75-1.05x
 // at 12 MiB and 0.55-0.8x from 16 MiB to 128 MiB.
-constexpr int64_t kCacheLineBytes = 64;
-
 bool streams_output(const NormProblem& p, int64_t element_bytes) {
   const int64_t cache = last_level_cache_bytes();
   const int64_t footprint = 2 * p.rows * p.hidden * element_bytes;  // x and y
   return kCanStream && cache > 0 && 4 * footprint > 3 * cache && (p.hidden * element_bytes) % kCacheLineBytes == 0 &&
-         reinterpret_cast<uintptr_t>(p.y) % kCacheLineBytes == 0 && p.y != p.x && !p.output_just_allocated;
+         p.y != p.x && !p.output_just_allocated;
 }
 
 // Orders the non-temporal stores of a task before the task reports done:

@@ -12,9 +12,10 @@
 // negative with a payload) or one infinity, subnormal 16-bit inputs, and
 // weights that push outputs past the 16-bit range or into its subnormals;
 // through both entries (the norm, and the residual add + norm with its sum).
-// Outputs start at a cache line, as tensors do, so that where the kernel
-// streams its stores (run with FUSED_NORM_LLC_BYTES=1: every problem whose
-// rows are whole cache lines) those rows take the streaming path; the
+// Outputs start at a cache line or 3, 6 or 9 elements past one, in turns:
+// where the kernel streams its stores (run with FUSED_NORM_LLC_BYTES=1: every
+// problem whose rows are whole cache lines) a row's elements before its
+// first line boundary take ordinary stores and the rest streaming ones. The
 // number of problems that streamed goes to stderr.
 #include <cmath>
 #include <cstdint>
@@ -52,12 +53,15 @@ void write_element(DType dtype, unsigned char* p, float value) {
 }
 
 int streamed_problems = 0;
+int output_buffers = 0;
 
-// An output buffer of `bytes` 0xff bytes at a cache line, inside `storage`.
-unsigned char* output_buffer(std::vector<unsigned char>& storage, size_t bytes) {
-  storage.assign(bytes + 64, 0xff);
+// An output buffer of `bytes` 0xff bytes inside `storage`, at a cache line
+// or 3, 6 or 9 elements of `element_bytes` past one (in turns).
+unsigned char* output_buffer(std::vector<unsigned char>& storage, size_t bytes, size_t element_bytes) {
+  const size_t phase = static_cast<size_t>(output_buffers++ % 4) * 3 * element_bytes;
+  storage.assign(bytes + 64 + phase, 0xff);
   const uintptr_t address = reinterpret_cast<uintptr_t>(storage.data());
-  return storage.data() + (64 - address % 64) % 64;
+  return storage.data() + (64 - address % 64) % 64 + phase;
 }
 
 void count_streaming(const NormProblem& p) { streamed_problems += cpu_streams_output(p) ? 1 : 0; }
@@ -111,7 +115,7 @@ void special_values(DType dtype, int64_t hidden, std::mt19937_64& rng) {
     write_element(dtype, &b[i * esize], kind == 2 ? 0.0f : 0.1f * normal(rng));
   }
   std::vector<unsigned char> y_storage, sum(x.size(), 0xff);
-  unsigned char* y = output_buffer(y_storage, x.size());
+  unsigned char* y = output_buffer(y_storage, x.size(), esize);
   NormProblem norm{x.data(), w.data(), b.data(), y, rows, hidden, 1e-6, dtype};
   count_streaming(norm);
   cpu_forward_rows(norm, 0, 5);
@@ -142,7 +146,7 @@ int main(int argc, char** argv) {
     for (int64_t hidden : hiddens) {
       const int64_t rows = 7;
       std::vector<unsigned char> x(rows * hidden * esize), w(hidden * esize), b(hidden * esize), y_storage;
-      unsigned char* y = output_buffer(y_storage, x.size());
+      unsigned char* y = output_buffer(y_storage, x.size(), esize);
       for (int64_t i = 0; i < rows * hidden; ++i) write_element(dtype, &x[i * esize], normal(rng) * scale(rng));
       for (int64_t i = 0; i < hidden; ++i) {
         write_element(dtype, &w[i * esize], 1.0f + 0.1f * normal(rng));
