@@ -85,6 +85,11 @@ def _cpu_info() -> tuple[str | None, list[str]]:
     return model, flags
 
 
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as /proc/cpuinfo lists them (empty where it does not exist)."""
+    return set(_cpu_info()[1])
+
+
 def cpu_model() -> str:
     """The CPU's model name (/proc/cpuinfo), else what platform knows."""
     return _cpu_info()[0] or platform.machine()

@@ -15,17 +15,11 @@ from pathlib import Path
 import pytest
 
 from env.build.config import OPT_FLAGS
-from env.build.toolchain import cxx_compiler
+from env.build.toolchain import cpu_flags, cxx_compiler
 from env.paths import REPO_ROOT, csrc_dir
 
-
-def _has_avx512f() -> bool:
-    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    return " avx512f" in text
-
-
 pytestmark = pytest.mark.skipif(
-    platform.machine() != "x86_64" or not _has_avx512f(),
+    platform.machine() != "x86_64" or "avx512f" not in cpu_flags(),
     reason="the tool's add and copy baselines are AVX-512 code (an x86-64 CPU with AVX-512F runs them)",
 )
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from env.build.config import OPT_FLAGS
-from env.build.toolchain import cxx_compiler
+from env.build.toolchain import cpu_flags, cxx_compiler
 from env.paths import REPO_ROOT, csrc_dir
 
 pytestmark = [
@@ -41,12 +41,6 @@ LEVELS = {
     # bfloat16 stored with vcvtne2ps2bf16 (its subnormal groups in software).
     "x86-64-v4+avx512bf16": (["-march=x86-64-v4", "-mavx512bf16"], {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"}),
 }
-
-
-def cpu_flags() -> set[str]:
-    text = Path("/proc/cpuinfo").read_text()
-    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
-    return set(line.split(":", 1)[-1].split())
 
 
 def build(directory: Path, name: str, extra: list[str]) -> Path:
