@@ -60,8 +60,9 @@ def test_every_version_gives_identical_bits(tmp_path, generator):
         builds[level] = build(tmp_path, level, [*flags, "-DFUSED_NORM_NO_CLONES"])
     seed = str(int(generator.initial_seed()))
     # Problems whose rows are whole 64-byte lines, per dtype: the random ones at hidden 16, 32, 64, 768
-    # (float32), 8 to 768 (float64), 32 to 768 (16-bit), plus the special values' norm and add at 768.
-    whole_line_problems = (4 + 2) + (5 + 2) + (3 + 2) + (3 + 2)
+    # (float32), 8 to 768 (float64), 32 to 768 (16-bit), plus the special values' norm and add at 768
+    # and the NaN sources' five norms and one add at 768.
+    whole_line_problems = (4 + 2 + 6) + (5 + 2 + 6) + (3 + 2 + 6) + (3 + 2 + 6)
     outputs = {}
     for name, exe in builds.items():
         for mode, llc in (("", None), (" streamed", "1")):

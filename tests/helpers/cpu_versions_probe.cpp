@@ -130,6 +130,52 @@ void special_values(DType dtype, int64_t hidden, std::mt19937_64& rng) {
   std::fwrite(sum.data(), 1, sum.size(), stdout);
 }
 
+// The ways an output turns NaN other than a NaN in x: a NaN in the weight,
+// a NaN in the bias, an infinite weight meeting the opposite infinite bias,
+// and a row of zeros with eps 0 (0 * inf). Row 1 is that row; the others are
+// ordinary, so that a block of rows holds both kinds. Each case runs the
+// norm over every row; the zero row also goes through the residual add +
+// norm (residual = x). Then eps 0 without the zero row, where every output
+// is finite.
+void nan_sources(DType dtype, int64_t hidden, std::mt19937_64& rng) {
+  const size_t esize = element_size(dtype);
+  const int64_t rows = 6;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int64_t> position(0, hidden - 1);
+  std::vector<unsigned char> x(rows * hidden * esize), w(hidden * esize), b(hidden * esize);
+  for (int64_t i = 0; i < rows * hidden; ++i)
+    write_element(dtype, &x[i * esize], (i / hidden == 1) ? 0.0f : normal(rng));
+  std::vector<unsigned char> y_storage, sum(x.size(), 0xff);
+  unsigned char* y = output_buffer(y_storage, x.size(), esize);
+  for (int kind = 0; kind < 5; ++kind) {
+    for (int64_t i = 0; i < hidden; ++i) {
+      write_element(dtype, &w[i * esize], 1.0f + 0.1f * normal(rng));
+      write_element(dtype, &b[i * esize], 0.1f * normal(rng));
+    }
+    const int64_t at = position(rng);
+    if (kind == 0) write_nan(dtype, &w[at * esize], false);
+    if (kind == 1) write_nan(dtype, &b[at * esize], true);
+    if (kind == 2) {
+      write_element(dtype, &w[at * esize], INFINITY);
+      write_element(dtype, &b[at * esize], -INFINITY);
+    }
+    NormProblem norm{x.data(), w.data(), b.data(), y, rows, hidden, kind >= 3 ? 0.0 : 1e-6, dtype};
+    if (kind == 4) norm.x = x.data() + 2 * hidden * esize, norm.rows = rows - 2;  // rows 2-5: no zero row
+    std::memset(y, 0xff, x.size());
+    count_streaming(norm);
+    cpu_forward_rows(norm, 0, norm.rows);
+    std::fwrite(y, 1, x.size(), stdout);
+    if (kind == 3) {
+      std::memset(y, 0xff, x.size());
+      AddNormProblem add{norm, x.data(), sum.data()};
+      count_streaming(add.norm);
+      cpu_add_forward_rows(add, 0, rows);
+      std::fwrite(y, 1, x.size(), stdout);
+      std::fwrite(sum.data(), 1, sum.size(), stdout);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -159,6 +205,7 @@ int main(int argc, char** argv) {
       std::fwrite(y, 1, x.size(), stdout);
     }
     for (int64_t hidden : {17, 768, 5001}) special_values(dtype, hidden, rng);
+    for (int64_t hidden : {17, 768}) nan_sources(dtype, hidden, rng);
   }
   std::fprintf(stderr, "streamed problems: %d\n", streamed_problems);
   return 0;
