@@ -114,6 +114,18 @@ def _faster_than_compiled_and_native(frame: pd.DataFrame) -> list[Check]:
     return checks
 
 
+def _call_floor(frame: pd.DataFrame, variant: str) -> str:
+    """What the cheapest call through a runtime takes in this report (limits.dispatch_floor), for a miss's detail.
+
+    A miss where the bar leaves the kernel little beyond that floor is the call's overhead, not the kernel's.
+    """
+    floor = _median(frame, "limit", "1", "dispatch", variant)
+    if floor is None:
+        return ""
+    what = "a no-op torch call" if variant == "torch_noop" else "ORT's floor (an Identity graph, IO binding)"
+    return f"; {what} takes {floor:.2f}"
+
+
 def _copy_share_of(variant: str, need: float, copy_limit: str):
     """`variant` of the fused op at every op shape (and dtype) reaches `need` of the copy named `copy_limit`."""
 
@@ -125,7 +137,13 @@ def _copy_share_of(variant: str, need: float, copy_limit: str):
                 continue  # a report that compared this variant with the other copy does not measure this bar
             dtype = "" if row.dtype == "float32" else f" {row.dtype}"
             cached = " (copy cache-resident)" if row.shape == CACHE_RESIDENT_COPY else ""
-            checks.append((f"{row.shape}{dtype}{cached} {100 * row.copy_share:.0f}%", row.copy_share >= need))
+            text = f"{row.shape}{dtype}{cached} {100 * row.copy_share:.0f}%"
+            met = row.copy_share >= need
+            if not met:
+                # The share is of bandwidth, so at the bar the op would take median * share / need.
+                allowed = row.median_us * row.copy_share / need
+                text += f" (the bar allows {allowed:.2f} µs{_call_floor(frame, 'torch_noop')})"
+            checks.append((text, met))
         return checks
 
     return measure
@@ -139,7 +157,11 @@ def _ort_custom_vs_out_variant(frame: pd.DataFrame) -> list[Check]:
             _median(frame, "op", shape, "ort", "custom-iobinding"),
         )
         if out and custom:
-            checks.append((f"{shape} custom/out {custom / out:.2f}", custom <= ORT_MARGIN * out))
+            met = custom <= ORT_MARGIN * out
+            text = f"{shape} custom/out {custom / out:.2f}"
+            if not met:
+                text += f" (the bar allows {ORT_MARGIN * out:.2f} µs{_call_floor(frame, 'ort_identity_iobinding')})"
+            checks.append((text, met))
     return checks
 
 
