@@ -202,7 +202,7 @@ class IOBoundRunner:
     rebound only when a different array (or shape) comes in: passing the same
     arrays again, refilled in place, costs nothing extra. The first run for a
     new set of input shapes and dtypes lets ORT allocate the outputs and keeps
-    them as numpy buffers; later runs write into those buffers. The returned
+    them bound, seen as numpy arrays; later runs write into those buffers. The returned
     arrays ARE those buffers: the next run overwrites them (copy what you
     keep). Not for concurrent use: one runner per thread.
     """
@@ -215,6 +215,7 @@ class IOBoundRunner:
         # memory ORT reads from alive.
         self._inputs: dict[str, tuple[np.ndarray, tuple[int, ...], np.dtype]] = {}
         self._key: tuple | None = None
+        self._held: list[ort.OrtValue] = []  # the output buffers the views below look into
         self._outputs: list[np.ndarray] = []
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -238,16 +239,19 @@ class IOBoundRunner:
 
     def _allocate_outputs(self, key: tuple) -> None:
         # Output shapes can depend on input values in general; one run with
-        # ORT-allocated outputs tells them exactly, and its results become
-        # the buffers bound from now on.
+        # ORT-allocated outputs tells them exactly, and those outputs stay
+        # bound from now on. They are ORT's own buffers, seen through numpy
+        # views: ORT's allocator starts them at a cache line, as torch does,
+        # where a numpy array starts 16 bytes into one (then each of the
+        # kernel's 64-byte vector stores would straddle two lines).
         for name in self._output_names:
             self._binding.bind_output(name, "cpu")
         self._session.run_with_iobinding(self._binding)
         self._binding.synchronize_outputs()
-        outputs = [np.ascontiguousarray(a) for a in self._binding.copy_outputs_to_cpu()]
-        for name, buffer in zip(self._output_names, outputs, strict=True):
-            self._binding.bind_output(name, "cpu", 0, buffer.dtype, buffer.shape, buffer.ctypes.data)
-        self._key, self._outputs = key, outputs
+        values = self._binding.get_outputs()
+        for name, value in zip(self._output_names, values, strict=True):
+            self._binding.bind_ortvalue_output(name, value)
+        self._key, self._held, self._outputs = key, values, [value.numpy() for value in values]
 
 
 __all__ = [
