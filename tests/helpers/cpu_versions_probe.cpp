@@ -12,6 +12,9 @@
 // negative with a payload) or one infinity, subnormal 16-bit inputs, and
 // weights that push outputs past the 16-bit range or into its subnormals;
 // through both entries (the norm, and the residual add + norm with its sum).
+// Then each other way an output turns NaN (a NaN weight or bias, inf - inf,
+// 0 * inf) beside ordinary rows in one block: float16 skips its NaN rewrite
+// for blocks that cannot produce one, and must not skip it for these.
 // Outputs start at a cache line or 3, 6 or 9 elements past one, in turns:
 // where the kernel streams its stores (run with FUSED_NORM_LLC_BYTES=1: every
 // problem whose rows are whole cache lines) a row's elements before its
