@@ -465,6 +465,8 @@ def cuda_check(c, out=""):
         "no_tests": "skip the tests and the sanitizer runs",
         "ort_headers": "ONNX Runtime include/ folder, where npm cannot fetch the pinned headers",
         "test_timeout": "limit for each pytest run in seconds, an integer >= 1 (default 900)",
+        "test_jobs": "processes for the GPU tests (pytest-xdist), an integer >= 1 (default 1)",
+        "time_limit": "limit for the whole check in seconds (default none): later steps get the time left",
     },
 )
 def gpu_check(
@@ -477,6 +479,8 @@ def gpu_check(
     no_tests=False,
     ort_headers="",
     test_timeout="900",
+    test_jobs="1",
+    time_limit="",
 ):
     """On a CUDA machine: build, GPU tests (+ compute-sanitizer), `bench --device cuda`; every file in one folder."""
     from pathlib import Path
@@ -492,6 +496,8 @@ def gpu_check(
         no_tests=no_tests,
         ort_headers=Path(ort_headers) if ort_headers else None,
         test_timeout_s=cli.integer("--test-timeout", test_timeout, minimum=1),
+        test_jobs=cli.integer("--test-jobs", test_jobs, minimum=1),
+        time_limit_s=cli.positive("--time-limit", time_limit, " seconds") if time_limit else None,
     )
     if main(options):
         raise Exit("gpu-check: a step failed (listed above; <out>/summary.json has the details)", code=1)

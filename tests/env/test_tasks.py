@@ -61,6 +61,8 @@ def test_task_names_follow_one_scheme():
         (("bench.compare", "a.csv", "b.csv", "--alpha", "1.5"), "--alpha"),
         (("docker.build", "--max-jobs", "0"), "--max-jobs"),
         (("gpu-check", "--test-timeout", "0"), "--test-timeout"),
+        (("gpu-check", "--test-jobs", "0"), "--test-jobs"),
+        (("gpu-check", "--time-limit", "-5"), "--time-limit"),
     ],
 )
 def test_bad_numeric_option_names_the_option(args, option):
