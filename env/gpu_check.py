@@ -53,6 +53,7 @@ class GpuCheckOptions:
     quick: bool = False  # the benchmark's quick grid
     skip_build: bool = False  # use the library of the last build
     no_tests: bool = False  # skip the tests and the sanitizer runs
+    no_bench: bool = False  # skip the benchmark
     ort_headers: Path | None = None  # ONNX Runtime include/ folder, where npm cannot fetch it
     test_timeout_s: int = 900  # limit for each pytest run
     test_jobs: int = 1  # processes for the GPU tests (pytest-xdist), all on the one device
@@ -209,7 +210,7 @@ def main(args: GpuCheckOptions) -> int:
     if not args.no_tests:
         summary["steps"]["gpu_tests"] = step_gpu_tests(args)
         log(f"gpu tests: {summary['steps']['gpu_tests']['status']}")
-    summary["steps"]["bench"] = step_bench(args, cuda)
+    summary["steps"]["bench"] = {"status": "skipped (--no-bench)"} if args.no_bench else step_bench(args, cuda)
     log(f"bench: {summary['steps']['bench']['status']}")
     if not args.no_tests:
         summary["steps"].update(step_sanitizer(args, cuda))

@@ -18,10 +18,9 @@ import pytest
 import torch
 
 import ops
-from env.build.ptxas import short_kernel_name
 from ops.dtypes import TORCH_DTYPES, dtype_name
 from ops.reference import TOLERANCES, make_inputs, reference_norm
-from tests.helpers.cuda_variants import build_probe, kernel_names, read_variants
+from tests.helpers.cuda_variants import build_probe, kernel_names, launched_kernels, read_variants
 from tests.helpers.devices import cuda_skip_reason, run_bound_on_cuda, skip_without_ort_cuda
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(cuda_skip_reason() is not None, reason=str(cuda_skip_reason()))]
@@ -212,8 +211,7 @@ def test_every_variant_is_launched(dtype, variants, generator):
             for phase in phases:
                 ops.fused_norm_out(x, w, b, 1e-6, out_at_phase(x, phase))
         torch.cuda.synchronize()
-    launched = {short_kernel_name(e.name) for e in prof.events() if "rows_kernel" in e.name}
-    assert launched == kernel_names(variants, dtype_name(dtype))
+    assert launched_kernels(prof) == kernel_names(variants, dtype_name(dtype))
 
 
 def test_runs_on_the_callers_current_stream(generator):
