@@ -9,6 +9,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from env.build.cxx_runtime import SHARED_CXX_RUNTIME_FLAGS
 from env.build.toolkit import NOT_FOUND, find_cuda_toolkit
 from env.paths import REPO_ROOT, csrc_dir
 
@@ -133,8 +134,8 @@ def torch_sources(with_cuda: bool) -> list[Path]:
 # compiled with OpenMP; without it the op silently runs on one thread. The
 # resulting libgomp.so.1 dependency resolves to the copy torch already loaded
 # (same soname), so there is one OpenMP runtime and torch.set_num_threads
-# governs the op.
-TORCH_LD_FLAGS = ("-fopenmp",)
+# governs the op. -lstdc++: the same for the C++ runtime (env/build/cxx_runtime.py).
+TORCH_LD_FLAGS = ("-fopenmp", *SHARED_CXX_RUNTIME_FLAGS)
 
 
 def torch_cxx_flags() -> list[str]:

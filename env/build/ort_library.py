@@ -25,6 +25,7 @@ from typing import Any
 
 from env.build.commands import BuildError, run_logged
 from env.build.config import CXX_STANDARD_PORTABLE, core_cpu_sources, core_cuda_sources, cxx_opt_flags
+from env.build.cxx_runtime import SHARED_CXX_RUNTIME_FLAGS, check_shared_cxx_runtime
 from env.build.ort_headers import OrtHeaders, check_runtime_compatible, ensure_ort_headers
 from env.build.ort_runtime import cuda_provider_status, runtime_api
 from env.build.toolchain import cxx_compiler
@@ -196,6 +197,7 @@ def _plan(headers: OrtHeaders, with_cuda: bool, out: Path, library_tmp: Path) ->
             f"-Wl,--version-script={_ort_dir() / 'exports.lds'}",
             "-Wl,--no-undefined",
             *link_extra,
+            *SHARED_CXX_RUNTIME_FLAGS,  # one C++ runtime in onnxruntime's process (env/build/cxx_runtime.py)
             "-o",
             str(library_tmp),
         ],
@@ -253,6 +255,7 @@ def build_ort_library(record: dict[str, Any], with_cuda: bool | None = None) -> 
             run_logged(link.command, link.log)
         finally:
             _collect_log([*compiles, link], out / "build.log")
+        build["ort_cxx_runtime"] = check_shared_cxx_runtime(library_tmp)
 
     record.setdefault("artifacts", {})["ort_library"] = str(library)
     record.setdefault("timings_s", {})["ort_library"] = round(time.perf_counter() - start, 1)

@@ -38,6 +38,7 @@ from env.build.config import (
     torch_nvcc_flags,
     torch_sources,
 )
+from env.build.cxx_runtime import check_shared_cxx_runtime
 from env.build.ort_library import build_ort_library, common_sources, decide_cuda, ort_cxx_flags
 from env.build.torch_library import build_aot, build_jit
 from env.files import write_text_atomic
@@ -204,6 +205,7 @@ def _run_torch(mode: str) -> Callable[[dict[str, Any]], None]:
         library = build_jit(torch_extension_spec()) if mode == "jit" else build_aot()
         fragment["timings_s"][f"torch_{mode}"] = round(time.perf_counter() - start, 1)
         fragment["artifacts"]["torch_library"] = str(library)
+        fragment["build"]["torch_cxx_runtime"] = check_shared_cxx_runtime(library)
 
     return run
 
