@@ -11,7 +11,7 @@ Steps (each one's outcome goes to <out>/summary.json; a failed step does not sto
      instrumented run is the slowest step and the one a time limit should cut;
   5. the toolchain record and the CUDA resource report (ptxas) copied into <out>.
 
---time-limit bounds the whole check (a GPU machine is often lent for minutes): each pytest run
+--time-limit bounds the whole check (GPU machines are often booked by the minute): each pytest run
 gets at most the time left, and a step that cannot start with a useful amount left is skipped,
 saying so.
 
