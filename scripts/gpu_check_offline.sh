@@ -48,7 +48,7 @@ os.environ["FUSEDBENCH_CACHE"] = sys.argv[1]
 print(ort_headers.npm_headers().summary())
 EOF
   )
-  echo "bundle: $dir ($(du -sh "$dir" | cut -f1)): $(ls "$dir/wheels" | paste -sd' ')"
+  echo "bundle: $dir ($(du -sh "$dir" | cut -f1)):" "$dir"/wheels/*.whl
 }
 
 run() {
