@@ -20,7 +20,7 @@ from env.build.ort_headers import NPM_PACKAGE, NPM_VERSION, npm_source_id
 from env.paths import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "scripts" / "gpu_check_offline.sh"
-pytestmark = pytest.mark.slow  # a pip download and a gpu-check run: about 30 s
+pytestmark = pytest.mark.slow  # downloads from the package index
 
 
 def pinned(name: str) -> str:
