@@ -22,6 +22,7 @@ reference's norm of that sum within the dtype's tolerance.
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -236,6 +237,29 @@ def test_add_norm_is_the_norm_of_its_stored_sum_bit_for_bit(kernels, generator, 
         assert torch.equal(s.view(torch.uint8), (x + residual).view(torch.uint8)), hidden
         assert torch.equal(y.view(torch.uint8), y_norm.view(torch.uint8)), hidden
         assert torch.equal(xi.view(torch.uint8), y.view(torch.uint8)) and torch.equal(ri, s), hidden
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=lambda d: DTYPE_NAMES[d])
+def test_identical_rows_at_the_same_16_byte_phase_give_the_same_bits(kernels, generator, dtype):
+    # The GPU's rule for a row's position (docs/cuda-kernels.md): the row is split among threads from x's first
+    # 16-byte boundary on, so identical rows at the same phase take the same split and order, and rows of a
+    # length whose bytes are not a multiple of 16 return to row 0's phase every 16 / gcd(16, row bytes) rows.
+    # Each length reaches a different family (warp_rows, block_rows, streaming_rows); every row stays within
+    # the dtype's tolerance of row 0.
+    esize = torch.empty((), dtype=dtype).element_size()
+    for hidden in (33, 777, 2305, 20001):
+        period = 16 // math.gcd(16, hidden * esize)
+        x, weight, bias = make_inputs((1, hidden), dtype, generator)
+        rows = x.expand(2 * period + 1, hidden).contiguous()
+        y = torch.full_like(rows, float("nan"))
+        ptrs = {"x": rows, "weight": weight, "bias": bias, "y": y}
+        rc, message, _ = kernels.forward(
+            {k: t.data_ptr() for k, t in ptrs.items()}, rows.shape[0], hidden, 1e-5, dtype, "round_robin", 0
+        )
+        assert rc == 0, message
+        for r in (period, 2 * period):
+            assert torch.equal(y[r].view(torch.uint8), y[0].view(torch.uint8)), (hidden, r)
+        torch.testing.assert_close(y, y[0].expand_as(y), **TOLERANCES[dtype].as_kwargs())
 
 
 @pytest.mark.parametrize("offset", [1, 3])
