@@ -53,14 +53,16 @@ EOF
 
 run() {
   [[ $# -ge 2 ]] || { echo "usage: $0 run DIR OUT [gpu-check options]" >&2; exit 2; }
-  local dir out site
+  local dir out site status=0
   dir=$(cd "$1" && pwd) out=$2
   shift 2
   site=$(mktemp -d)
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$dir"/wheels/*.whl
   cd "$repo"
   PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" FUSEDBENCH_CACHE="$dir/cache" \
-    python3 -m invoke gpu-check --out "$out" "$@"
+    python3 -m invoke gpu-check --out "$out" "$@" || status=$?
+  rm -rf "$site"
+  return "$status"
 }
 
 case ${1:-} in
