@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from env.build.commands import BuildError
@@ -36,6 +37,30 @@ def needed_libraries(library: Path) -> list[str] | None:
     return [line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if "(NEEDED)" in line and "[" in line]
 
 
+def compiler_default_runtime(compiler: str) -> str | None:
+    """How ``compiler`` links libstdc++ into a shared library when given no runtime flags: a wrapper that adds
+    ``-static-libstdc++`` shows here as "static". None where the compiler or readelf is missing."""
+    if shutil.which(compiler) is None:
+        return None
+    with tempfile.TemporaryDirectory() as folder:
+        library = Path(folder) / "probe.so"
+        source = "#include <string>\nstd::string probe(long n) { return std::to_string(n); }\n"
+        done = subprocess.run(
+            [compiler, "-shared", "-fPIC", "-x", "c++", "-", "-o", str(library)],
+            input=source,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            return None
+        needed = needed_libraries(library)
+    if needed is None:
+        return None
+    runtime = [name for name in needed if name.startswith("libstdc++.so")]
+    return f"{runtime[0]} (shared)" if runtime else "static (no libstdc++ dependency)"
+
+
 def check_shared_cxx_runtime(library: Path) -> str:
     """What the library links as its C++ runtime; BuildError when it is not the shared libstdc++."""
     needed = needed_libraries(library)
@@ -52,4 +77,4 @@ def check_shared_cxx_runtime(library: Path) -> str:
     return f"{runtime[0]} (shared)"
 
 
-__all__ = ["SHARED_CXX_RUNTIME_FLAGS", "check_shared_cxx_runtime", "needed_libraries"]
+__all__ = ["SHARED_CXX_RUNTIME_FLAGS", "check_shared_cxx_runtime", "compiler_default_runtime", "needed_libraries"]

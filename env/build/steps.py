@@ -45,10 +45,11 @@ from env.files import write_text_atomic
 from env.paths import REPO_ROOT, build_dir, csrc_dir, toolchain_record_path
 
 # The build code each step runs: a change to it (a flag written inline, say) reruns the step.
-_TORCH_CODE = ("env/build/config.py", "env/build/torch_library.py", "setup.py")
+_TORCH_CODE = ("env/build/config.py", "env/build/torch_library.py", "env/build/cxx_runtime.py", "setup.py")
 _ORT_CODE = (
     "env/build/config.py",
     "env/build/torch_library.py",
+    "env/build/cxx_runtime.py",
     "env/build/ort_library.py",
     "env/build/ort_headers.py",
     "env/build/ort_runtime.py",
@@ -322,7 +323,9 @@ def _base_record(mode: str, facts: dict[str, Any]) -> dict[str, Any]:
             "facts": facts,
             "mode": mode,
             "flags": cxx_opt_flags(),
-            "code": _code_digest(("env/build/toolchain.py", "env/build/config.py", "env/build/steps.py")),
+            "code": _code_digest(
+                ("env/build/toolchain.py", "env/build/cxx_runtime.py", "env/build/config.py", "env/build/steps.py")
+            ),
             "cuda_sources": [p.is_file() for p in torch_sources(True)],
         }
     )

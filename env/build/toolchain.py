@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from env.build.cxx_runtime import compiler_default_runtime
 from env.build.toolkit import find_cuda_toolkit
 from env.files import write_text_atomic
 from env.paths import toolchain_record_path
@@ -211,6 +212,8 @@ def collect(build_settings: dict[str, Any]) -> dict[str, Any]:
     facts = runtime_facts()
     compiler = cxx_compiler()
     facts["compiler"]["default_cxx11_abi"] = compiler_default_abi(compiler)
+    # What the build's -lstdc++ overrides where it differs (env/build/cxx_runtime.py).
+    facts["compiler"]["default_cxx_runtime"] = compiler_default_runtime(compiler)
     facts["cuda"] = {
         "nvcc": toolkit.version if (toolkit := find_cuda_toolkit()) else None,
         "torch_cuda_arch_list": os.environ.get("TORCH_CUDA_ARCH_LIST"),
@@ -297,6 +300,11 @@ def summary_rows(record: dict[str, Any]) -> list[tuple[str, str]]:
             "ABI flag (torch / build / compiler default)",
             f"{_get(record, 'torch.cxx11_abi')} / {build.get('cxx11_abi')} / "
             f"{_get(record, 'compiler.default_cxx11_abi')}",
+        ),
+        (
+            "libstdc++ (torch library / ORT library / compiler default)",
+            f"{build.get('torch_cxx_runtime')} / {build.get('ort_cxx_runtime')} / "
+            f"{_get(record, 'compiler.default_cxx_runtime')}",
         ),
         (
             "torch",

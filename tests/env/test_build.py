@@ -24,6 +24,7 @@ def test_record_has_every_fact(record):
         "compiler.version",
         "compiler.path",
         "compiler.default_cxx11_abi",
+        "compiler.default_cxx_runtime",
         "torch.version",
         "torch.git_version",
         "torch.cxx11_abi",

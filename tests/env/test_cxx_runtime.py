@@ -16,7 +16,12 @@ from pathlib import Path
 import pytest
 
 from env.build.commands import BuildError
-from env.build.cxx_runtime import SHARED_CXX_RUNTIME_FLAGS, check_shared_cxx_runtime, needed_libraries
+from env.build.cxx_runtime import (
+    SHARED_CXX_RUNTIME_FLAGS,
+    check_shared_cxx_runtime,
+    compiler_default_runtime,
+    needed_libraries,
+)
 from env.build.toolchain import cxx_compiler
 from env.paths import toolchain_record_path
 
@@ -102,3 +107,15 @@ def test_the_built_libraries_were_linked_with_the_flags_and_record_a_shared_runt
     for flag in SHARED_CXX_RUNTIME_FLAGS:
         assert flag in ldflags.split(), ldflags
         assert flag in ort_link.split(), ort_link
+
+
+def test_the_record_says_how_the_compiler_links_the_runtime_by_default(libraries, tmp_path):
+    # A wrapper like the GPU machine's: the real compiler with -static-libstdc++ appended to every command.
+    wrapper = tmp_path / "g++-static-runtime"
+    wrapper.write_text(f'#!/bin/sh\nexec {cxx_compiler()} "$@" -static-libstdc++\n')
+    wrapper.chmod(0o755)
+    assert compiler_default_runtime(str(wrapper)) == "static (no libstdc++ dependency)"
+    assert compiler_default_runtime(cxx_compiler()) == "libstdc++.so.6 (shared)"
+    assert compiler_default_runtime(str(tmp_path / "no-such-compiler")) is None
+    record = json.loads(toolchain_record_path().read_text())
+    assert record["compiler"]["default_cxx_runtime"] == "libstdc++.so.6 (shared)"
