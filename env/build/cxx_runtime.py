@@ -5,8 +5,9 @@ onnxruntime's). A compiler set up to link libstdc++ statically (``-static-libstd
 as some portable-build wrappers add to every link) would put a second copy inside our
 library. Its symbols then interpose only in part: code that formats a number into an
 error message reaches the other copy's locale facets, and the number comes out empty
-(seen with GCC 12) or the process dies in the formatting (seen on a GPU machine whose
-compiler wrapper linked this way: every error message with a number in it crashed).
+(reproduced with GCC 12 and torch). On a GPU machine whose compiler is a wrapper, every
+error message of ours with a number in it crashed the process, and messages without
+numbers did not: the same mechanism, we infer (that machine could not be probed again).
 
 So every link names ``-lstdc++`` itself, ahead of anything the driver appends: the
 linker then resolves the runtime from the shared library and a later static archive
