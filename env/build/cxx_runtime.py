@@ -38,6 +38,11 @@ def needed_libraries(library: Path) -> list[str] | None:
     return [line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if "(NEEDED)" in line and "[" in line]
 
 
+def _shared_runtime(needed: list[str]) -> str | None:
+    """The libstdc++ among a library's DT_NEEDED entries, or None."""
+    return next((name for name in needed if name.startswith("libstdc++.so")), None)
+
+
 def compiler_default_runtime(compiler: str) -> str | None:
     """How ``compiler`` links libstdc++ into a shared library when given no runtime flags: a wrapper that adds
     ``-static-libstdc++`` shows here as "static". None where the compiler or readelf is missing."""
@@ -58,8 +63,8 @@ def compiler_default_runtime(compiler: str) -> str | None:
         needed = needed_libraries(library)
     if needed is None:
         return None
-    runtime = [name for name in needed if name.startswith("libstdc++.so")]
-    return f"{runtime[0]} (shared)" if runtime else "static (no libstdc++ dependency)"
+    runtime = _shared_runtime(needed)
+    return f"{runtime} (shared)" if runtime else "static (no libstdc++ dependency)"
 
 
 def check_shared_cxx_runtime(library: Path) -> str:
@@ -67,15 +72,15 @@ def check_shared_cxx_runtime(library: Path) -> str:
     needed = needed_libraries(library)
     if needed is None:
         return "not checked (readelf is not installed)"
-    runtime = [name for name in needed if name.startswith("libstdc++.so")]
-    if not runtime:
+    runtime = _shared_runtime(needed)
+    if runtime is None:
         raise BuildError(
             f"{library} does not load libstdc++ as a shared library (its dependencies: {', '.join(needed)}): the "
             "compiler linked a private copy of the C++ runtime into it, and a process with two copies loses or "
             "crashes on every number formatted into an error message. Check the compiler's link flags "
             "(-static-libstdc++, a wrapper script) or point CXX at a compiler that links it dynamically."
         )
-    return f"{runtime[0]} (shared)"
+    return f"{runtime} (shared)"
 
 
 __all__ = ["SHARED_CXX_RUNTIME_FLAGS", "check_shared_cxx_runtime", "compiler_default_runtime", "needed_libraries"]

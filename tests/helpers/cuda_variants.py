@@ -11,6 +11,10 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+from torch.autograd import DeviceType
+
+from env.build.ptxas import short_kernel_name
 from env.build.toolchain import cxx_compiler
 from env.paths import REPO_ROOT, csrc_dir
 
@@ -61,14 +65,8 @@ def launched_kernels(prof, prefix: str = "") -> set[str]:
     holds CUPTI, the profiler's kernel records are missing; the kernels still ran (and were checked by the
     sanitizer), and the plain GPU run asserts which ones.
     """
-    import pytest
-    from torch.autograd import DeviceType
-
     events = list(prof.events())
     if not any(e.device_type == DeviceType.CUDA for e in events):
         pytest.skip("the profiler recorded no GPU activity (CUPTI is taken, e.g. by compute-sanitizer)")
-    # Imported here: env.build.ptxas is the one place that shortens demangled kernel names.
-    from env.build.ptxas import short_kernel_name
-
     names = {short_kernel_name(e.name) for e in events if "rows_kernel" in e.name}
     return {n for n in names if n.startswith(prefix)}
