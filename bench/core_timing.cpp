@@ -1,9 +1,10 @@
 // Times the CPU kernel core alone, without a framework, for schedule
 // experiments on the kernel (docs/cpu-kernel.md quotes its numbers):
 //
-//   norm ROWS HIDDEN [REPS]            the norm against memcpy into the same
+//   norm ROWS HIDDEN [REPS] [DTYPE]    the norm against memcpy into the same
 //                                      output, for outputs starting d bytes
-//                                      after the input in a page
+//                                      after the input in a page; DTYPE
+//                                      float32 (default), bfloat16 or float16
 //   add  ROWS HIDDEN [REPS] [OFFSET]   the residual add + norm in place against
 //                                      its two-call form (residual += x, then
 //                                      the norm of the residual into x), with
@@ -38,6 +39,7 @@
 #include <vector>
 
 #include "fused_norm.h"
+#include "numeric_types.h"
 
 namespace {
 
@@ -93,20 +95,50 @@ struct Inputs {
   }
 };
 
-void time_norm(int64_t rows, int64_t hidden, int reps) {
-  const size_t n = static_cast<size_t>(rows * hidden), bytes = n * sizeof(float);
+// The element type the norm is timed in: its size, and float values stored
+// as it (rounded to nearest even, as the op's own stores round).
+struct Element {
+  fused_norm::DType dtype;
+  size_t bytes;
+  void store(void* base, size_t i, float v) const {
+    if (dtype == fused_norm::DType::kBFloat16) {
+      static_cast<fused_norm::BFloat16*>(base)[i] = fused_norm::to_bfloat16(v);
+    } else if (dtype == fused_norm::DType::kFloat16) {
+      static_cast<fused_norm::Half*>(base)[i] = fused_norm::to_half(v);
+    } else {
+      static_cast<float*>(base)[i] = v;
+    }
+  }
+};
+
+bool parse_element(const std::string& name, Element* out) {
+  if (name == "float32") *out = {fused_norm::DType::kFloat32, 4};
+  else if (name == "bfloat16") *out = {fused_norm::DType::kBFloat16, 2};
+  else if (name == "float16") *out = {fused_norm::DType::kFloat16, 2};
+  else return false;
+  return true;
+}
+
+void time_norm(int64_t rows, int64_t hidden, int reps, const Element& e) {
+  const size_t n = static_cast<size_t>(rows * hidden), bytes = n * e.bytes;
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
-  float* x = page_aligned(bytes);
+  void* x = page_aligned(bytes);
   char* y_pages = reinterpret_cast<char*>(page_aligned(bytes));
-  for (size_t i = 0; i < n; ++i) x[i] = normal(rng);
+  for (size_t i = 0; i < n; ++i) e.store(x, i, normal(rng));
   Inputs in(hidden, rng);
+  void* weight = page_aligned(hidden * e.bytes);
+  void* bias = page_aligned(hidden * e.bytes);
+  for (int64_t i = 0; i < hidden; ++i) {
+    e.store(weight, i, in.weight[i]);
+    e.store(bias, i, in.bias[i]);
+  }
   const int calls = static_cast<int>(std::max<size_t>(1, 400000 / bytes));
-  std::printf("norm %lldx%lld, %d calls a block, ns per element\n", static_cast<long long>(rows),
-              static_cast<long long>(hidden), calls);
+  std::printf("norm %lldx%lld %s, %d calls a block, ns per element\n", static_cast<long long>(rows),
+              static_cast<long long>(hidden), fused_norm::dtype_name(e.dtype), calls);
   for (int d : {0, 64, 128, 512, 1024, 2048, 3072, 4032}) {
-    float* y = reinterpret_cast<float*>(y_pages + d);
-    fused_norm::NormProblem p{x, in.weight, in.bias, y, rows, hidden, 1e-6, fused_norm::DType::kFloat32};
+    void* y = y_pages + d;
+    fused_norm::NormProblem p{x, weight, bias, y, rows, hidden, 1e-6, e.dtype};
     std::vector<double> op, copy;
     for (int rep = 0; rep < reps + 2; ++rep) {  // the first two warm up
       const double t0 = now_ns();
@@ -193,18 +225,24 @@ void time_copy(int64_t rows, int64_t hidden, int reps) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (argc < 4 || (mode != "norm" && mode != "add" && mode != "copy")) {
-    std::fprintf(stderr, "usage: %s norm|add|copy ROWS HIDDEN [REPS] [OFFSET (add)]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s norm|add|copy ROWS HIDDEN [REPS] [OFFSET (add) | DTYPE (norm)]\n", argv[0]);
     return 2;
   }
   const int64_t rows = std::atoll(argv[2]), hidden = std::atoll(argv[3]);
   const int reps = argc > 4 ? std::atoi(argv[4]) : 31;
-  const int offset = argc > 5 ? std::atoi(argv[5]) : 0;
+  const std::string fifth = argc > 5 ? argv[5] : "";
+  const int offset = mode == "add" && argc > 5 ? std::atoi(argv[5]) : 0;
+  Element element{fused_norm::DType::kFloat32, 4};
+  if (mode == "norm" && argc > 5 && !parse_element(fifth, &element)) {
+    std::fprintf(stderr, "DTYPE must be float32, bfloat16 or float16, got %s\n", fifth.c_str());
+    return 2;
+  }
   if (rows < 1 || hidden < 1 || reps < 1 || offset < 0 || offset >= 4096 || offset % 4 != 0) {
     std::fprintf(stderr, "ROWS, HIDDEN and REPS must be >= 1 and OFFSET a multiple of 4 in [0, 4096)\n");
     return 2;
   }
   if (mode == "norm") {
-    time_norm(rows, hidden, reps);
+    time_norm(rows, hidden, reps, element);
   } else if (mode == "copy") {
     if ((rows * hidden) % 16 != 0) {
       std::fprintf(stderr, "copy: ROWS x HIDDEN must be a multiple of 16\n");
