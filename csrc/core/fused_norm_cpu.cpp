@@ -22,6 +22,7 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "numeric_types.h"
 
@@ -471,32 +472,89 @@ inline __attribute__((always_inline)) void add_squares(const T* __restrict p, ty
   }
 }
 
-// 1 / sqrt(mean + eps) from the partial sums of squares of one row.
+// A vector of `Bytes` bytes of E (float or double).
+template <typename E, int Bytes>
+struct VecOf {
+  typedef E type __attribute__((vector_size(Bytes)));
+};
+
+// Lanes [Offset, Offset + n) of v as a vector of n lanes.
+template <int Offset, typename V, int... I>
+inline __attribute__((always_inline)) auto lanes_of(V v, std::integer_sequence<int, I...>) {
+  return __builtin_shufflevector(v, v, (Offset + I)...);
+}
+
+// The pairwise fold of one vector's lanes: lanes [0, n/2) += [n/2, n) until
+// one is left. Halves stay in registers down to 16 bytes (an extract and a
+// vector add per level); the last two or four lanes add as scalars.
+template <typename E, int Bytes>
+inline __attribute__((always_inline)) E fold_lanes(typename VecOf<E, Bytes>::type v) {
+  constexpr int n = Bytes / static_cast<int>(sizeof(E));
+  if constexpr (Bytes > 16) {
+    using Half = std::make_integer_sequence<int, n / 2>;
+    const typename VecOf<E, Bytes / 2>::type low = lanes_of<0>(v, Half{}), high = lanes_of<n / 2>(v, Half{});
+    return fold_lanes<E, Bytes / 2>(low + high);
+  } else if constexpr (n == 4) {
+    return (v[0] + v[2]) + (v[1] + v[3]);
+  } else {
+    static_assert(n == 2, "16 bytes of float or double");
+    return v[0] + v[1];
+  }
+}
+
+// Whether the layout's accumulation vectors, in order, hold the partial sums
+// in order (acc[i] lane l is partial i * kAccLanes + l), or, with two of
+// them per group, the group's even and odd partial sums.
 template <typename T, int B>
-inline __attribute__((always_inline)) typename Numeric<T>::acc_t fold_inv_rms(const typename Layout<T, B>::acc_v* acc,
+constexpr bool accumulators_in_order() {
+  using L = Layout<T, B>;
+  for (int a = 0; a < L::G::kAccPerGroup; ++a) {
+    for (int l = 0; l < L::kAccLanes; ++l) {
+      if (L::G::element(a, l) != a * L::kAccLanes + l) return false;
+    }
+  }
+  return true;
+}
+
+template <typename T, int B>
+constexpr bool accumulators_even_odd() {
+  using L = Layout<T, B>;
+  if (L::G::kAccPerGroup != 2) return false;
+  for (int a = 0; a < 2; ++a) {
+    for (int l = 0; l < L::kAccLanes; ++l) {
+      if (L::G::element(a, l) != 2 * l + a) return false;
+    }
+  }
+  return true;
+}
+
+// 1 / sqrt(mean + eps) from the partial sums of squares of one row.
+//
+// The partial sums fold pairwise in a fixed order, so that results do not
+// depend on the version, the row blocking or the thread count: with
+// partial[e] the sum of the elements at position e of every chunk, each
+// level adds partial[j + w] into partial[j] for j < w, w = kLanes / 2, ...,
+// 1. Done on the accumulation vectors as they are, the same adds in the same
+// order: the levels that span vectors add vector n/2 + i into vector i; then
+// each vector folds its own lanes, and with the even/odd layout the two
+// results add last (partial[0] + partial[1]).
+template <typename T, int B>
+inline __attribute__((always_inline)) typename Numeric<T>::acc_t fold_inv_rms(typename Layout<T, B>::acc_v* acc,
                                                                               typename Numeric<T>::acc_t inv_hidden,
                                                                               typename Numeric<T>::acc_t eps) {
   using L = Layout<T, B>;
   using acc_t = typename L::acc_t;
-  constexpr int A = L::G::kAccPerGroup;
-  // partial[e] sums the elements at position e of every chunk, whatever B.
-  acc_t partial[L::kLanes];
-#pragma GCC unroll 16
-  for (int g = 0; g < L::kGroupsPerChunk; ++g) {
-#pragma GCC unroll 2
-    for (int a = 0; a < A; ++a) {
-#pragma GCC unroll 16
-      for (int l = 0; l < L::kAccLanes; ++l) partial[g * L::kGroup + L::G::element(a, l)] = acc[g * A + a][l];
-    }
-  }
-  // Pairwise fold of the lanes: a fixed order, so results do not depend on
-  // the version, the row blocking or the thread count.
+  constexpr bool in_order = accumulators_in_order<T, B>();
+  static_assert(in_order || accumulators_even_odd<T, B>(), "a layout the fold knows");
+  constexpr int kLeft = in_order ? 1 : 2;  // vectors left once the levels across vectors are done
 #pragma GCC unroll 8
-  for (int width = L::kLanes / 2; width > 0; width /= 2) {
-#pragma GCC unroll 32
-    for (int j = 0; j < width; ++j) partial[j] += partial[j + width];
+  for (int n = L::kAccVecs; n > kLeft; n /= 2) {
+#pragma GCC unroll 16
+    for (int i = 0; i < n / 2; ++i) acc[i] += acc[i + n / 2];
   }
-  return acc_t(1) / std::sqrt(partial[0] * inv_hidden + eps);
+  acc_t sum = fold_lanes<acc_t, B>(acc[0]);
+  if constexpr (!in_order) sum += fold_lanes<acc_t, B>(acc[1]);
+  return acc_t(1) / std::sqrt(sum * inv_hidden + eps);
 }
 
 // 1 / sqrt(mean(x^2) + eps) of one row.
