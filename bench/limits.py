@@ -10,7 +10,10 @@
     CUDA both are device-to-device copies of the same bytes;
   * CPU dispatch floor: the cheapest call through each runtime - a no-op torch op
     (``aten.alias``: dispatcher in and out, a view, no data touched) and an ONNX
-    Runtime ``Identity`` graph on one element with IO binding;
+    Runtime ``Identity`` graph on one element with IO binding - and this op's own
+    out call on one row of 16 elements: its five arguments through ``torch.ops``,
+    the dispatcher and the op's checks, around a kernel with next to nothing to
+    do, what the op's out variant costs at any shape before its kernel's work;
   * CUDA launch floor: an empty kernel launched from Python, and the same kernel
     replayed from a CUDA graph (the device's own per-kernel cost).
 They run through the same verify-then-time path as the baselines and land in
@@ -30,7 +33,7 @@ from torch import Tensor
 from bench.registry import Prepared, Variant
 from bench.timing import GRAPH_CALLS, capture_cuda_graph
 from bench.workloads import OpCase
-from ops.reference import Tolerance
+from ops.reference import EPS, Tolerance, make_inputs, reference_norm, tolerance
 
 EXACT = Tolerance(0.0, 0.0, "a copy or an identity must be exact")
 
@@ -88,10 +91,35 @@ def copy_limits(case: OpCase) -> list[tuple[LimitCase, str, Variant]]:
     ]
 
 
+@dataclass
+class OneRowCase(LimitCase):
+    """The fused op on one short row: verified against the float64 norm."""
+
+    weight: Tensor = field(default_factory=lambda: torch.empty(0))
+    bias: Tensor = field(default_factory=lambda: torch.empty(0))
+
+    def reference(self) -> Tensor:
+        return reference_norm(self.x, self.weight, self.bias, EPS)
+
+
+ONE_ROW_SHAPE = (1, 16)
+
+
 def dispatch_floor(workdir: Path) -> list[tuple[LimitCase, str, Variant]]:
     x = torch.randn(1)
     limit = LimitCase(shape=(1,), dtype=torch.float32, x=x, bytes_moved=math.nan, workdir=workdir)
     alias = torch.ops.aten.alias.default
+    row, weight, bias = make_inputs(ONE_ROW_SHAPE, seed=1)
+    one_row = OneRowCase(
+        shape=ONE_ROW_SHAPE,
+        dtype=torch.float32,
+        x=row,
+        bytes_moved=math.nan,
+        workdir=workdir,
+        tolerance=tolerance(torch.float32),
+        weight=weight,
+        bias=bias,
+    )
     return [
         (
             limit,
@@ -107,7 +135,29 @@ def dispatch_floor(workdir: Path) -> list[tuple[LimitCase, str, Variant]]:
                 note="ONNX Identity graph, IO binding, output buffer reused",
             ),
         ),
+        (
+            one_row,
+            "dispatch",
+            Variant(
+                "fused_out_one_row",
+                lambda: _fused_out(one_row),
+                note="torch.ops.myops.fused_norm_out.default on one row of 16 float32, output buffer reused",
+            ),
+        ),
     ]
+
+
+def _fused_out(case: OneRowCase):
+    import ops  # noqa: F401  (loads the op library: registers torch.ops.myops.*)
+
+    op_out = torch.ops.myops.fused_norm_out.default
+    out = torch.full_like(case.x, float("nan"))  # verification proves every element is written
+
+    def call():
+        op_out(case.x, case.weight, case.bias, EPS, out)
+        return out
+
+    return call
 
 
 def _ort_identity(x: Tensor, workdir: Path):

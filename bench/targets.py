@@ -123,7 +123,11 @@ def _call_floor(frame: pd.DataFrame, variant: str) -> str:
     if floor is None:
         return ""
     what = "a no-op torch call" if variant == "torch_noop" else "ORT's floor (an Identity graph, IO binding)"
-    return f"; {what} takes {floor:.2f}"
+    text = f"; {what} takes {floor:.2f}"
+    one_row = _median(frame, "limit", "1x16", "dispatch", "fused_out_one_row")  # limits.ONE_ROW_SHAPE
+    if variant == "torch_noop" and one_row is not None:
+        text += f", this op's out call on one row of 16 elements {one_row:.2f}"
+    return text
 
 
 def _copy_share_of(variant: str, need: float, copy_limit: str):

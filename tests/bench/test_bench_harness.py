@@ -58,6 +58,7 @@ def test_tiny_grid_writes_one_row_per_baseline_variant_and_case(torch_run):
     assert outcome.failures == [] and outcome.skipped == []
     frame = read_report(outcome.paths.csv)
     expected = {("limit", "1", "float32", "dispatch", v, "cpu") for v in ("torch_noop", "ort_identity_iobinding")}
+    expected.add(("limit", "1x16", "float32", "dispatch", "fused_out_one_row", "cpu"))
     for shape in ("1x4x64", "2x8x128"):
         expected |= {("limit", shape, "float32", "copy", v, "cpu") for v in ("into_preallocated", "fresh_output")}
         for baseline, variant in (("unfused", "call"), ("fused", "call"), ("fused", "out"), ("native", "call")):

@@ -144,7 +144,7 @@ def test_a_miss_says_what_the_bar_allows_and_the_cheapest_call(rng):
     # median * 0.60 / 0.85; the report's own no-op torch call and ORT Identity say what
     # any call costs before a kernel runs. Shapes that meet the bar carry no such note.
     out = rng.uniform(1.0, 3.0)
-    noop, identity = rng.uniform(0.5, 1.0), rng.uniform(1.5, 3.0)
+    noop, identity, one_row = rng.uniform(0.5, 1.0), rng.uniform(1.5, 3.0), rng.uniform(1.0, 1.5)
     rows = [
         ("op", DISPATCH_BOUND, "fused", "out", out, 0.60),
         ("op", "8x128x1024", "fused", "out", 100 * out, 0.90),
@@ -152,13 +152,15 @@ def test_a_miss_says_what_the_bar_allows_and_the_cheapest_call(rng):
         ("op", "8x128x1024", "ort", "custom-iobinding", 102 * out, np.nan),
         ("limit", "1", "dispatch", "torch_noop", noop, np.nan),
         ("limit", "1", "dispatch", "ort_identity_iobinding", identity, np.nan),
+        ("limit", "1x16", "dispatch", "fused_out_one_row", one_row, np.nan),
     ]
     results = {r.name: r for r in evaluate_targets(_frame(rows))}
     _, _, _, share, _, _, _, ort_out, *_ = (results[t.name] for t in TARGETS)
     assert share.met is False
-    assert f"{DISPATCH_BOUND} 60% (the bar allows {out * 0.60 / 0.85:.2f} µs; a no-op torch call takes {noop:.2f})" in (
-        share.detail
-    )
+    assert (
+        f"{DISPATCH_BOUND} 60% (the bar allows {out * 0.60 / 0.85:.2f} µs; a no-op torch call takes {noop:.2f}, "
+        f"this op's out call on one row of 16 elements {one_row:.2f})"
+    ) in share.detail
     assert share.detail.endswith("8x128x1024 (copy cache-resident) 90%")
     assert ort_out.met is False
     assert f"custom/out 2.00 (the bar allows {1.1 * out:.2f} µs; ORT's floor" in ort_out.detail
