@@ -112,11 +112,14 @@ struct Element {
 };
 
 bool parse_element(const std::string& name, Element* out) {
-  if (name == "float32") *out = {fused_norm::DType::kFloat32, 4};
-  else if (name == "bfloat16") *out = {fused_norm::DType::kBFloat16, 2};
-  else if (name == "float16") *out = {fused_norm::DType::kFloat16, 2};
-  else return false;
-  return true;
+  for (const Element e : {Element{fused_norm::DType::kFloat32, 4}, Element{fused_norm::DType::kBFloat16, 2},
+                          Element{fused_norm::DType::kFloat16, 2}}) {
+    if (name == fused_norm::dtype_name(e.dtype)) {
+      *out = e;
+      return true;
+    }
+  }
+  return false;
 }
 
 void time_norm(int64_t rows, int64_t hidden, int reps, const Element& e) {
