@@ -425,7 +425,10 @@ def test_a_slowed_op_is_flagged_against_the_clean_commit(repo, tmp_path):
     assert result.code == 1, text
     comparison = compare_reports(result.base_csv, result.new_csv, paired=True)
     flagged = {r.key[3:5] for r in comparison.regressions}  # (baseline, variant); the device follows
-    assert flagged == {("fused", "call"), ("fused", "out")}, text  # the op's two rows, nothing else
+    # The op's two rows, and nothing that does not call the op: the one-row dispatch floor calls it (16 passes
+    # over 16 elements may or may not clear the bound there), the copies and the no-op calls do not.
+    op_rows = {("fused", "call"), ("fused", "out")}
+    assert op_rows <= flagged <= op_rows | {("dispatch", "fused_out_one_row")}, text
     for row in comparison.regressions:
         # 16 passes instead of 1: the whole interval above the regression bound.
         assert row.ratio > 2 and row.ci_low > 1.10 and row.units == PROCESSES and row.paired
@@ -440,7 +443,7 @@ def test_a_slowed_op_is_flagged_against_the_clean_commit(repo, tmp_path):
     assert len(processes) == 2 * PROCESSES and processes.pid.nunique() == 2 * PROCESSES  # a fresh process each
     assert list(processes.page_offset) == [k * 4096 // PROCESSES for k in range(PROCESSES) for _ in (0, 1)]
     assert (result.folder / "compare.txt").read_text().count("REGRESSION") >= 2
-    assert f"process pair {PROCESSES}/{PROCESSES}" in text and "2 regression(s)" in text
+    assert f"process pair {PROCESSES}/{PROCESSES}" in text and f"{len(flagged)} regression(s)" in text
 
 
 @pytest.mark.slow
@@ -449,7 +452,8 @@ def test_the_same_commit_against_itself_has_no_regression(repo, tmp_path):
     result, text = _run(repo, repo["clean"], tmp_path, new=ab.Tree(repo["ref"] / "src", repo["ref"] / "build"))
     assert result.code == 0, text
     comparison = compare_reports(result.base_csv, result.new_csv, paired=True)
-    assert len(comparison.rows) == 6 and not comparison.regressions, text
+    # Three dispatch floors, the two copies, the op's two variants.
+    assert len(comparison.rows) == 7 and not comparison.regressions, text
     assert "0 regression(s) - OK" in (result.folder / "compare.txt").read_text()
     # REF was built for its libraries alone: the CUDA compile check, which builds nothing the run loads, skipped.
     check = [line for line in (repo["ref"] / "build.log").read_text().splitlines() if "CUDA compile check" in line]
