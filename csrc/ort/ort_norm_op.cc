@@ -2,6 +2,7 @@
 // attribute, validation, output allocation, shape inference, error conversion.
 #include "ort_norm_op.h"
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <sstream>
@@ -70,27 +71,40 @@ Ort::Status InvalidArgument(const std::string& message, const char* op = kOpName
   return Ort::Status((std::string(op) + ": " + message).c_str(), ORT_INVALID_ARGUMENT);
 }
 
-// One input, as a tensor: its element type and shape.
+// One input, as a tensor: its element type and shape. The dims are the
+// OrtValue's own array, valid while the call runs: reading them allocates
+// nothing, where a TensorTypeAndShapeInfo per input and output allocated
+// four objects and four vectors per call.
 struct TensorFacts {
   ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
-  std::vector<int64_t> shape;
+  const int64_t* dims = nullptr;
+  size_t rank = 0;
+
+  int64_t Last() const { return dims[rank - 1]; }
+  bool SameShape(const TensorFacts& other) const {
+    return rank == other.rank && std::equal(dims, dims + rank, other.dims);
+  }
+  std::vector<int64_t> Shape() const { return std::vector<int64_t>(dims, dims + rank); }
 };
+
+// The element type and shape of a tensor value, without allocating.
+Ort::Status TypeAndDims(const OrtValue* value, TensorFacts* facts) {
+  return Ort::Status(
+      Ort::GetApi().GetTensorElementTypeAndShapeDataReference(value, &facts->type, &facts->dims, &facts->rank));
+}
 
 Ort::Status ReadTensorFacts(const Ort::ConstValue& value, const char* name, TensorFacts* facts,
                             const char* op = kOpName) {
   if (!value) return InvalidArgument(std::string("input ") + name + " is missing", op);
   if (!value.IsTensor()) return InvalidArgument(std::string("input ") + name + " must be a tensor", op);
-  const Ort::TensorTypeAndShapeInfo info = value.GetTensorTypeAndShapeInfo();
-  facts->type = info.GetElementType();
-  facts->shape = info.GetShape();
-  return Ort::Status{nullptr};
+  return TypeAndDims(value, facts);
 }
 
 Ort::Status CheckVector(const TensorFacts& facts, const char* name, int64_t hidden, const char* op = kOpName) {
-  if (facts.shape.size() != 1 || facts.shape[0] != hidden) {
+  if (facts.rank != 1 || facts.dims[0] != hidden) {
     std::ostringstream out;
     out << name << " must be 1-D of length " << hidden << " (the last dimension of X), got shape "
-        << ShapeString(facts.shape);
+        << ShapeString(facts.Shape());
     return InvalidArgument(out.str(), op);
   }
   return Ort::Status{nullptr};
@@ -100,7 +114,7 @@ Ort::Status CheckVector(const TensorFacts& facts, const char* name, int64_t hidd
 // weight and bias [hidden] of its dtype, epsilon finite and >= 0.
 Ort::Status CheckNormOperands(const TensorFacts& xf, const TensorFacts& wf, const TensorFacts& bf, float epsilon,
                               const char* op, fused_norm::DType* dtype) {
-  if (xf.shape.empty()) {
+  if (xf.rank == 0) {
     return InvalidArgument("X must have rank >= 1 (its last dimension is normalised), got a 0-d tensor", op);
   }
   if (!ToCoreDType(xf.type, dtype)) {
@@ -113,7 +127,7 @@ Ort::Status CheckNormOperands(const TensorFacts& xf, const TensorFacts& wf, cons
                                ", weight " + ElementTypeName(wf.type) + ", bias " + ElementTypeName(bf.type),
                            op);
   }
-  const int64_t hidden = xf.shape.back();
+  const int64_t hidden = xf.Last();
   if (Ort::Status s = CheckVector(wf, "weight", hidden, op); !s.IsOK()) return s;
   if (Ort::Status s = CheckVector(bf, "bias", hidden, op); !s.IsOK()) return s;
   if (!std::isfinite(epsilon) || epsilon < 0.0f) {
@@ -127,9 +141,11 @@ Ort::Status CheckNormOperands(const TensorFacts& xf, const TensorFacts& wf, cons
 // Output `index` of X's shape, allocated by ORT for this node, checked to have X's dtype.
 Ort::Status AllocateLikeX(Ort::KernelContext& context, size_t index, const char* name, const TensorFacts& xf,
                           const char* op, Ort::UnownedValue* out) {
-  *out = context.GetOutput(index, xf.shape);
+  *out = context.GetOutput(index, xf.dims, xf.rank);
   if (!*out) return InvalidArgument(std::string("ORT did not provide the output ") + name, op);
-  const ONNXTensorElementDataType type = out->GetTensorTypeAndShapeInfo().GetElementType();
+  TensorFacts outf;
+  if (Ort::Status s = TypeAndDims(*out, &outf); !s.IsOK()) return s;
+  const ONNXTensorElementDataType type = outf.type;
   if (type != xf.type) {
     // Only a model that declares the output with another dtype than X gets here.
     return InvalidArgument(std::string("the graph declares ") + name + " as " + ElementTypeName(type) + " but X is " +
@@ -139,9 +155,9 @@ Ort::Status AllocateLikeX(Ort::KernelContext& context, size_t index, const char*
   return Ort::Status{nullptr};
 }
 
-int64_t RowsOf(const std::vector<int64_t>& shape) {
+int64_t RowsOf(const TensorFacts& facts) {
   int64_t rows = 1;
-  for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
+  for (size_t i = 0; i + 1 < facts.rank; ++i) rows *= facts.dims[i];
   return rows;
 }
 
@@ -154,8 +170,8 @@ fused_norm::NormProblem NormOperands(const Ort::ConstValue& x, const Ort::ConstV
   problem.weight = weight.GetTensorRawData();
   problem.bias = bias.GetTensorRawData();
   problem.y = y.GetTensorMutableRawData();
-  problem.rows = RowsOf(xf.shape);
-  problem.hidden = xf.shape.back();
+  problem.rows = RowsOf(xf);
+  problem.hidden = xf.Last();
   problem.eps = static_cast<double>(epsilon);
   problem.dtype = dtype;
   return problem;
@@ -250,9 +266,9 @@ Ort::Status PrepareAddNormCall(Ort::KernelContext& context, float epsilon, AddNo
   if (Ort::Status s = ReadTensorFacts(bias, "bias", &bf, op); !s.IsOK()) return s;
   fused_norm::DType dtype;
   if (Ort::Status s = CheckNormOperands(xf, wf, bf, epsilon, op, &dtype); !s.IsOK()) return s;
-  if (rf.type != xf.type || rf.shape != xf.shape) {
+  if (rf.type != xf.type || !rf.SameShape(xf)) {
     return InvalidArgument(std::string("residual must have X's dtype and shape ") + ElementTypeName(xf.type) +
-                               ShapeString(xf.shape) + ", got " + ElementTypeName(rf.type) + ShapeString(rf.shape),
+                               ShapeString(xf.Shape()) + ", got " + ElementTypeName(rf.type) + ShapeString(rf.Shape()),
                            op);
   }
 
