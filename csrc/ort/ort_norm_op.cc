@@ -143,9 +143,9 @@ Ort::Status AllocateLikeX(Ort::KernelContext& context, size_t index, const char*
                           const char* op, Ort::UnownedValue* out) {
   *out = context.GetOutput(index, xf.dims, xf.rank);
   if (!*out) return InvalidArgument(std::string("ORT did not provide the output ") + name, op);
-  TensorFacts outf;
-  if (Ort::Status s = TypeAndDims(*out, &outf); !s.IsOK()) return s;
-  const ONNXTensorElementDataType type = outf.type;
+  TensorFacts declared;
+  if (Ort::Status s = TypeAndDims(*out, &declared); !s.IsOK()) return s;
+  const ONNXTensorElementDataType type = declared.type;
   if (type != xf.type) {
     // Only a model that declares the output with another dtype than X gets here.
     return InvalidArgument(std::string("the graph declares ") + name + " as " + ElementTypeName(type) + " but X is " +
