@@ -145,11 +145,10 @@ Ort::Status AllocateLikeX(Ort::KernelContext& context, size_t index, const char*
   if (!*out) return InvalidArgument(std::string("ORT did not provide the output ") + name, op);
   TensorFacts declared;
   if (Ort::Status s = TypeAndDims(*out, &declared); !s.IsOK()) return s;
-  const ONNXTensorElementDataType type = declared.type;
-  if (type != xf.type) {
+  if (declared.type != xf.type) {
     // Only a model that declares the output with another dtype than X gets here.
-    return InvalidArgument(std::string("the graph declares ") + name + " as " + ElementTypeName(type) + " but X is " +
-                               ElementTypeName(xf.type) + "; " + name + " must have X's dtype",
+    return InvalidArgument(std::string("the graph declares ") + name + " as " + ElementTypeName(declared.type) +
+                               " but X is " + ElementTypeName(xf.type) + "; " + name + " must have X's dtype",
                            op);
   }
   return Ort::Status{nullptr};
