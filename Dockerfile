@@ -48,7 +48,7 @@ ARG FUSEDBENCH_CACHE=/opt/fusedbench-cache
 FROM ${MICROMAMBA_IMAGE}@${MICROMAMBA_IMAGE_DIGEST} AS micromamba
 
 # --- stage: the ONNX Runtime headers ------------------------------------------
-# The onnxruntime wheels ship no headers; env/build/ort_headers.py fetches the pinned
+# The onnxruntime wheels ship no headers; env/builder/ort_headers.py fetches the pinned
 # npm package and checks its sha256. npm is needed for that one download only,
 # so it lives in this stage and never reaches the image. One stage for both
 # variants: the headers do not depend on the base.
@@ -65,7 +65,7 @@ RUN apt-get update \
 WORKDIR /src
 COPY env/ env/
 RUN FUSEDBENCH_CACHE="${FUSEDBENCH_CACHE}" python3 -c \
-        'from env.build.ort_headers import ensure_ort_headers; print(ensure_ort_headers())'
+        'from env.builder.ort_headers import ensure_ort_headers; print(ensure_ort_headers())'
 
 # --- stage: the cuda variant's system -----------------------------------------
 # A base of the final stage (FROM ${VARIANT}-system), which hadolint cannot follow

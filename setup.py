@@ -3,7 +3,7 @@
     pip install --no-build-isolation .          # installs ops/ with ops/_C.abi3.so
     invoke build --aot                          # same compile, into build/aot
 
-Sources and flags come from env/build/config.py, shared with the JIT build.
+Sources and flags come from env/builder/config.py, shared with the JIT build.
 --no-build-isolation matters: the extension must compile against the torch
 that will load it, not a fresh copy pip would download for the build.
 """
@@ -15,7 +15,7 @@ from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from env.build.config import CXX_STANDARD_PORTABLE, torch_extension_spec  # noqa: E402
+from env.builder.config import CXX_STANDARD_PORTABLE, torch_extension_spec  # noqa: E402
 
 spec = torch_extension_spec()
 extension_class = CUDAExtension if spec.with_cuda else CppExtension

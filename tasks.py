@@ -13,7 +13,7 @@ from invoke import Collection, Exit, task
 
 from env import cli
 
-_BUILD_ERRORS = ("env.build.commands:BuildError", "env.lock.lockfile:LockError")
+_BUILD_ERRORS = ("env.builder.commands:BuildError", "env.lock.lockfile:LockError")
 _EXPORT_ERRORS = (ValueError, "ops.onnx.export:ExportError", "ops.onnx.checks:ExportCheckError")
 
 
@@ -26,7 +26,7 @@ _EXPORT_ERRORS = (ValueError, "ops.onnx.export:ExportError", "ops.onnx.checks:Ex
 @cli.fails_with("build", *_BUILD_ERRORS)
 def build(c, aot=False, verbose=False):
     """Record the toolchain, then rebuild each library and check whose inputs changed (else: up to date)."""
-    from env.build.steps import build as run_build
+    from env.builder.steps import build as run_build
 
     run_build("aot" if aot else "jit", verbose=verbose)
 
@@ -34,7 +34,7 @@ def build(c, aot=False, verbose=False):
 @task
 def toolchain(c):
     """Print the toolchain table of the last build (build/toolchain.json) and its CUDA resource table."""
-    from env.build.steps import print_toolchain
+    from env.builder.steps import print_toolchain
 
     if not print_toolchain():
         raise Exit("no toolchain record yet - run `invoke build` first")
@@ -90,7 +90,8 @@ def bench(
     # Options are checked before bench.run is imported: that import loads the built library.
     warmup_calls = cli.integer("--warmup", warmup, minimum=0)
     thread_count = cli.integer("--threads", threads, minimum=1) if threads else None
-    from bench.run import BenchOptions, main
+    from bench.plan.options import BenchOptions
+    from bench.run import main
 
     options = BenchOptions(
         baseline=baseline,
@@ -103,7 +104,7 @@ def bench(
         l2_flush=l2_flush,
     )
     if against:
-        from bench import ab
+        from bench.ab import driver as ab
 
         if code := ab.main(against, options):
             raise Exit(code=code)
@@ -126,7 +127,7 @@ def compare(c, base, new, threshold="0.10", alpha="0.05", allow_different_machin
     """Compare two bench reports row by row; exit 1 on a regression (interval above threshold), 3 if machines differ."""
     # Options are checked before the comparison's modules (pandas, scipy) are imported.
     threshold, alpha = cli.fraction("--threshold", threshold), cli.fraction("--alpha", alpha)
-    from bench.compare import main
+    from bench.stats.compare import main
 
     if code := main(base, new, threshold=threshold, alpha=alpha, allow_different_machines=allow_different_machines):
         raise Exit(code=code)
@@ -212,10 +213,10 @@ def env_lock(c, upgrade=False):
         "local_base": "buildah only: take the base image from local storage (e.g. a stand-in), never pull",
     },
 )
-@cli.fails_with("docker.build", "env.lock.docker:DockerError")
+@cli.fails_with("docker.build", "env.image:DockerError")
 def docker_build(c, tag="", variant="cuda", max_jobs="", base_digest="", torch_find_links="", local_base=False):
     """Build the image (docker, or buildah without a daemon): pinned base, env from the lock, builds baked in."""
-    from env.lock import docker
+    from env import image as docker
 
     jobs = cli.integer("--max-jobs", max_jobs, minimum=1) if max_jobs else None
     docker.check_variant(variant)  # a bad option is named before the engine is looked for
@@ -240,13 +241,13 @@ def docker_build(c, tag="", variant="cuda", max_jobs="", base_digest="", torch_f
         "gpus": "pass --gpus all (default: when nvidia-smi lists a GPU here)",
     },
 )
-@cli.fails_with("docker.run", "env.lock.docker:DockerError")
+@cli.fails_with("docker.run", "env.image:DockerError")
 def docker_run(c, tag="", reports="", gpus=None):
     """Run an invoke task in the image (docker, or podman without a daemon): `invoke docker.run -- bench`."""
     import shlex
     from pathlib import Path
 
-    from env.lock import docker
+    from env import image as docker
 
     _docker(
         docker.run_command(
@@ -260,7 +261,7 @@ def docker_run(c, tag="", reports="", gpus=None):
 
 
 def _docker(command: list[str]) -> None:
-    from env.lock import docker
+    from env import image as docker
 
     if code := docker.run(command).returncode:
         raise Exit(f"docker: `{' '.join(command[:2])}` failed (exit {code}) - see its output above", code=code)
@@ -275,7 +276,7 @@ def _docker(command: list[str]) -> None:
 )
 def bench_targets(c, reports):
     """Judge the declared targets over several reports together; exit 1 if one is missed, 2 for unusable reports."""
-    from bench.judge import main
+    from bench.stats.judge import main
 
     if code := main([path.strip() for path in reports.split(",") if path.strip()]):
         raise Exit(code=code)
@@ -296,7 +297,7 @@ def bench_targets(c, reports):
 @cli.fails_with("bench.ab-measure", ValueError)
 def bench_ab_measure(c, aa="5", slowdowns="10,20", runs="5", out="", reuse=False, rejudge=False):
     """How often `bench --quick --against` cries wolf on identical code, and how often it catches a slowdown."""
-    from bench.ab_measure import main
+    from bench.experiments.ab_measure import main
 
     argv = ["--aa", str(cli.integer("--aa", aa, minimum=0)), "--runs", str(cli.integer("--runs", runs, minimum=0))]
     argv += ["--slowdowns", slowdowns, *(["--out", out] if out else []), *(["--reuse"] if reuse else [])]
@@ -318,7 +319,7 @@ def bench_ab_spread(c, rounds="4", modes="", out=""):
     """How far apart two processes of this build read each row: jobs one after the other, or in turns."""
     argv = ["--rounds", str(cli.integer("--rounds", rounds, minimum=2))]
     argv += [*(["--modes", modes] if modes else []), *(["--out", out] if out else [])]
-    from bench.ab_spread import main
+    from bench.experiments.ab_spread import main
 
     main(argv)
 
@@ -338,7 +339,7 @@ def bench_ab_spread(c, rounds="4", modes="", out=""):
 @cli.fails_with("bench.offset-sweep", ValueError)
 def bench_offset_sweep(c, shape="", dtype="float32", distances="", threads="1", reps="31", out=""):
     """The op's share of a copy as its output's start moves against its input's within a page."""
-    from bench.offset_sweep import main
+    from bench.experiments.offset_sweep import main
 
     argv = ["--dtype", dtype, "--threads", str(cli.integer("--threads", threads, minimum=1))]
     argv += ["--reps", str(cli.integer("--reps", reps, minimum=1))]
@@ -359,7 +360,7 @@ def bench_offset_sweep(c, shape="", dtype="float32", distances="", threads="1", 
 @cli.fails_with("bench.thread-sweep", ValueError)
 def bench_thread_sweep(c, shapes="", threads="1,2", reps="21", out=""):
     """The op at several thread counts on the same buffers in one process: time against the first count's."""
-    from bench.thread_sweep import main
+    from bench.experiments.thread_sweep import main
 
     argv = ["--threads", threads, "--reps", str(cli.integer("--reps", reps, minimum=1))]
     main(argv + (["--shapes", shapes] if shapes else []) + (["--out", out] if out else []))
@@ -419,10 +420,10 @@ def ort_dump_replay(c, folder):
 
 
 @task(name="client", help={"force": "rebuild even when the binary is newer than its source"})
-@cli.fails_with("ort.client", "env.build.commands:BuildError", "env.build.ort_headers:OrtHeadersError")
+@cli.fails_with("ort.client", "env.builder.commands:BuildError", "env.builder.ort_headers:OrtHeadersError")
 def ort_client(c, force=False):
     """Build the C++ example client (csrc/ort/examples/ort_client.cc) and print the binary's path."""
-    from env.build.ort_client import build_ort_client
+    from env.builder.ort_client import build_ort_client
 
     print(build_ort_client(force=force))
 
@@ -446,8 +447,8 @@ def cuda_check(c, out=""):
     """Compile the CUDA kernels for every pinned architecture (no GPU needed); print ptxas's resource table."""
     from pathlib import Path
 
-    from env.build.cuda import compile_check
-    from env.build.ptxas import format_table
+    from env.builder.cuda import compile_check
+    from env.builder.ptxas import format_table
 
     result = compile_check(Path(out) if out else None)
     print(format_table(result.report))
@@ -487,7 +488,7 @@ def gpu_check(
     """On a CUDA machine: build, GPU tests (+ compute-sanitizer), `bench --device cuda`; every file in one folder."""
     from pathlib import Path
 
-    from env.gpu_check import GpuCheckOptions, main
+    from bench.gpu_check import GpuCheckOptions, main
 
     options = GpuCheckOptions(
         out=Path(out) if out else None,

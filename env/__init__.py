@@ -1,5 +1,7 @@
-"""Build environment of fusedbench: pins, toolchain record, builds.
+"""Build environment of fusedbench, on two floors.
 
-Nothing here imports ``ops``: the op package sits above this one and reads the
-toolchain record to explain a failed load.
+The ground floor is ``paths``, ``files`` and ``repo``: the only modules ``ops``
+may import. Above it sit the tools: ``builder`` (build steps and toolchain),
+``lock`` (pins), ``image`` (the container image), ``lint``, ``tiers`` and
+``cli`` (the tasks' option parsing). Nothing here imports ``ops`` or ``bench``.
 """

@@ -76,7 +76,7 @@ def load_torch_library() -> Path:
         torch.ops.load_library(str(path))
     except OSError as error:
         # Typical: "undefined symbol: _ZN3c10..." after torch was upgraded.
-        from env.build.toolchain import explain_load_failure
+        from env.builder.toolchain import explain_load_failure
 
         record = path.with_name("toolchain.json") if path.parent == _PACKAGE_DIR else None
         raise LibraryLoadError(explain_load_failure(path, error, record)) from error

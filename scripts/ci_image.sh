@@ -180,7 +180,7 @@ check_image() {
   # The environment and the toolchain record baked into the image against the lock.
   invoke_task docker.run --tag "$image" --reports "$reports" -- env.check
   record=$(podman "${PODMAN_RUNTIME[@]}" run --rm --entrypoint /opt/fusedbench-env/bin/python "$image" \
-    -m env.lock.docker build/toolchain.json cpu)
+    -m env.image build/toolchain.json cpu)
   say "$record"
   rm -rf "$reports"
 }

@@ -39,7 +39,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from env.build import ort_headers
+from env.builder import ort_headers
 
 entry = Path("ort-headers") / ort_headers.npm_source_id()
 if (ort_headers.cache_root() / entry).is_dir():

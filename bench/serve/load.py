@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench import machine
+from bench.measure import machine
 from bench.serve.models import Bank
 
 Call = Callable[[np.ndarray], np.ndarray]  # one request: input -> output the caller owns

@@ -30,15 +30,15 @@ import numpy as np
 import torch
 from rich.console import Console
 
-from bench import metrics
-from bench.environment import environment_columns, utc_timestamp
-from bench.report import ReportPaths, RowSamples, row_key, to_frame, write_report
-from bench.run import _unique_csv, reports_dir
+from bench.measure.environment import environment_columns, utc_timestamp
+from bench.measure.timing import Timing, timer_resolution_ns
+from bench.plan.options import reports_dir, unique_csv
+from bench.report import metrics
+from bench.report.schema import ReportPaths, RowSamples, row_key, to_frame, write_report
 from bench.serve.configs import ServeConfig, plan
 from bench.serve.engines import Served, serve
 from bench.serve.load import LoadResult, Stopped, drive
 from bench.serve.models import Bank, ServedModel, export_routes, make_bank
-from bench.timing import Timing, timer_resolution_ns
 from ops.ort.session import physical_cores
 
 # Seconds of load per configuration, split over ROUNDS passes of the whole plan:
@@ -141,7 +141,7 @@ def run_serve_bench(options: ServeOptions, console: Console, stop: threading.Eve
     if not rows:
         return ServeOutcome(None, None, cores, failure_lines or ["nothing was measured"], time.perf_counter() - started)
     frame = to_frame(rows)
-    paths = write_report(_unique_csv(reports_dir(options.out_dir), timestamp, str(env["host"])), frame, samples)
+    paths = write_report(unique_csv(reports_dir(options.out_dir), timestamp, str(env["host"])), frame, samples)
     from bench.serve.plot import write_serve_plot
 
     write_serve_plot(frame, paths.plot)

@@ -9,7 +9,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from bench.machine import BUSY_SHARE
+from bench.measure.machine import BUSY_SHARE
 from bench.serve.configs import COMPARISON_CLIENTS, SWEEP_ROUTE
 
 PLAIN_VS_POOLED_TARGET = 1.2  # pooled IO binding throughput / plain session.run, small shape, 2 clients

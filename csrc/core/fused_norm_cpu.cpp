@@ -798,7 +798,7 @@ int64_t last_level_cache_bytes() {
 // just read as x) and not into a just-allocated y (NormProblem). Decided for the whole problem, so every
 // thread's rows and every version decide alike; the bits written do not
 // depend on it. The 3/4, measured on a Zen 5 VM (32 MiB L3, fp32, 1 thread,
-// bench/core_timing.cpp): streaming took 1.2-1.5x the time of ordinary
+// bench/experiments/core_timing.cpp): streaming took 1.2-1.5x the time of ordinary
 // stores at 4 MiB of y, 0.85-1.25x at 8 MiB, 1.1-1.2x at 10 MiB, 0.75-1.05x
 // at 12 MiB and 0.55-0.8x from 16 MiB to 128 MiB.
 bool streams_output(const NormProblem& p, int64_t element_bytes) {
@@ -855,7 +855,7 @@ inline __attribute__((always_inline)) void normalise_rows(const NormProblem& p, 
 // time. Its first pass touches three rows at once (x, residual, s), so a
 // block of four 4 KiB rows is 48 KiB of rows in flight, beyond L1, and the
 // second pass reads s back from L2. Measured on a Zen 4 (32 KiB L1), fp32,
-// in place, 1 thread (bench/core_timing.cpp): single rows took 0.63-0.97x
+// in place, 1 thread (bench/experiments/core_timing.cpp): single rows took 0.63-0.97x
 // the time of blocks of four at 1024x1024 and 0.64-0.70x at 512x2048; below
 // 4 KiB they gained nothing (0.98-1.24x at 256x768 and 2048x512). The norm
 // keeps its blocks at every length: there single rows help only with the

@@ -5,7 +5,7 @@
 // (csrc/core/fused_norm_cuda.cu) on ORT's compute stream.
 //
 // Compiled instead of ort_cuda_op_stub.cc in CUDA builds of the library
-// (env/build/ort_library.py), and linked with the CUDA runtime.
+// (env/builder/ort_library.py), and linked with the CUDA runtime.
 //
 // Memory: the op declares no input/output memory type, so ORT hands the
 // kernel its inputs in the CUDA provider's device memory (copying host

@@ -2,11 +2,11 @@
 // fused_add_norm_inplace): the same checks as the CPU impl, then the core's
 // CUDA launcher on torch's current stream.
 //
-// Compiled only into CUDA builds of the extension (env/build/config.py adds it
+// Compiled only into CUDA builds of the extension (env/builder/config.py adds it
 // when torch has CUDA); a CPU-only build simply registers no CUDA kernel.
 // Only c10's CUDA headers are used (not ATen/cuda/CUDAContext.h, which pulls
 // in cuBLAS/cuSPARSE headers) so this file also compiles against the CPU
-// wheel's headers for the compile check (env/build/cuda.py).
+// wheel's headers for the compile check (env/builder/cuda.py).
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>

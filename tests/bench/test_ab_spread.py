@@ -1,12 +1,12 @@
-"""bench/ab_spread.py: the spread of two processes' medians, from their reports, and its option checks."""
+"""bench/experiments/ab_spread.py: the spread of two processes' medians, from their reports, and its option checks."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from bench.ab_spread import main, spread, summary
-from bench.report import RowSamples
+from bench.experiments.ab_spread import main, spread, summary
+from bench.report.schema import RowSamples
 from tests.helpers.bench_synthetic import make_key, synthetic_report
 
 ROUNDS = 6

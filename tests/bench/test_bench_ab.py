@@ -1,6 +1,6 @@
 """`bench --against REF`: process design and statistics with fake workers (fast); the real two-build path (slow).
 
-Fast tier: a fake worker answers the driver as bench/ab_worker.py does and
+Fast tier: a fake worker answers the driver as bench/processes/worker.py does and
 writes a real report whose samples come from a known distribution; each of its
 processes carries its own offset (the bias a process's buffer layout or thread
 placement gives it), so whether a process-level bias reads as a build effect is
@@ -26,11 +26,13 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from bench import ab, scratch
-from bench.ab_worker import PROTOCOL
-from bench.compare import INCONCLUSIVE, REGRESSION, SAME, compare_reports
-from bench.report import SCHEMA_VERSION, RowSamples, read_samples
-from bench.run import BenchOptions, run_settings
+from bench.ab import driver as ab
+from bench.ab import scratch
+from bench.plan.options import BenchOptions
+from bench.processes.worker import PROTOCOL
+from bench.report.schema import SCHEMA_VERSION, RowSamples, read_samples
+from bench.rounds import run_settings
+from bench.stats.compare import INCONCLUSIVE, REGRESSION, SAME, compare_reports
 from env.paths import REPO_ROOT
 from tests.helpers.bench_synthetic import make_key, synthetic_report
 
@@ -301,7 +303,7 @@ def test_a_waiting_worker_is_stopped_with_all_its_threads(tmp_path):
 def test_a_stopped_worker_dies_with_a_killed_driver(tmp_path):
     # A driver killed while a worker waits stopped for its turn cannot wake it: the worker must go too.
     driver = (
-        "import sys, time; from pathlib import Path; from bench import ab\n"
+        "import sys, time; from pathlib import Path; from bench.ab import driver as ab\n"
         f"w = ab.Worker('NEW', Path({str(REPO_ROOT)!r}), None, Path({str(tmp_path / 'new.log')!r}))\n"
         "w.pause(); print(w.process.pid, flush=True); time.sleep(120)\n"
     )
@@ -473,9 +475,9 @@ def test_a_ref_of_another_report_schema_is_skipped_with_the_reason(repo, tmp_pat
     root = repo["root"]
     scratch.git("checkout", "--quiet", repo["clean"], cwd=root)
     try:
-        report = (root / "bench" / "report.py").read_text()
+        report = (root / "bench" / "report" / "schema.py").read_text()
         changed = report.replace(f"SCHEMA_VERSION = {SCHEMA_VERSION}", f"SCHEMA_VERSION = {SCHEMA_VERSION + 1}")
-        other = scratch.commit_change(root, "bench/report.py", changed, "another schema")
+        other = scratch.commit_change(root, "bench/report/schema.py", changed, "another schema")
     finally:
         scratch.git("checkout", "--quiet", repo["slow"], cwd=root)
     result, text = _run(repo, other, tmp_path)

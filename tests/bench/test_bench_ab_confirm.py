@@ -17,11 +17,13 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from bench import ab, compare
-from bench.compare import INCONCLUSIVE, REGRESSION, SAME, Comparison, RowComparison
-from bench.confirm import confirm_options
-from bench.report import RowSamples
-from bench.run import BenchOptions, plan_jobs
+from bench.ab import driver as ab
+from bench.ab.confirm import confirm_options
+from bench.plan.jobs import plan_jobs
+from bench.plan.options import BenchOptions
+from bench.report.schema import RowSamples
+from bench.stats import compare
+from bench.stats.compare import INCONCLUSIVE, REGRESSION, SAME, Comparison, RowComparison
 from tests.bench.test_bench_ab import MEDIANS, FakeWorker
 from tests.helpers.bench_synthetic import synthetic_report
 

@@ -10,11 +10,13 @@ import pytest
 import torch
 from rich.console import Console
 
-from bench.report import KEY_COLUMNS, read_report
-from bench.run import BenchOptions, plan_jobs, run_bench
-from bench.targets import ADD_NORM_MEMORY_BOUND_SPEEDUP, ADD_NORM_SPEEDUP, evaluate_targets
-from bench.verify import VerificationError, verify_outputs
-from bench.workloads import GRIDS
+from bench.measure.verify import VerificationError, verify_outputs
+from bench.plan.jobs import plan_jobs
+from bench.plan.options import BenchOptions
+from bench.plan.workloads import GRIDS
+from bench.report.schema import KEY_COLUMNS, read_report
+from bench.report.targets import ADD_NORM_MEMORY_BOUND_SPEEDUP, ADD_NORM_SPEEDUP, evaluate_targets
+from bench.run import run_bench
 from ops.reference import COMPOSITION_TOLERANCES
 
 SHAPE = (2, 8, 128)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from bench import allocator
+from bench.measure import allocator
 from env.paths import REPO_ROOT
 
 # A fresh interpreter frees one large block first (by default that raises glibc's mmap threshold past 4 MiB),
@@ -17,7 +17,7 @@ from env.paths import REPO_ROOT
 # the heap's state (seen here: [1021, 0, 1024, 1024, 1024] in one process, no zero in another).
 _PROBE = """
 import json, resource, sys
-from bench import allocator
+from bench.measure import allocator
 if sys.argv[1] == "fixed":
     allocator.fix_malloc_policy()
 import torch

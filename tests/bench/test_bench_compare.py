@@ -1,4 +1,4 @@
-"""bench/compare.py on synthetic reports: statistics on units, verdicts, listing, exit codes, errors."""
+"""bench/stats/compare.py on synthetic reports: statistics on units, verdicts, listing, exit codes, errors."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from invoke import Context, Exit
 from rich.console import Console
 
 import tasks
-from bench.compare import (
+from bench.report.schema import SCHEMA_VERSION, RowSamples
+from bench.stats.compare import (
     IMPROVEMENT,
     INCONCLUSIVE,
     REGRESSION,
@@ -23,7 +24,6 @@ from bench.compare import (
     ratio_interval,
     verdict_of,
 )
-from bench.report import SCHEMA_VERSION, RowSamples
 from env.paths import REPO_ROOT
 from tests.helpers.bench_synthetic import lognormal, make_key, synthetic_report
 
@@ -297,7 +297,7 @@ def test_invoke_compare_cli_exit_codes(tmp_path, rng):
 
 
 def test_alpha_is_family_wise_over_the_rows_a_comparison_counts():
-    from bench.compare import family_alpha_per_row
+    from bench.stats.compare import family_alpha_per_row
 
     assert family_alpha_per_row(0.05, 31) == pytest.approx(0.05 / 31)
     assert family_alpha_per_row(0.05, 0) == 0.05  # no counted row: nothing to divide

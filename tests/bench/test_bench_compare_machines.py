@@ -1,4 +1,4 @@
-"""bench/compare.py refuses reports from different machines, naming each differing fact (exit 3)."""
+"""bench/stats/compare.py refuses reports from different machines, naming each differing fact (exit 3)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from invoke import Context, Exit
 from rich.console import Console
 
 import tasks
-from bench.compare import EXIT_MACHINES_DIFFER, MACHINE_COLUMNS, compare_reports, main
-from bench.report import SCHEMA_VERSION
+from bench.report.schema import SCHEMA_VERSION
+from bench.stats.compare import EXIT_MACHINES_DIFFER, MACHINE_COLUMNS, compare_reports, main
 from env.paths import REPO_ROOT
 from tests.helpers.bench_synthetic import lognormal, make_key, synthetic_report
 

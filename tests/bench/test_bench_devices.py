@@ -13,16 +13,17 @@ import pytest
 import torch
 from invoke import Context, Exit
 
-import bench.devices as devices
-from bench.devices import DeviceUnavailable, device_label, resolve_devices
-from bench.metrics import add_ratios
-from bench.plot import write_plot
-from bench.registry import Unsupported
-from bench.report import COLUMNS, to_frame
-from bench.run import BenchOptions, plan_jobs
-from bench.targets import GPU_TARGETS, evaluate_targets
-from bench.timing import TimingConfig, cuda_block_size, measure_cuda
-from bench.workloads import GRIDS, OpCase
+import bench.plan.devices as devices
+from bench.measure.timing import TimingConfig, cuda_block_size, measure_cuda
+from bench.plan.devices import DeviceUnavailable, device_label, resolve_devices
+from bench.plan.jobs import plan_jobs
+from bench.plan.options import BenchOptions
+from bench.plan.registry import Unsupported
+from bench.plan.workloads import GRIDS, OpCase
+from bench.report.metrics import add_ratios
+from bench.report.plot import write_plot
+from bench.report.schema import COLUMNS, to_frame
+from bench.report.targets import GPU_TARGETS, evaluate_targets
 
 
 @pytest.fixture
@@ -100,8 +101,8 @@ def _cuda_case() -> OpCase:
 
 
 def test_liger_is_skipped_with_the_import_error_where_it_is_not_importable():
-    pytest.importorskip("bench.baselines.liger")
-    from bench.baselines.liger import Liger, _rms_norm
+    pytest.importorskip("bench.plan.baselines.liger")
+    from bench.plan.baselines.liger import Liger, _rms_norm
 
     function, why = _rms_norm()
     if function is not None:
@@ -111,7 +112,7 @@ def test_liger_is_skipped_with_the_import_error_where_it_is_not_importable():
 
 
 def test_ort_on_cuda_is_skipped_with_ort_s_own_reason_where_it_has_no_cuda_provider():
-    from bench.baselines.ort import Ort, _cuda_provider
+    from bench.plan.baselines.ort import Ort, _cuda_provider
 
     usable, _ = _cuda_provider()
     if usable:

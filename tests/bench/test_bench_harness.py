@@ -13,23 +13,15 @@ import pytest
 import torch
 from rich.console import Console
 
-from bench.limits import LimitCase
-from bench.registry import Variant, all_baselines, register, select
-from bench.report import KEY_COLUMNS, ReportPaths, read_report, read_samples
-from bench.run import (
-    MIN_SAMPLES,
-    ROUNDS,
-    BenchOptions,
-    Job,
-    Results,
-    RunSettings,
-    plan_jobs,
-    reports_dir,
-    run_bench,
-    run_round,
-)
-from bench.summary import print_summary
-from bench.timing import TimingConfig, timer_resolution_ns
+from bench.measure.timing import TimingConfig, timer_resolution_ns
+from bench.plan.jobs import Job, plan_jobs
+from bench.plan.limits import LimitCase
+from bench.plan.options import MIN_SAMPLES, ROUNDS, BenchOptions, reports_dir
+from bench.plan.registry import Variant, all_baselines, register, select
+from bench.report.schema import KEY_COLUMNS, ReportPaths, read_report, read_samples
+from bench.report.summary import print_summary
+from bench.rounds import Results, RunSettings, run_round
+from bench.run import run_bench
 from env.paths import REPO_ROOT
 
 TINY_SHAPES = ((1, 4, 64), (2, 8, 128))
@@ -257,12 +249,12 @@ def test_naming_baselines_imports_only_their_modules():
     # A fresh interpreter: this one has imported every baseline already.
     script = (
         "import sys\n"
-        "from bench.registry import select\n"
+        "from bench.plan.registry import select\n"
         "assert [b.name for b in select('fused')] == ['fused']\n"
-        "assert 'bench.baselines.ort' not in sys.modules and 'onnxscript' not in sys.modules, 'ort imported'\n"
+        "assert 'bench.plan.baselines.ort' not in sys.modules and 'onnxscript' not in sys.modules, 'ort imported'\n"
         # native lives in eager.py: found by importing every module
         "assert [b.name for b in select('native,fused')] == ['native', 'fused']\n"
-        "assert 'bench.baselines.ort' in sys.modules\n"
+        "assert 'bench.plan.baselines.ort' in sys.modules\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, check=False)
     assert result.returncode == 0, result.stderr
@@ -279,7 +271,7 @@ def test_reports_dir_default_env_and_option(monkeypatch, tmp_path):
 def test_a_job_waits_for_its_first_turn_after_its_untimed_start_and_only_once(tmp_path, monkeypatch):
     # In an A/B worker the two builds set up at once (nothing is timed then): the first turn is awaited after
     # the first variant's setup and output check, before any warm-up; a later variant sets up in its turn.
-    from bench import turns as bench_turns
+    from bench.measure import turns as bench_turns
 
     events = []
     turns = bench_turns.Turns(lambda: events.append("turn"), turn_s=60.0)  # one long turn: no handoff

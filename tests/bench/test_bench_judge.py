@@ -1,4 +1,4 @@
-"""bench/judge.py: the targets over several reports of one machine (`invoke bench.targets`)."""
+"""bench/stats/judge.py: the targets over several reports of one machine (`invoke bench.targets`)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from bench.judge import combined_frame, judge, main
-from bench.report import ReportError
+from bench.report.schema import ReportError
+from bench.stats.judge import combined_frame, judge, main
 from tests.helpers.bench_synthetic import lognormal, make_key, synthetic_report
 
 SHAPES = ("1x8x512", "8x128x1024")

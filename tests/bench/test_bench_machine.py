@@ -1,4 +1,4 @@
-"""bench/machine.py: the share of the CPU other processes used while something was timed."""
+"""bench/measure/machine.py: the share of the CPU other processes used while something was timed."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from bench.machine import CpuSnapshot, other_cpu_seconds, other_cpu_share, snapshot
+from bench.measure.machine import CpuSnapshot, other_cpu_seconds, other_cpu_share, snapshot
 
 
 def test_arithmetic_subtracts_this_process_and_clamps():
@@ -59,7 +59,7 @@ def _write(path, text):
 def test_machine_id_is_a_stable_hash_of_the_file_not_the_id_itself(tmp_path, monkeypatch):
     import hashlib
 
-    from bench.machine import MACHINE_ID_ENV, machine_id
+    from bench.measure.machine import MACHINE_ID_ENV, machine_id
 
     monkeypatch.delenv(MACHINE_ID_ENV, raising=False)
     _write(tmp_path / "machine-id", "3d1219c7c4c5404aaa1f6d2a48adfda4")
@@ -72,7 +72,7 @@ def test_machine_id_is_a_stable_hash_of_the_file_not_the_id_itself(tmp_path, mon
 
 
 def test_cpu_power_reads_cpufreq_and_says_what_is_not_exposed(tmp_path):
-    from bench.machine import NOT_EXPOSED, cpu_power
+    from bench.measure.machine import NOT_EXPOSED, cpu_power
 
     for index in (0, 1):
         policy = tmp_path / "cpufreq" / f"policy{index}"
@@ -97,8 +97,8 @@ def test_cpu_power_reads_cpufreq_and_says_what_is_not_exposed(tmp_path):
 
 
 def test_this_machine_is_described_in_every_report_row():
-    from bench.environment import environment_columns
-    from bench.machine import cpu_power
+    from bench.measure.environment import environment_columns
+    from bench.measure.machine import cpu_power
 
     env = environment_columns(1, "cpu", "20260101T000000Z")
     assert env["machine_id"] and env["machine_id"] != "unknown" or not os.path.exists("/etc/machine-id")
@@ -106,7 +106,7 @@ def test_this_machine_is_described_in_every_report_row():
 
 
 def test_gpu_facts_are_empty_for_the_cpu_and_not_exposed_without_nvml(monkeypatch):
-    from bench import machine
+    from bench.measure import machine
 
     assert machine.gpu_columns("cpu") == {"gpu_policy": "", "gpu_clocks": ""}
     monkeypatch.setitem(sys.modules, "pynvml", None)  # as on the CPU variant, where nvidia-ml-py is not installed

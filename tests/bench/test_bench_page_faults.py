@@ -10,12 +10,12 @@ import pytest
 import torch
 from rich.console import Console
 
-from bench.allocator import cpu_allocator
-from bench.machine import minor_faults, snapshot, transparent_huge_pages
-from bench.metrics import PAGE_FAULT_BOUND, add_ratios, fault_cost_us, page_fault_bound
-from bench.report import COLUMNS, to_frame
-from bench.summary import page_fault_line, summary_table
-from bench.timing import TimingConfig, measure, timer_resolution_ns
+from bench.measure.allocator import cpu_allocator
+from bench.measure.machine import minor_faults, snapshot, transparent_huge_pages
+from bench.measure.timing import TimingConfig, measure, timer_resolution_ns
+from bench.report.metrics import PAGE_FAULT_BOUND, add_ratios, fault_cost_us, page_fault_bound
+from bench.report.schema import COLUMNS, to_frame
+from bench.report.summary import page_fault_line, summary_table
 
 PAGE = 4096
 # Above glibc's largest dynamic mmap threshold (32 MiB): every allocation is a fresh mapping.

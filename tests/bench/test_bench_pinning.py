@@ -1,4 +1,4 @@
-"""bench/pinning.py: the timed loop's thread is pinned to one CPU and unpinned after; other threads are not."""
+"""bench/measure/pinning.py: the timed loop's thread is pinned to one CPU and unpinned after; other threads are not."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from bench.pinning import move_to_timing_cpu, pinned_for_timing, timing_cpu
+from bench.measure.pinning import move_to_timing_cpu, pinned_for_timing, timing_cpu
 
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,

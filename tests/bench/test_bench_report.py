@@ -1,4 +1,4 @@
-"""bench/report.py: the schema declared once, one row per key, atomic writes, clear errors."""
+"""bench/report/schema.py: the schema declared once, one row per key, atomic writes, clear errors."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import report
-from bench.report import (
+from bench.report import schema as report
+from bench.report.schema import (
     COLUMN_NAMES,
     COLUMNS,
     KEY_COLUMNS,

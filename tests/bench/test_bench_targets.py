@@ -1,4 +1,4 @@
-"""bench/targets.py: the declared target table judged on report rows."""
+"""bench/report/targets.py: the declared target table judged on report rows."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.targets import DISPATCH_BOUND, TARGETS, evaluate_targets
+from bench.report.targets import DISPATCH_BOUND, TARGETS, evaluate_targets
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""bench/timing.py: warm-up, blocks, sample counts, gc off, statistics."""
+"""bench/measure/timing.py: warm-up, blocks, sample counts, gc off, statistics."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from bench import turns as bench_turns
-from bench.timing import (
+from bench.measure import turns as bench_turns
+from bench.measure.timing import (
     BLOCK_FACTOR,
     MIN_WARMUP_CALLS,
     TimingConfig,

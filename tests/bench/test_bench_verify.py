@@ -9,11 +9,12 @@ import pytest
 import torch
 from rich.console import Console
 
-import bench.registry as registry
-from bench.registry import Variant
-from bench.run import BenchOptions, run_bench
-from bench.verify import VerificationError, verify
-from bench.workloads import OpCase
+import bench.plan.registry as registry
+from bench.measure.verify import VerificationError, verify
+from bench.plan.options import BenchOptions
+from bench.plan.registry import Variant
+from bench.plan.workloads import OpCase
+from bench.run import run_bench
 from ops.norms import unfused_norm
 
 

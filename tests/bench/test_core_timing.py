@@ -1,4 +1,4 @@
-"""bench/core_timing.cpp, the kernel core's timing tool, builds with the kernel's flags and measures what it says.
+"""bench/experiments/core_timing.cpp, the core's timing tool, builds with the kernel's flags and measures what it says.
 
 Its numbers are quoted in docs/cpu-kernel.md; this keeps it building and
 checks its three modes on tiny problems (their values are timings: only
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from env.build.config import OPT_FLAGS
-from env.build.toolchain import cpu_flags, cxx_compiler
+from env.builder.config import OPT_FLAGS
+from env.builder.toolchain import cpu_flags, cxx_compiler
 from env.paths import REPO_ROOT, csrc_dir
 
 pytestmark = pytest.mark.skipif(
@@ -29,7 +29,10 @@ NUMBER = r"(\d+\.\d+)"
 @pytest.fixture(scope="module")
 def tool(tmp_path_factory) -> Path:
     exe = tmp_path_factory.mktemp("core_timing") / "core_timing"
-    sources = [str(csrc_dir() / "core" / "fused_norm_cpu.cpp"), str(REPO_ROOT / "bench" / "core_timing.cpp")]
+    sources = [
+        str(csrc_dir() / "core" / "fused_norm_cpu.cpp"),
+        str(REPO_ROOT / "bench" / "experiments" / "core_timing.cpp"),
+    ]
     subprocess.run(
         [cxx_compiler(), "-std=c++17", *OPT_FLAGS, "-Wno-psabi", f"-I{csrc_dir() / 'core'}", *sources, "-o", str(exe)],
         check=True,

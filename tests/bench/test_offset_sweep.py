@@ -1,4 +1,4 @@
-"""bench/offset_sweep.py: outputs placed where asked, checked before timing, and its option checks."""
+"""bench/experiments/offset_sweep.py: outputs placed where asked, checked before timing, and its option checks."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 import torch
 
-from bench import offset_sweep
-from bench.placement import PAGE_BYTES, empty_at
-from bench.verify import VerificationError
+from bench.experiments import offset_sweep
+from bench.measure.placement import PAGE_BYTES, empty_at
+from bench.measure.verify import VerificationError
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

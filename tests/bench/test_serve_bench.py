@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from bench.report import COLUMN_NAMES, SERVE_COLUMNS, read_report, read_samples
+from bench.report.schema import COLUMN_NAMES, SERVE_COLUMNS, read_report, read_samples
 from bench.serve.configs import ServeConfig, plan, sweep
 from bench.serve.load import drive
 from bench.serve.models import ServedModel, make_bank

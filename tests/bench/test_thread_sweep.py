@@ -1,4 +1,4 @@
-"""bench/thread_sweep.py: every count times the same checked buffers; ratios against the first count; option checks."""
+"""bench.experiments.thread_sweep: each count times the same checked buffers; ratios to the first count; options."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
-from bench import thread_sweep
-from bench.verify import VerificationError
+from bench.experiments import thread_sweep
+from bench.measure.verify import VerificationError
 
 
 def test_a_sweep_times_every_count_and_variant_and_restores_the_thread_count(tmp_path):

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from env.build.config import OPT_FLAGS
-from env.build.toolchain import cpu_flags, cxx_compiler
+from env.builder.config import OPT_FLAGS
+from env.builder.toolchain import cpu_flags, cxx_compiler
 from env.paths import REPO_ROOT, csrc_dir
 
 pytestmark = [

@@ -20,8 +20,8 @@ import subprocess
 import pytest
 import torch
 
-from env.build.config import core_cuda_sources
-from env.build.cuda_emulation import build_many
+from env.builder.config import core_cuda_sources
+from env.builder.cuda_emulation import build_many
 from tests.helpers.emulated_kernels import (
     ORDERS,
     SCHEDULE_KINDS,

@@ -38,7 +38,7 @@ KERNELS = {
 
 @functools.lru_cache(maxsize=1)
 def gallery_libraries() -> dict[str, ctypes.CDLL]:
-    from env.build.cuda_emulation import (
+    from env.builder.cuda_emulation import (
         EmulationBuildError,
         build_kernel_libraries,
         cuda_headers,

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from env.build import cuda as cuda_build
-from env.build.toolkit import find_cuda_toolkit
+from env.builder import cuda as cuda_build
+from env.builder.toolkit import find_cuda_toolkit
 from tests.helpers.cuda_variants import build_probe, plans
 from tests.helpers.sass import Instruction, KernelCode, blocks_per_sm, count_load_rounds, disassemble, nvidia_tool
 

@@ -7,7 +7,7 @@ import subprocess
 import onnx
 import pytest
 
-from env.build.ort_client import build_ort_client
+from env.builder.ort_client import build_ort_client
 from ops._library import ort_library_path
 from tests.helpers.serve_models import small_model_files
 

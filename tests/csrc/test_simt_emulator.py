@@ -25,7 +25,7 @@ GRID = (3, 2)
 
 @pytest.fixture(scope="module")
 def selftest():
-    from env.build.cuda_emulation import EmulationBuildError, build_emulator_selftest
+    from env.builder.cuda_emulation import EmulationBuildError, build_emulator_selftest
 
     try:
         lib = ctypes.CDLL(str(build_emulator_selftest()))

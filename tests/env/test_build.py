@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from env.build import toolchain
+from env.builder import toolchain
 from env.paths import REPO_ROOT, toolchain_record_path
 
 

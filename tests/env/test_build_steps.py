@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from env.build import config, cuda, fingerprint, steps, toolchain
+from env.builder import config, cuda, fingerprint, steps, toolchain
 from env.paths import REPO_ROOT
 
 STEP_NAMES = ("torch_jit", "ort_library", "cuda_compile_check")

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from env.build import cuda as cuda_build
-from env.build import steps
-from env.build.config import pinned_cuda_arch_list, use_pinned_cuda_arch_list
-from env.build.ptxas import PtxasReportError, parse_ptxas_report
-from env.build.toolkit import NOT_FOUND, find_cuda_toolkit
+from env.builder import cuda as cuda_build
+from env.builder import steps
+from env.builder.config import pinned_cuda_arch_list, use_pinned_cuda_arch_list
+from env.builder.ptxas import PtxasReportError, parse_ptxas_report
+from env.builder.toolkit import NOT_FOUND, find_cuda_toolkit
 from tests.helpers.cuda_variants import KERNEL_TYPES, build_probe, kernel_names, plans, read_variants
 
 needs_nvcc = pytest.mark.skipif(

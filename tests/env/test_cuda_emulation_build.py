@@ -1,10 +1,10 @@
-"""env/build/cuda_emulation.py: the host build of the CUDA kernels for the SIMT emulator."""
+"""env/builder/cuda_emulation.py: the host build of the CUDA kernels for the SIMT emulator."""
 
 from __future__ import annotations
 
 import pytest
 
-from env.build import cuda_emulation
+from env.builder import cuda_emulation
 
 
 def test_missing_cuda_headers_give_a_clear_error(monkeypatch):

@@ -2,7 +2,7 @@
 
 A library with a private copy of libstdc++, loaded into a process that already holds the shared one
 (torch's), loses every number it formats (the stream fails; on another toolchain the process died):
-env/build/cxx_runtime.py. The build names -lstdc++ ahead of the driver's own runtime flags and checks
+env/builder/cxx_runtime.py. The build names -lstdc++ ahead of the driver's own runtime flags and checks
 each library's dynamic section after the link.
 """
 
@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from env.build.commands import BuildError
-from env.build.cxx_runtime import (
+from env.builder.commands import BuildError
+from env.builder.cxx_runtime import (
     SHARED_CXX_RUNTIME_FLAGS,
     check_shared_cxx_runtime,
     compiler_default_runtime,
     needed_libraries,
 )
-from env.build.toolchain import cxx_compiler
+from env.builder.toolchain import cxx_compiler
 from env.paths import toolchain_record_path
 
 FORMATS_A_NUMBER = r"""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from env.lock import docker
+from env import image as docker
 from env.lock.lockfile import LOCK_PATH, read_lock, read_pins, requirements_path
 from env.paths import REPO_ROOT
 

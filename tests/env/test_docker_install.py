@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from env.lock.docker import DOCKERFILE, lock_sha256
+from env.image import DOCKERFILE, lock_sha256
 from env.lock.lockfile import LOCK_PATH, read_lock, requirements_path
 from env.paths import REPO_ROOT
 

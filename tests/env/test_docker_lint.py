@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from env.lock.docker import DOCKERFILE
+from env.image import DOCKERFILE
 from env.lock.lockfile import read_pins, requirements_path
 from env.paths import REPO_ROOT
 

@@ -193,7 +193,7 @@ def test_the_baseline_option_lists_every_registered_baseline():
     # The names are typed from the help text; a baseline added without it there is one users cannot find.
     # Read from `invoke bench --help`: building a task's arguments pops its help entries, so the
     # in-process `Task.help` is empty once another test has listed the options.
-    from bench.registry import all_baselines
+    from bench.plan.registry import all_baselines
 
     shown = subprocess.run(
         [sys.executable, "-m", "invoke", "bench", "--help"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from env.gpu_check import KERNEL_TESTS, MIN_STEP_S, SANITIZER_SELECTION, GpuCheckOptions, run_pytest, step_bench
+from bench.gpu_check import KERNEL_TESTS, MIN_STEP_S, SANITIZER_SELECTION, GpuCheckOptions, run_pytest, step_bench
 from env.paths import REPO_ROOT
 
 

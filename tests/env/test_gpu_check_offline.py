@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from env.build.ort_headers import NPM_PACKAGE, NPM_VERSION, npm_source_id
+from env.builder.ort_headers import NPM_PACKAGE, NPM_VERSION, npm_source_id
 from env.paths import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "scripts" / "gpu_check_offline.sh"

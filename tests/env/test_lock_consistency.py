@@ -18,9 +18,9 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from env.build.config import pinned_cuda_arch_list
+from env.builder.config import pinned_cuda_arch_list
+from env.image import dockerfile_arg_defaults
 from env.lock import compile as lock_compile
-from env.lock.docker import dockerfile_arg_defaults
 from env.lock.drift import installed_versions
 from env.lock.lockfile import LOCK_PATH, REQUIREMENTS_DIR, VARIANTS, LockError, read_lock, read_pins, requirements_path
 from env.paths import REPO_ROOT

@@ -93,7 +93,7 @@ def test_bad_numeric_option_of_a_building_task_names_the_option(options, option)
 
 
 def test_an_expected_module_error_ends_without_traceback():
-    # env.lock.docker raises DockerError, which docker.build lists: one line, its name first, no traceback.
+    # env.image raises DockerError, which docker.build lists: one line, its name first, no traceback.
     done = invoke("docker.build", "--variant", "nope")
     assert done.returncode != 0
     assert done.stderr.startswith("docker.build: --variant must be one of"), done.stderr
@@ -121,11 +121,11 @@ def test_option_converters_accept_good_values():
 
 
 def test_fails_with_turns_listed_errors_into_exit_and_keeps_bugs_loud():
-    @cli.fails_with("env.check", ValueError, "env.build.commands:BuildError", "no.such.module:Error")
+    @cli.fails_with("env.check", ValueError, "env.builder.commands:BuildError", "no.such.module:Error")
     def env_check(c, fail):
         raise fail
 
-    from env.build.commands import BuildError
+    from env.builder.commands import BuildError
 
     with pytest.raises(Exit) as stopped:
         env_check(None, ValueError("--dtype must be float32 - pick one"))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.report import COLUMNS, SCHEMA_VERSION, RowKey, RowSamples, to_frame, write_report
-from bench.timing import summarize
+from bench.measure.timing import summarize
+from bench.report.schema import COLUMNS, SCHEMA_VERSION, RowKey, RowSamples, to_frame, write_report
 
 _DEFAULTS = {"string": "synthetic", "int64": 1, "Int64": 1, "float64": math.nan}
 

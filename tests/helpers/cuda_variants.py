@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from torch.autograd import DeviceType
 
-from env.build.ptxas import short_kernel_name
-from env.build.toolchain import cxx_compiler
+from env.builder.ptxas import short_kernel_name
+from env.builder.toolchain import cxx_compiler
 from env.paths import REPO_ROOT, csrc_dir
 
 # Element type -> (name in the demangled kernel names, bytes).
@@ -42,7 +42,7 @@ def plans(probe: Path, cases: list[tuple[int, int, int, int]]) -> list[dict]:
 
 
 def kernel_names(variants: dict, dtype: str, prefix: str = "") -> set[str]:
-    """Short names (as env.build.ptxas.short_kernel_name writes them) of every variant for ``dtype``; with
+    """Short names (as env.builder.ptxas.short_kernel_name writes them) of every variant for ``dtype``; with
     ``prefix`` "add_", the residual add + norm's kernels of the same families."""
     type_name, size = KERNEL_TYPES[dtype]
     names = set()

@@ -8,7 +8,7 @@ import torch
 
 
 def cuda_skip_reason() -> str | None:
-    from bench.devices import cuda_missing_reason
+    from bench.plan.devices import cuda_missing_reason
 
     reason = cuda_missing_reason()
     if reason is not None:
@@ -16,7 +16,7 @@ def cuda_skip_reason() -> str | None:
     import ops  # noqa: F401  (registers the op's kernels)
 
     if not torch._C._dispatch_has_kernel_for_dispatch_key("myops::fused_norm", "CUDA"):
-        from env.build import toolchain
+        from env.builder import toolchain
 
         try:
             why = toolchain.read_record()["build"].get("torch_cuda_kernels_reason", "unknown")
@@ -28,8 +28,8 @@ def cuda_skip_reason() -> str | None:
 
 def ort_cuda_skip_reason() -> str | None:
     try:
-        from env.build import toolchain
-        from env.build.ort_runtime import cuda_provider_status
+        from env.builder import toolchain
+        from env.builder.ort_runtime import cuda_provider_status
     except ImportError as error:
         return f"onnxruntime not importable: {error}"
     usable, why = cuda_provider_status()

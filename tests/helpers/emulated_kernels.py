@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from env.build.ptxas import short_kernel_name
+from env.builder.ptxas import short_kernel_name
 from ops.reference import TOLERANCES, activations, make_inputs, reference_add_norm, reference_norm
 from tests.helpers.cuda_variants import KERNEL_TYPES, build_probe, plans, read_variants
 
@@ -54,7 +54,7 @@ class Launch:
 
 
 class EmulatedKernels:
-    """ctypes view of a library built by env.build.cuda_emulation.build_emulated_kernels."""
+    """ctypes view of a library built by env.builder.cuda_emulation.build_emulated_kernels."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -181,7 +181,7 @@ SCHEDULE_KINDS = [*ORDERS, *RANDOM_ORDERS]
 @functools.cache
 def load_emulated_kernels(kernel_source: Path | None = None) -> EmulatedKernels:
     """Build (cached on disk) and load the emulated kernels; skips the test where CUDA's headers are missing."""
-    from env.build.cuda_emulation import EmulationBuildError, build_emulated_kernels, cuda_headers
+    from env.builder.cuda_emulation import EmulationBuildError, build_emulated_kernels, cuda_headers
 
     try:
         cuda_headers()

@@ -19,7 +19,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from env.build.ptxas import demangle, short_kernel_name
+from env.builder.ptxas import demangle, short_kernel_name
 
 
 def nvidia_tool(name: str) -> Path | None:

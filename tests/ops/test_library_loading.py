@@ -86,4 +86,4 @@ def test_import_ops_does_not_import_the_build_system():
     )
     loaded = done.stdout.split()
     assert "env.paths" in loaded, loaded  # the check itself sees env modules
-    assert not [m for m in loaded if m == "env.build" or m.startswith("env.build.")], loaded
+    assert not [m for m in loaded if m == "env.builder" or m.startswith("env.builder.")], loaded

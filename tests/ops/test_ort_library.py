@@ -19,7 +19,7 @@ import torch
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 import ops
-from env.build import ort_headers
+from env.builder import ort_headers
 from ops.reference import make_inputs, reference_norm, tolerance
 from tests.helpers.ort_test_models import (
     ONNX_TYPES,
@@ -287,8 +287,8 @@ def test_library_exports_only_register_custom_ops(library):
 
 
 def test_headers_recorded_and_not_newer_than_runtime():
-    from env.build.ort_runtime import runtime_api
-    from env.build.toolchain import read_record
+    from env.builder.ort_runtime import runtime_api
+    from env.builder.toolchain import read_record
 
     recorded = read_record()["build"]["ort_headers"]
     runtime = runtime_api()

@@ -135,7 +135,7 @@ def test_a_library_built_for_a_newer_runtime_is_named_with_the_versions(files, t
     import shutil
     import subprocess
 
-    from env.build.toolchain import cxx_compiler
+    from env.builder.toolchain import cxx_compiler
     from env.paths import build_dir, csrc_dir, toolchain_record_path
 
     flags = json.loads(toolchain_record_path().read_text())["build"]["ort_cxx_flags"]

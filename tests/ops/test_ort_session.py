@@ -155,7 +155,7 @@ def test_model_from_path(tmp_path):
 
 
 def test_cuda_request_raises_when_cuda_cannot_run():
-    from env.build.ort_runtime import cuda_provider_status
+    from env.builder.ort_runtime import cuda_provider_status
 
     usable, reason = cuda_provider_status()
     if usable:

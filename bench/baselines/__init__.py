@@ -1,1 +1,0 @@
-"""One module per baseline; each registers itself with ``@bench.registry.register``."""

@@ -1,0 +1,367 @@
+"""How one call is timed: warm-up, block size, sample count, statistics.
+
+Method on the CPU (the README states it too):
+  * warm-up calls are made and thrown away (allocator, caches, lazy init),
+    at most for as long as the variant's time budget (at least
+    ``MIN_WARMUP_CALLS``): a few calls of a long call warm what fifty warm,
+    and fifty 1-second calls would cost a minute per variant;
+  * perf_counter_ns around each call; when one call takes less than
+    ``BLOCK_FACTOR`` x the measured timer resolution, around a block of calls
+    (time / calls per block), so the timer's own cost stays below 1 %;
+  * the garbage collector is off while sampling (a collection inside one
+    sample would be charged to whatever op happened to run);
+  * sampling continues until the time budget is spent AND at least
+    ``min_samples`` samples exist, or ``max_samples`` is reached.
+On a CUDA device the same loop runs with CUDA events instead of the host
+clock (:func:`measure_cuda`, explained above it).
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from bench.measure import machine
+from bench.measure import turns as bench_turns
+
+# A block must last at least this many timer resolutions: <= 1 % timer error.
+BLOCK_FACTOR = 100
+# Extra timings of the block probe's batch; the fastest sets the block.
+BLOCK_PROBE_REPEATS = 4
+# Warm-up calls made even when one call outlasts the budget: the first touches
+# the output's pages and lazy state, the next ones run on warm caches.
+MIN_WARMUP_CALLS = 3
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    warmup: int = 50
+    budget_s: float = 1.0
+    min_samples: int = 20
+    max_samples: int = 20_000
+
+    def __post_init__(self) -> None:
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0 calls, got {self.warmup}")
+        if not self.budget_s > 0:
+            raise ValueError(f"budget_s must be > 0 seconds, got {self.budget_s}")
+        if not 1 <= self.min_samples <= self.max_samples:
+            raise ValueError(f"need 1 <= min_samples ({self.min_samples}) <= max_samples ({self.max_samples})")
+
+
+@dataclass(frozen=True)
+class Timing:
+    samples_us: np.ndarray  # per-call microseconds, one value per timed sample
+    block: int
+    warmup: int
+    other_cpu_s: float = float("nan")  # CPU seconds other processes used while sampling (bench/measure/machine.py)
+    wall_s: float = 0.0  # wall time of the sampling loop
+    minor_faults: int = 0  # page faults this process took while sampling (bench/measure/machine.py)
+    calls: int = 0  # calls made while sampling (samples x block)
+
+    @property
+    def minor_faults_per_call(self) -> float:
+        return self.minor_faults / self.calls if self.calls else math.nan
+
+    @classmethod
+    def sampled(cls, samples_us: np.ndarray, block: int, warmup: int, before, after, calls_per_call: int = 1) -> Timing:
+        """A timing whose machine load is read from snapshots before and after its sampling loop.
+
+        ``calls_per_call``: calls each call of the sampled callable makes (a CUDA graph replays several), so
+        that faults per call are per call of the op, not per replay.
+        """
+        return cls(
+            samples_us,
+            block,
+            warmup,
+            other_cpu_s=machine.other_cpu_seconds(before, after),
+            wall_s=after.wall_s - before.wall_s,
+            minor_faults=machine.minor_faults(before, after),
+            calls=len(samples_us) * block * calls_per_call,
+        )
+
+
+@dataclass(frozen=True)
+class Summary:
+    n: int
+    min_us: float
+    median_us: float
+    p90_us: float
+    p99_us: float
+    mean_us: float
+    std_us: float
+    iqr_us: float
+
+
+def timer_resolution_ns(trials: int = 2000) -> float:
+    """Smallest step perf_counter_ns can resolve, including the cost of reading it.
+
+    Median over ``trials`` of the first non-zero difference between back-to-back
+    reads: what a measurement of an empty call would see.
+    """
+    steps = np.empty(trials)
+    for i in range(trials):
+        start = time.perf_counter_ns()
+        now = time.perf_counter_ns()
+        while now == start:
+            now = time.perf_counter_ns()
+        steps[i] = now - start
+    return float(np.median(steps))
+
+
+@contextmanager
+def gc_disabled() -> Iterator[None]:
+    was_enabled = gc.isenabled()
+    gc.collect()  # start clean, so the garbage of earlier cases is not freed inside a sample
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def block_size(call: Callable[[], object], resolution_ns: float) -> int:
+    """Calls per sample: 1 unless a call is shorter than BLOCK_FACTOR timer resolutions.
+
+    Probes like timeit's autorange: time 1, 2, 4, ... calls until a batch lasts
+    the target, so the timer's own cost does not inflate the per-call estimate.
+    One batch can be stretched by an interrupt or a page fault, which would make
+    the block too short and the timer's share of every sample larger; so the
+    batch found is timed BLOCK_PROBE_REPEATS times more and the fastest counts.
+    """
+    target_ns = BLOCK_FACTOR * resolution_ns
+    calls = 1
+    while True:
+        elapsed = _time_batch(call, calls)
+        if elapsed >= target_ns:
+            break
+        calls *= 2
+    if calls == 1:
+        return 1
+    fastest = min([elapsed] + [_time_batch(call, calls) for _ in range(BLOCK_PROBE_REPEATS)])
+    return math.ceil(target_ns / (max(fastest, 1) / calls))
+
+
+def _time_batch(call: Callable[[], object], calls: int) -> int:
+    start = time.perf_counter_ns()
+    for _ in range(calls):
+        call()
+    return time.perf_counter_ns() - start
+
+
+def warm_up(call: Callable[[], object], config: TimingConfig, sync: Callable[[], object] | None = None) -> int:
+    """Make up to ``config.warmup`` untimed calls, stopping once they have taken ``config.budget_s``
+    (never before ``MIN_WARMUP_CALLS``); return the calls made. ``sync`` waits for queued device work,
+    so that the time read is the calls' own."""
+    deadline = time.perf_counter_ns() + config.budget_s * 1e9
+    for made in range(config.warmup):
+        if made >= MIN_WARMUP_CALLS:
+            if sync is not None:
+                sync()
+            if time.perf_counter_ns() >= deadline:
+                return made
+        call()
+    return config.warmup
+
+
+def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: float, block: int | None = None) -> Timing:
+    """Warm up, then sample ``call`` per the method above. ``call`` is already verified.
+
+    ``block`` fixes the calls per sample (later rounds reuse the first round's).
+    """
+    warmed = warm_up(call, config)
+    block = block or block_size(call, resolution_ns)
+    samples = np.empty(config.max_samples, dtype=np.float64)
+    budget_ns = config.budget_s * 1e9
+    clock = time.perf_counter_ns
+    n = 0
+    turns = bench_turns.current()
+    paused_ns, busy_while_paused_s = 0, 0.0
+    with gc_disabled():
+        cpu_before = machine.snapshot()
+        began = clock()
+        while n < config.max_samples and (n < config.min_samples or clock() - began < budget_ns):
+            if pause := turns.pass_if_due():
+                # The other process's turn is neither this loop's budget nor load on it.
+                began += pause.waited_ns
+                paused_ns += pause.waited_ns
+                busy_while_paused_s += pause.busy_s
+                call()  # untimed: the other process's turn left its own data in the caches
+            if block == 1:
+                start = clock()
+                call()
+                samples[n] = clock() - start
+            else:
+                start = clock()
+                for _ in range(block):
+                    call()
+                samples[n] = (clock() - start) / block
+            n += 1
+        cpu_after = machine.without_pauses(machine.snapshot(), paused_ns / 1e9, busy_while_paused_s)
+    return Timing.sampled(samples[:n] / 1e3, block, warmed, cpu_before, cpu_after)
+
+
+def summarize(samples_us: np.ndarray) -> Summary:
+    if len(samples_us) == 0:
+        raise ValueError("no samples to summarize")
+    p25, p50, p75, p90, p99 = np.percentile(samples_us, [25, 50, 75, 90, 99])
+    return Summary(
+        n=len(samples_us),
+        min_us=float(samples_us.min()),
+        median_us=float(p50),
+        p90_us=float(p90),
+        p99_us=float(p99),
+        mean_us=float(samples_us.mean()),
+        std_us=float(samples_us.std(ddof=1)) if len(samples_us) > 1 else 0.0,
+        iqr_us=float(p75 - p25),
+    )
+
+
+# --- CUDA -----------------------------------------------------------------------------------
+#
+# On a GPU the host clock would time the launch, not the work: a kernel runs
+# asynchronously. So CUDA rows are timed with CUDA events recorded on the
+# current stream around a block of calls; events resolve about 0.5 us, so a
+# block lasts at least CUDA_SAMPLE_TARGET_US. Samples are collected
+# SAMPLES_PER_SYNC at a time between synchronisations, so the device never
+# waits for the host between the calls of a sample. With an L2 flush, a buffer
+# twice the L2 size is overwritten before every sample and each sample is one
+# call: the call then starts from a cold L2, as after other work in a model.
+
+CUDA_SAMPLE_TARGET_US = 50.0
+SAMPLES_PER_SYNC = 16
+MAX_CUDA_BLOCK = 1000
+GRAPH_CALLS = 20  # calls captured in one CUDA graph; a replay's time / GRAPH_CALLS is the per-call time
+
+
+class EventClock(Protocol):
+    """What the CUDA timer needs from the device: timing events and a synchronisation."""
+
+    def event(self) -> Any: ...  # an object with record() and elapsed_time(other) -> milliseconds
+
+    def synchronize(self) -> None: ...
+
+
+class CudaEventClock:
+    def event(self) -> Any:
+        import torch
+
+        return torch.cuda.Event(enable_timing=True)
+
+    def synchronize(self) -> None:
+        import torch
+
+        torch.cuda.synchronize()
+
+
+class L2Flush:
+    """Overwrites a buffer of twice the device's L2 size: whatever a call left in L2 is evicted."""
+
+    def __init__(self, device: str = "cuda") -> None:
+        import torch
+
+        self.l2_bytes = int(torch.cuda.get_device_properties(torch.device(device)).L2_cache_size)
+        self._buffer = torch.empty(2 * self.l2_bytes, dtype=torch.uint8, device=device)
+
+    def __call__(self) -> None:
+        self._buffer.zero_()
+
+
+def cuda_block_size(call: Callable[[], object], clock: EventClock) -> int:
+    """Calls per sample so that one sample lasts at least CUDA_SAMPLE_TARGET_US (event resolution <= 1 %)."""
+    calls = 1
+    while True:
+        start, end = clock.event(), clock.event()
+        start.record()
+        for _ in range(calls):
+            call()
+        end.record()
+        clock.synchronize()
+        elapsed_us = start.elapsed_time(end) * 1e3
+        if elapsed_us >= CUDA_SAMPLE_TARGET_US or calls >= MAX_CUDA_BLOCK:
+            break
+        calls *= 2
+    per_call_us = max(elapsed_us / calls, 1e-3)  # an event pair can read 0 for empty work
+    return 1 if calls == 1 else min(MAX_CUDA_BLOCK, math.ceil(CUDA_SAMPLE_TARGET_US / per_call_us))
+
+
+def measure_cuda(
+    call: Callable[[], object],
+    config: TimingConfig,
+    block: int | None = None,
+    flush: Callable[[], None] | None = None,
+    calls_per_call: int = 1,
+    clock: EventClock | None = None,
+) -> Timing:
+    """Warm up, then sample ``call`` with CUDA events (see above). ``call`` is already verified.
+
+    ``flush`` (an :class:`L2Flush`) runs before every sample, which then holds
+    one call; ``calls_per_call`` divides the time when one call runs several
+    (a graph replay of GRAPH_CALLS captured calls).
+    """
+    clock = clock or CudaEventClock()
+    warmed = warm_up(call, config, sync=clock.synchronize)
+    clock.synchronize()
+    block = 1 if flush is not None else (block or cuda_block_size(call, clock))
+    samples: list[float] = []
+    budget_ns = config.budget_s * 1e9
+    with gc_disabled():
+        cpu_before = machine.snapshot()
+        began = time.perf_counter_ns()
+        while len(samples) < config.max_samples and (
+            len(samples) < config.min_samples or time.perf_counter_ns() - began < budget_ns
+        ):
+            events = []
+            for _ in range(SAMPLES_PER_SYNC):
+                if flush is not None:
+                    flush()
+                start, end = clock.event(), clock.event()
+                start.record()
+                for _ in range(block):
+                    call()
+                end.record()
+                events.append((start, end))
+            clock.synchronize()
+            samples += [start.elapsed_time(end) * 1e3 / (block * calls_per_call) for start, end in events]
+        cpu_after = machine.snapshot()
+    samples_us = np.asarray(samples[: config.max_samples], dtype=np.float64)
+    return Timing.sampled(samples_us, block, warmed, cpu_before, cpu_after, calls_per_call)
+
+
+def capture_cuda_graph(
+    call: Callable[[], object], calls: int = GRAPH_CALLS, poison: bool = True
+) -> Callable[[], object]:
+    """``calls`` calls of ``call`` captured in one CUDA graph; returns a replay that returns the last call's output.
+
+    The call is warmed up on a side stream first (lazy initialisation and
+    allocations must not happen during capture, as torch's CUDA graph docs say).
+    """
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            output = call()
+    if poison and isinstance(output, torch.Tensor):
+        output.fill_(float("nan"))  # verification then proves the replay wrote every element
+
+    def replay() -> object:
+        graph.replay()
+        return output
+
+    return replay

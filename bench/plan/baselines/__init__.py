@@ -1,0 +1,1 @@
+"""One module per baseline; each registers itself with ``@bench.plan.registry.register``."""

@@ -1,0 +1,215 @@
+"""The first step of a run: the ordered list of jobs, device by device, each yielding what to time.
+
+Per device (``--device``, default every device present): the dispatch or launch
+floor; then per case (shape x dtype of that device's grid) the copy limit and
+every baseline that runs on the device, back to back, so ratios within a case
+share the machine's state; then the model-level cases. No case is built until
+its first job runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from bench.plan.devices import resolve_devices
+from bench.plan.limits import copy_limits, dispatch_floor, launch_floor
+from bench.plan.options import BenchOptions
+from bench.plan.registry import Baseline, Variant, select
+from bench.plan.workloads import GRIDS, AddNormCase, ModelCase, OpCase, shape_label
+from ops.dtypes import dtype_name, parse_dtypes
+
+
+@dataclass(frozen=True)
+class Job:
+    """One unit of work: a limit, or one baseline on one case. ``measurements()`` yields what to time."""
+
+    label: str
+    measurements: Callable[[], Iterator[tuple[object, str, Variant]]]
+
+
+class _LazyCase:
+    """Builds a case on first use and drops it on release, so big inputs live one case at a time."""
+
+    def __init__(self, make: Callable[[], object]) -> None:
+        self._make, self._case = make, None
+
+    def get(self) -> object:
+        if self._case is None:
+            self._case = self._make()
+        return self._case
+
+    def release(self) -> None:
+        self._case = None
+
+
+@dataclass(frozen=True)
+class _Selection:
+    """Which jobs and rows of the grid a run measures (BenchOptions.jobs and .rows; None: all)."""
+
+    jobs: frozenset[str] | None
+    rows: frozenset[str] | None
+
+    @classmethod
+    def of(cls, options: BenchOptions) -> _Selection:
+        rows = None if options.rows is None else frozenset(options.rows)
+        jobs = None if options.jobs is None else frozenset(options.jobs)
+        if rows is not None:
+            of_rows = frozenset(row.rpartition("/")[0] for row in rows)
+            jobs = of_rows if jobs is None else jobs & of_rows
+        return cls(jobs, rows)
+
+    @property
+    def limits(self) -> bool:
+        # A row's ratios to the limits are not what a second look at it is for: it is judged on its own time.
+        return self.rows is None
+
+    def job(self, label: str) -> bool:
+        return self.jobs is None or label in self.jobs
+
+    def row(self, job: str, variant: str) -> bool:
+        return self.rows is None or row_label(job, variant) in self.rows
+
+
+def row_label(job: str, variant: str) -> str:
+    """How BenchOptions.rows names one variant of one job."""
+    return f"{job}/{variant}"
+
+
+def _baseline_job(label: str, baseline: Baseline, case: _LazyCase, release: bool, selection: _Selection) -> Job:
+    job = f"{label} {baseline.name}"
+
+    def measurements() -> Iterator[tuple[object, str, Variant]]:
+        current = case.get()
+        try:
+            for variant in baseline.variants(current):
+                if selection.row(job, variant.name):
+                    yield current, baseline.name, variant
+        finally:
+            if release:  # the case group's last job: free its tensors before the next case allocates
+                case.release()
+
+    return Job(job, measurements)
+
+
+def device_prefix(device: str) -> str:
+    return "" if device == "cpu" else f"{device} "  # the CPU is the default device: its labels carry no prefix
+
+
+def _op_jobs(
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    device: str,
+    baselines: list[Baseline],
+    workdir: Path,
+    selection: _Selection,
+) -> list[Job]:
+    case = _LazyCase(lambda: OpCase.create(shape, dtype, workdir, device=device))
+    label = f"{device_prefix(device)}op {shape_label(shape)} {dtype_name(dtype)}"
+    baselines = [b for b in baselines if selection.job(f"{label} {b.name}")]
+    copy = selection.limits and (baselines or selection.job(f"{label} copy"))
+    jobs = [Job(f"{label} copy", lambda: iter(copy_limits(case.get())))] if copy else []
+    last = len(baselines) - 1
+    return jobs + [_baseline_job(label, b, case, i == last, selection) for i, b in enumerate(baselines)]
+
+
+def _add_norm_jobs(
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    device: str,
+    baselines: list[Baseline],
+    workdir: Path,
+    selection: _Selection,
+) -> list[Job]:
+    # No copy job of its own: the op's copy rows at the same shape are its limit too (same bytes per second).
+    case = _LazyCase(lambda: AddNormCase.create(shape, dtype, workdir, device=device))
+    label = f"{device_prefix(device)}add_norm {shape_label(shape)} {dtype_name(dtype)}"
+    baselines = [b for b in baselines if selection.job(f"{label} {b.name}")]
+    last = len(baselines) - 1
+    return [_baseline_job(label, b, case, i == last, selection) for i, b in enumerate(baselines)]
+
+
+def _model_jobs(
+    name: str,
+    batch: int,
+    seq: int,
+    dtype: torch.dtype,
+    device: str,
+    baselines: list[Baseline],
+    workdir: Path,
+    selection: _Selection,
+) -> list[Job]:
+    case = _LazyCase(lambda: ModelCase.create(name, batch, seq, dtype, workdir, device=device))
+    label = f"{device_prefix(device)}model {name} {batch}x{seq} {dtype_name(dtype)}"
+    baselines = [b for b in baselines if selection.job(f"{label} {b.name}")]
+    last = len(baselines) - 1
+    return [_baseline_job(label, b, case, i == last, selection) for i, b in enumerate(baselines)]
+
+
+def _floor_job(device: str, workdir: Path) -> Job:
+    if device == "cpu":
+        return Job("limit dispatch floor", lambda: iter(dispatch_floor(workdir)))
+    return Job(f"{device_prefix(device)}limit launch floor", lambda: iter(launch_floor(workdir, device)))
+
+
+def job_label(workload: str, shape: str, dtype: str, baseline: str, device: str) -> str | None:
+    """The label of the job that measures a report row (its key's values); None for a limit row.
+
+    Must read as _op_jobs, _add_norm_jobs and _model_jobs write them (a model row's
+    shape is batch x sequence x hidden, its job names the grid's model).
+    """
+    if workload in ("op", "add_norm"):
+        return f"{device_prefix(device)}{workload} {shape} {dtype} {baseline}"
+    if workload == "model":
+        batch, seq = (int(d) for d in shape.split("x")[:2])
+        grid = GRIDS[device]
+        for name, b, s in grid.batches(True) + grid.batches(False):
+            if (b, s) == (batch, seq):
+                return f"{device_prefix(device)}model {name} {batch}x{seq} {dtype} {baseline}"
+        raise ValueError(f"no model of the {device} grid runs batch {batch} x sequence {seq}")
+    return None
+
+
+def plan_jobs(options: BenchOptions, workdir: Path) -> list[Job]:
+    """Every job of a run, device by device, in order; no case is built until its first job runs.
+
+    With ``options.jobs``, only those (and the limits: the floors, and the copy of each case that keeps a job);
+    with ``options.rows``, only the jobs of those rows, each timing just its rows, and no limits.
+    """
+    selection = _Selection.of(options)
+    jobs = _plan_all_jobs(options, workdir, selection)
+    if selection.jobs is not None and (missing := selection.jobs - {job.label for job in jobs}):
+        raise ValueError(f"jobs {sorted(missing)} are not in this grid (its options do not plan them)")
+    return jobs
+
+
+def _plan_all_jobs(options: BenchOptions, workdir: Path, selection: _Selection) -> list[Job]:
+    baselines = select(options.baseline)
+    jobs = []
+    for device in resolve_devices(options.device):
+        grid = GRIDS[device]
+        dtypes = [d.torch for d in parse_dtypes(options.dtype or grid.dtypes)]
+        op_shapes = options.op_shapes or grid.shapes(options.quick)
+        add_norm_shapes = (
+            options.add_norm_shapes
+            if options.add_norm_shapes is not None
+            else (() if options.op_shapes else grid.add_norm(options.quick))
+        )
+        batches = options.model_batches if options.model_batches is not None else grid.batches(options.quick)
+        here = [b for b in baselines if device in b.devices]
+        op_baselines = [b for b in here if "op" in b.workloads]
+        add_norm_baselines = [b for b in here if "add_norm" in b.workloads]
+        model_baselines = [b for b in here if "model" in b.workloads]
+        if selection.limits:
+            jobs.append(_floor_job(device, workdir))
+        for dtype in dtypes:
+            for shape in op_shapes:
+                jobs += _op_jobs(shape, dtype, device, op_baselines, workdir, selection)
+            for shape in add_norm_shapes if add_norm_baselines else ():
+                jobs += _add_norm_jobs(shape, dtype, device, add_norm_baselines, workdir, selection)
+            for name, batch, seq in batches:
+                jobs += _model_jobs(name, batch, seq, dtype, device, model_baselines, workdir, selection)
+    return jobs

@@ -1,0 +1,65 @@
+"""What one benchmark run is asked to do (:class:`BenchOptions`, the CLI's defaults) and where its report goes.
+
+The defaults here are the CLI's too: tasks.py reads them, so each is written once.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from env.paths import REPO_ROOT
+
+REPORTS_ENV = "FUSEDBENCH_REPORTS_DIR"
+# Seconds of sampling per variant (after warm-up); --quick keeps CI under ~3 minutes.
+BUDGET_S = {"full": 1.0, "quick": 0.25}
+MIN_SAMPLES = 20  # per variant, over all rounds
+ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    baseline: str = "all"
+    quick: bool = False
+    warmup: int = 50
+    threads: int | None = None  # None or 0: every core this process may run on
+    out_dir: Path | None = None
+    dtype: str = ""  # "": each device's default dtypes (bench/plan/workloads.py GRIDS)
+    budget_s: float | None = None
+    op_shapes: tuple[tuple[int, ...], ...] | None = None  # override every device's grid (tests)
+    # The fused residual add + norm's shapes; None: the grid's (none when op_shapes overrides the grid)
+    add_norm_shapes: tuple[tuple[int, ...], ...] | None = None
+    model_batches: tuple[tuple[str, int, int], ...] | None = None
+    rounds: int = ROUNDS
+    device: str = "all"  # cpu | cuda | all (every device present) | a comma list
+    l2_flush: bool = False  # CUDA: overwrite L2 before each timed call of a case that fits in it
+    # Only these jobs (labels, as job_label gives them), with the limits they are read against; None: every job
+    jobs: tuple[str, ...] | None = None
+    # Only these rows (row_label: a job's label, "/", a variant), and no limits: rows looked at again, on their
+    # own (an A/B run's second stage). None: every row of the planned jobs
+    rows: tuple[str, ...] | None = None
+
+    @property
+    def mode(self) -> str:
+        return "quick" if self.quick else "full"
+
+
+def reports_dir(out_dir: Path | str | None = None) -> Path:
+    """--out, else $FUSEDBENCH_REPORTS_DIR, else <repo>/reports."""
+    return Path(out_dir or os.environ.get(REPORTS_ENV) or REPO_ROOT / "reports").resolve()
+
+
+def default_threads() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def unique_csv(directory: Path, timestamp: str, host: str) -> Path:
+    """``<timestamp>-<host>.csv`` in ``directory``, with -2, -3, ... where that name is taken."""
+    safe_host = "".join(c if c.isalnum() or c in "-_." else "_" for c in host)
+    path = directory / f"{timestamp}-{safe_host}.csv"
+    suffix = 2
+    while path.exists():
+        path = directory / f"{timestamp}-{safe_host}-{suffix}.csv"
+        suffix += 1
+    return path

@@ -1,0 +1,240 @@
+"""What is benchmarked: op-level cases over a grid of shapes per device, model-level cases.
+
+CPU op shapes span the three regimes of a norm on a CPU:
+  * dispatch-bound  1x8x512     (16 KiB: the Python/dispatcher cost of each call dominates);
+  * cache-resident  8x128x1024  (4 MiB: fits the 32 MiB L3, compute and L3 bandwidth count);
+  * memory-bound    32x512x4096 (256 MiB: DRAM bandwidth, and page faults for fresh outputs);
+plus two in between for the plot. The fused residual add + norm (workload
+``add_norm``) runs at the same CPU shapes in a full run. CUDA shapes span the same regimes on a GPU:
+launch-bound 1x8x512, L2-resident 8x128x1024, and HBM-bound 4096x8192 and
+16384x8192 (64 and 256 MiB in bfloat16, past any L2), where the fused kernel
+is held against a device-to-device copy; the residual add + norm at the first
+three and 4096x8192. Model-level cases run the sequence
+model of ops/model.py (its default size) at a small and a medium batch.
+
+Inputs, the float64 reference and the tolerances come from ops/reference.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from bench.measure.placement import placed
+from ops.model import SequenceModel, build_model, example_input
+from ops.reference import (
+    COMPOSITION_TOLERANCES,
+    EPS,
+    Tolerance,
+    activations,
+    make_inputs,
+    model_tolerance,
+    reference_add_norm,
+    reference_norm,
+)
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """One device's grid: op shapes and model batches (full and --quick), and the dtypes run by default."""
+
+    op_shapes: tuple[Shape, ...]
+    op_shapes_quick: tuple[Shape, ...]
+    model_batches: tuple[tuple[str, int, int], ...]  # (label, batch, seq) for the model's default size
+    model_batches_quick: tuple[tuple[str, int, int], ...]
+    dtypes: str  # the --dtype used when none is given
+    # The fused residual add + norm, full runs only (a quick run keeps CI's grid): the op shapes where the
+    # device has the op's kernel.
+    add_norm_shapes: tuple[Shape, ...] = ()
+
+    def shapes(self, quick: bool) -> tuple[Shape, ...]:
+        return self.op_shapes_quick if quick else self.op_shapes
+
+    def add_norm(self, quick: bool) -> tuple[Shape, ...]:
+        return () if quick else self.add_norm_shapes
+
+    def batches(self, quick: bool) -> tuple[tuple[str, int, int], ...]:
+        return self.model_batches_quick if quick else self.model_batches
+
+
+GRIDS: dict[str, Grid] = {
+    "cpu": Grid(
+        op_shapes=((1, 8, 512), (4, 64, 768), (8, 128, 1024), (16, 256, 2048), (32, 512, 4096)),
+        op_shapes_quick=((1, 8, 512), (8, 128, 1024)),
+        model_batches=(("small", 1, 32), ("medium", 8, 128)),
+        model_batches_quick=(("small", 1, 32),),
+        dtypes="float32",
+        add_norm_shapes=((1, 8, 512), (4, 64, 768), (8, 128, 1024), (16, 256, 2048), (32, 512, 4096)),
+    ),
+    "cuda": Grid(
+        op_shapes=((1, 8, 512), (8, 128, 1024), (32, 512, 4096), (4096, 8192), (16384, 8192)),
+        op_shapes_quick=((1, 8, 512), (4096, 8192)),
+        model_batches=(("small", 1, 32), ("medium", 8, 128)),
+        model_batches_quick=(("small", 1, 32),),
+        dtypes="float32,bfloat16",  # float32 for the launch floor, bfloat16 as models run on a GPU
+        # the residual add + norm at the op's regimes short of the largest: a launch-bound row, model widths,
+        # and the bandwidth-bound 4096 x 8192
+        add_norm_shapes=((1, 8, 512), (8, 128, 1024), (32, 512, 4096), (4096, 8192)),
+    ),
+}
+MODEL_SEED = 0
+
+
+def shape_label(shape: tuple[int, ...]) -> str:
+    return "x".join(str(d) for d in shape)
+
+
+@dataclass
+class OpCase:
+    """One norm call: x [*shape], weight and bias [hidden], realistic values, on ``device``."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    x: Tensor
+    weight: Tensor
+    bias: Tensor
+    workdir: Path
+    eps: float = EPS
+    device: str = "cpu"
+    workload: str = field(default="op", init=False)
+    _reference: Tensor | None = field(default=None, init=False, repr=False)
+
+    @classmethod
+    def create(cls, shape: Shape, dtype: torch.dtype, workdir: Path, seed: int = 0, device: str = "cpu") -> OpCase:
+        # Residual-stream activations; weight and bias depend on the hidden size only (exports can be shared).
+        x, weight, bias = make_inputs(tuple(shape), dtype, seed=seed, device=device, distribution="features")
+        x = placed(x)  # at this process's offset into a page (bench/measure/placement.py)
+        return cls(shape=tuple(shape), dtype=dtype, x=x, weight=weight, bias=bias, workdir=workdir, device=device)
+
+    @property
+    def hidden(self) -> int:
+        return self.shape[-1]
+
+    @property
+    def bytes_moved(self) -> float:
+        # The minimum traffic of one norm: read x, weight, bias once, write y once.
+        itemsize = self.x.element_size()
+        return float((2 * self.x.numel() + 2 * self.hidden) * itemsize)
+
+    @property
+    def tolerance(self) -> Tolerance:
+        # verify() takes one number t for |out - ref| <= t * (1 + |ref|); the table's rtol = atol.
+        return COMPOSITION_TOLERANCES[self.dtype]
+
+    def reference(self) -> Tensor:
+        if self._reference is None:
+            self._reference = reference_norm(self.x, self.weight, self.bias, self.eps)
+        return self._reference
+
+
+@dataclass
+class AddNormCase:
+    """One fused residual add + norm: x (a block's output) and residual (the stream) [*shape], weight and bias
+    [hidden]; the call returns (norm(x + residual), x + residual)."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    x: Tensor
+    residual: Tensor
+    weight: Tensor
+    bias: Tensor
+    workdir: Path
+    eps: float = EPS
+    device: str = "cpu"
+    workload: str = field(default="add_norm", init=False)
+    _reference: tuple[Tensor, Tensor] | None = field(default=None, init=False, repr=False)
+
+    @classmethod
+    def create(cls, shape: Shape, dtype: torch.dtype, workdir: Path, seed: int = 0, device: str = "cpu") -> AddNormCase:
+        x, weight, bias = make_inputs(tuple(shape), dtype, seed=seed, device=device, distribution="features")
+        residual = activations(tuple(shape), dtype, seed=seed + 1, device=device, distribution="features")
+        return cls(
+            shape=tuple(shape),
+            dtype=dtype,
+            x=placed(x),
+            residual=placed(residual),
+            weight=weight,
+            bias=bias,
+            workdir=workdir,
+            device=device,
+        )
+
+    @property
+    def hidden(self) -> int:
+        return self.shape[-1]
+
+    @property
+    def bytes_moved(self) -> float:
+        # The minimum traffic: read x and residual, write y and the sum, read weight and bias.
+        return float((4 * self.x.numel() + 2 * self.hidden) * self.x.element_size())
+
+    @property
+    def tolerance(self) -> Tolerance:
+        return COMPOSITION_TOLERANCES[self.dtype]
+
+    def reference(self) -> tuple[Tensor, Tensor]:
+        """(y, sum) in float64; the sum rounded to the dtype, as every implementation stores it."""
+        if self._reference is None:
+            self._reference = reference_add_norm(self.x, self.residual, self.weight, self.bias, self.eps)
+        return self._reference
+
+
+@dataclass
+class ModelCase:
+    """One forward pass of the sequence model on [batch, seq, d_model] activations, on ``device``."""
+
+    label: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    x: Tensor
+    workdir: Path
+    seed: int = MODEL_SEED
+    device: str = "cpu"
+    workload: str = field(default="model", init=False)
+    _reference: Tensor | None = field(default=None, init=False, repr=False)
+
+    @classmethod
+    def create(
+        cls, label: str, batch: int, seq: int, dtype: torch.dtype, workdir: Path, seed: int = 0, device: str = "cpu"
+    ) -> ModelCase:
+        d_model = build_model("unfused").config.d_model
+        x = example_input(batch, seq, d_model, generator=torch.Generator().manual_seed(seed), dtype=dtype).to(device)
+        x = placed(x)
+        return cls(label=label, shape=(batch, seq, d_model), dtype=dtype, x=x, workdir=workdir, device=device)
+
+    @property
+    def bytes_moved(self) -> float:
+        return math.nan  # a whole model: no single "bytes moved" to compare with copy bandwidth
+
+    @property
+    def tolerance(self) -> Tolerance:
+        return model_tolerance(self.dtype)
+
+    def model(self, impl: str) -> SequenceModel:
+        """The model with norms computed by ``impl``; the same weights for every impl.
+
+        Parameters stop requiring grad: an inference benchmark must not record autograd graphs.
+        """
+        return build_model(impl, seed=self.seed, dtype=self.dtype).to(self.device).requires_grad_(False)
+
+    def forward_call(self, impl: str):
+        """Build the model with ``impl`` norms; return the timed call (one forward on this case's input)."""
+        model, x = self.model(impl), self.x
+        return lambda: model(x)
+
+    @torch.no_grad()
+    def reference(self) -> Tensor:
+        """The unfused model in float64 (same weights): the model's math without the implementations' rounding."""
+        if self._reference is None:
+            model = build_model("unfused", seed=self.seed, dtype=torch.float64).to(self.device)
+            self._reference = model(self.x.double())
+        return self._reference
+
+
+Case = OpCase | AddNormCase | ModelCase

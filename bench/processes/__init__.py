@@ -1,0 +1,1 @@
+"""One build's benchmark in a fresh process, driven request by request (the worker and its protocol)."""

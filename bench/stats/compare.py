@@ -1,0 +1,477 @@
+"""``invoke bench.compare BASE NEW``: did NEW get slower than BASE, row by row?
+
+Rows are joined on the key columns (KEY_COLUMNS). The statistics stand on
+independent units, never on the raw per-call samples: consecutive samples of
+one process share its state (buffer addresses and their 4 KiB aliasing, the
+cores its threads landed on, the allocator's layout, a noisy neighbour's few
+seconds), so thousands of them are not thousands of observations, and any test
+on them calls every shift significant. A unit is one round of a row: in an A/B
+run (`invoke bench --against REF`) each round is a fresh worker process, in a
+plain run a pass over the grid. For each row present in both reports:
+  * unit value = the median of that round's samples;
+  * ratio = geometric mean of NEW's unit values / that of BASE's. When the two
+    reports are paired (an A/B run: round k of NEW and round k of BASE ran
+    side by side, job by job), it is the trimmed geometric mean of the
+    per-pair ratios (TRIM of the pairs off each end, from 10 pairs on), which
+    cancels what the pair shared (drift, a busy minute) and does not let one
+    odd pair of processes decide a row;
+  * its confidence interval is a percentile bootstrap over the units
+    (scipy.stats.bootstrap, resampling pairs when paired), widened to the
+    Student-t interval of the same log values where that is wider: with a
+    handful of units the percentile bootstrap is far too narrow (at 4 units a
+    nominal 95 % covers about 80 %). Where pairs are trimmed (an A/B run's 8
+    to 10 pairs: from 10), it is Yuen's interval of the trimmed mean alone;
+  * alpha (default 0.05) is family-wise over the m rows the comparison counts
+    (every row but the limits): each row's interval has confidence 1 - alpha/m
+    (Bonferroni). A comparison fails if any of its rows regresses, so per-row
+    95 % intervals fail on identical code at a rate that grows with m: seen
+    on the development VM, 3 rows flagged in 11 A/B runs of 31 counted rows
+    each (two of them A/A or on rows the change did not touch); at family-wise
+    95 % the same samples flag none. An A/B run (bench/ab/driver.py) spends it in two
+    stages: every row, then the rows left INCONCLUSIVE past a bound (suspects)
+    measured again and judged alone (``only``);
+  * the verdict reads the interval against the threshold t:
+      REGRESSION    the lower bound is above 1 + t;
+      IMPROVEMENT   the upper bound is below 1 / (1 + t);
+      SAME          the whole interval lies within [1 / (1 + t), 1 + t];
+      INCONCLUSIVE  the interval straddles a bound (or fewer than 2 units a side):
+                    too noisy to tell; it does not fail the comparison;
+  * detectable = the smallest slowdown this row could have flagged with its
+    noise: a ratio whose lower bound just reaches 1 + t.
+Limit rows (a copy, an empty call) measure the machine: a change in them is
+shown, never counted.
+
+Reports from different machines are not compared: the ratios would measure the
+machines (seen: 34 of 35 rows "regressed" by 1.08-7.7x between two VMs of one
+kind running the same code). When a machine fact (MACHINE_COLUMNS: the machine
+id, CPU, power policy, runtimes, ...) differs, compare names each one and exits
+with MACHINES_DIFFER, unless allow_different_machines: then the table is printed
+under a warning. The device is not a machine fact: it is part of the row key,
+so two reports over different device sets compare on the devices they share.
+Measure two builds on one machine with `invoke bench --against REF`.
+
+Exit codes: 0 no regression; 1 a row regressed; 2 an input is not a report of
+this schema version; 3 the reports come from different machines (refused).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Collection
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+from scipy.stats import bootstrap, t, trim_mean
+
+from bench.measure.machine import BUSY_SHARE
+from bench.report.schema import KEY_COLUMNS, ReportError, RowSamples, read_report, read_samples
+
+BOOTSTRAP_RESAMPLES = 4000
+# Share of the pairs trimmed from each end of a paired row's log ratios (none below 10 pairs): one pair in ten
+# can sit 20-40 % off on a row whose other pairs agree within 2 % (an A/A run of 10 pairs on the development
+# VM: 16 of 32 counted rows had a pair more than 15 % off the row's median), and a mean carries it whole into
+# the interval's width.
+TRIM = 0.1
+DEFAULT_ALPHA = 0.05  # 1 - the confidence of the ratio's interval
+# Facts of the machine, its power policy and the runtime a timing depends on: reports differing in any are refused.
+MACHINE_COLUMNS = (
+    "machine_id",
+    "cpu_model",
+    "threads",
+    "cpu_allocator",
+    "thp",
+    "torch",
+    "onnxruntime",
+    "cpu_governor",
+    "cpu_epp",
+    "cpu_boost",
+    "cpu_freq_range_mhz",
+    "gpu_policy",
+)
+# Columns whose difference between the two reports a reader must know about (expected between two builds).
+ENVIRONMENT_COLUMNS = ("git_commit", "onnx", "compiler", "cxx11_abi", "host")
+EXIT_OK, EXIT_REGRESSION, EXIT_NOT_A_REPORT, EXIT_MACHINES_DIFFER = 0, 1, 2, 3
+
+# Rows of this workload are the machine's limits (bench/plan/limits.py), measured for reference: a change in
+# them is the machine or the process, never the code under test (seen in A/A runs: one process's
+# 16 KiB copy 12 % slower than the other's in every round), so they are shown but not counted.
+LIMIT_WORKLOAD = "limit"
+
+Key = tuple[str, ...]  # a row: KEY_COLUMNS' values
+
+REGRESSION, IMPROVEMENT, SAME, INCONCLUSIVE = "REGRESSION", "IMPROVEMENT", "SAME", "INCONCLUSIVE"
+MIN_UNITS = 2  # per side: one unit has no spread, so no interval
+
+
+@dataclass(frozen=True)
+class RowComparison:
+    key: tuple[str, ...]
+    base_median_us: float  # the pooled samples' medians, for reading
+    new_median_us: float
+    ratio: float  # from the units (see the module docstring)
+    ci_low: float
+    ci_high: float
+    units: int  # independent units the interval stands on (pairs when paired, else the smaller side's count)
+    paired: bool
+    detectable: float  # smallest slowdown (a fraction) this row could have flagged; NaN without an interval
+    verdict: str
+    confirmed: bool = False  # judged again on fresh pairs (an A/B run's second stage): these numbers are theirs
+
+
+@dataclass
+class Comparison:
+    rows: list[RowComparison]
+    only_in_base: list[tuple[str, ...]] = field(default_factory=list)
+    only_in_new: list[tuple[str, ...]] = field(default_factory=list)
+    environment_changes: list[str] = field(default_factory=list)
+    machine_differences: list[str] = field(default_factory=list)  # "fact: BASE value -> NEW value"
+    row_alpha: float = DEFAULT_ALPHA  # each row's 1 - confidence: the family-wise alpha over the counted rows
+
+    @property
+    def regressions(self) -> list[RowComparison]:
+        """Regressions of the code: limit rows (a copy, an empty call) measure the machine and are not counted."""
+        return [r for r in self.rows if r.verdict == REGRESSION and r.key[0] != LIMIT_WORKLOAD]
+
+    @property
+    def limit_changes(self) -> list[RowComparison]:
+        return [r for r in self.rows if r.verdict == REGRESSION and r.key[0] == LIMIT_WORKLOAD]
+
+
+def unit_medians(samples: RowSamples) -> dict[int, float]:
+    """The median of each round's samples, by round number: the units of the statistics."""
+    return {int(r): float(np.median(samples.values[samples.rounds == r])) for r in np.unique(samples.rounds)}
+
+
+def _mean_difference(new: np.ndarray, base: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(new, axis=axis) - np.mean(base, axis=axis)
+
+
+def ratio_interval(
+    base: np.ndarray, new: np.ndarray, paired: bool, alpha: float, rng: np.random.Generator
+) -> tuple[float, float, float]:
+    """(ratio, low, high): geometric-mean ratio of NEW's units to BASE's and its confidence interval.
+
+    Paired: ``base[k]`` and ``new[k]`` ran side by side; the statistic is the
+    trimmed mean of the pairs' log ratios (TRIM at each end: a mean below 10
+    pairs, whose pairs are resampled; from 10 pairs on, Yuen's interval alone).
+    Unpaired: the difference of the sides' mean logs, each side resampled on
+    its own. The
+    percentile method rather than BCa: with a handful of units BCa's
+    acceleration estimate is itself unstable, and a constant log ratio (a
+    report against itself) is a degenerate sample BCa cannot handle.
+    """
+    log_base, log_new = np.log(np.asarray(base, dtype=np.float64)), np.log(np.asarray(new, dtype=np.float64))
+    if paired and int(TRIM * len(log_base)) > 0:
+        # Yuen's interval alone: a percentile bootstrap of a trimmed mean of 10 units puts its far quantiles on
+        # resamples that draw the odd pair two or three times, more than the trim removes.
+        estimate = float(_trimmed_mean(log_new - log_base))
+        low, high = _student_interval((log_new - log_base,), estimate, alpha)
+        return math.exp(estimate), math.exp(low), math.exp(high)
+    if paired:
+        data, statistic = (log_new - log_base,), _trimmed_mean
+        estimate = float(_trimmed_mean(log_new - log_base))
+    else:
+        data, statistic = (log_new, log_base), _mean_difference
+        estimate = float(np.mean(log_new) - np.mean(log_base))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a degenerate resample distribution is a valid, zero-width interval here
+        result = bootstrap(
+            data,
+            statistic,
+            n_resamples=BOOTSTRAP_RESAMPLES,
+            confidence_level=1 - alpha,
+            method="percentile",
+            vectorized=True,
+            paired=False,
+            rng=rng,
+        )
+    low, high = result.confidence_interval
+    if math.isnan(low) or math.isnan(high):  # all resamples equal: no spread
+        low = high = estimate
+    t_low, t_high = _student_interval(data, estimate, alpha)
+    return math.exp(estimate), math.exp(min(low, t_low)), math.exp(max(high, t_high))
+
+
+def _trimmed_mean(values: np.ndarray, axis: int = -1) -> np.ndarray:
+    return trim_mean(values, TRIM, axis=axis)
+
+
+def _student_interval(data: tuple[np.ndarray, ...], estimate: float, alpha: float) -> tuple[float, float]:
+    """The t interval of a trimmed mean log ratio (paired: Yuen's, one sample of differences; with nothing
+    trimmed, Student's) or of a difference of mean logs (unpaired: Welch's). It holds its coverage at a few
+    units, where the percentile bootstrap does not."""
+    if len(data) == 1:
+        (diffs,) = data
+        n = len(diffs)
+        cut = int(TRIM * n)  # as trim_mean cuts
+        kept = n - 2 * cut
+        ordered = np.sort(diffs)
+        winsorized = np.clip(ordered, ordered[cut], ordered[n - cut - 1])
+        se, dof = math.sqrt((n - 1) * np.var(winsorized, ddof=1) / (kept * (kept - 1))), kept - 1
+    else:
+        shares = [np.var(side, ddof=1) / len(side) for side in data]
+        se = math.sqrt(sum(shares))
+        dof = sum(shares) ** 2 / sum(v**2 / (len(side) - 1) for v, side in zip(shares, data, strict=True)) if se else 1
+    if not se > 0:  # identical units: no spread to widen by
+        return estimate, estimate
+    half = float(t.ppf(1 - alpha / 2, dof)) * se
+    return estimate - half, estimate + half
+
+
+def verdict_of(low: float, high: float, threshold: float) -> str:
+    if low > 1 + threshold:
+        return REGRESSION
+    if high < 1 / (1 + threshold):
+        return IMPROVEMENT
+    if low >= 1 / (1 + threshold) and high <= 1 + threshold:
+        return SAME
+    return INCONCLUSIVE
+
+
+def compare_samples(
+    key: tuple[str, ...],
+    base: RowSamples,
+    new: RowSamples,
+    threshold: float,
+    alpha: float,
+    rng: np.random.Generator,
+    paired: bool = False,
+) -> RowComparison:
+    base_median, new_median = float(np.median(base.values)), float(np.median(new.values))
+    base_units, new_units = unit_medians(base), unit_medians(new)
+    paired = paired and base_units.keys() == new_units.keys()
+    if paired:
+        rounds = sorted(base_units)
+        base_values, new_values = [base_units[r] for r in rounds], [new_units[r] for r in rounds]
+    else:
+        base_values, new_values = list(base_units.values()), list(new_units.values())
+    units = min(len(base_values), len(new_values))
+    if units < MIN_UNITS:
+        ratio = float(np.exp(np.mean(np.log(new_values)) - np.mean(np.log(base_values))))
+        nan = math.nan
+        return RowComparison(key, base_median, new_median, ratio, nan, nan, units, paired, nan, INCONCLUSIVE)
+    ratio, low, high = ratio_interval(np.array(base_values), np.array(new_values), paired, alpha, rng)
+    # The lower bound sits ratio/low below the estimate; a slowdown is flagged once that bound passes 1 + t.
+    detectable = (1 + threshold) * ratio / low - 1
+    verdict = verdict_of(low, high, threshold)
+    return RowComparison(key, base_median, new_median, ratio, low, high, units, paired, detectable, verdict)
+
+
+def _environment_changes(base: pd.DataFrame, new: pd.DataFrame) -> list[str]:
+    changes = []
+    for name, frame in (("BASE", base), ("NEW", new)):
+        busiest = frame.other_cpu_share.max()
+        if busiest > BUSY_SHARE:
+            changes.append(
+                f"{name} was measured while other processes used up to {100 * busiest:.0f}% of the CPU: "
+                "those rows include waiting for a core"
+            )
+    return changes + column_differences(base, new, ENVIRONMENT_COLUMNS)
+
+
+def _values(column: pd.Series) -> list[str]:
+    """The distinct values of a column as text; an empty cell (a fact that does not apply to a row) is ""."""
+    return sorted(set(column.astype("string").fillna("").astype(str)))
+
+
+def column_differences(base: pd.DataFrame, new: pd.DataFrame, columns: tuple[str, ...]) -> list[str]:
+    differences = []
+    for column in columns:
+        before, after = _values(base[column]), _values(new[column])
+        if before != after:
+            differences.append(f"{column}: {', '.join(before)} -> {', '.join(after)}")
+    return differences
+
+
+def with_confirmed(first: Comparison, second: Comparison) -> Comparison:
+    """``first`` with each row ``second`` judged again replaced by that judgement (marked confirmed)."""
+    again = {r.key: replace(r, confirmed=True) for r in second.rows}
+    return replace(first, rows=[again.get(r.key, r) for r in first.rows])
+
+
+def suspects(comparison: Comparison, threshold: float) -> list[Key]:
+    """The counted rows left INCONCLUSIVE whose estimate lies past a bound: worth measuring again.
+
+    Their interval straddles the bound although the estimate says changed; fresh
+    pairs judged on their own settle them (bench/ab/driver.py confirms them).
+    """
+    return [
+        r.key
+        for r in comparison.rows
+        if r.key[0] != LIMIT_WORKLOAD
+        and r.verdict == INCONCLUSIVE
+        and r.units >= MIN_UNITS
+        and not (1 / (1 + threshold) <= r.ratio <= 1 + threshold)
+    ]
+
+
+def row_keys(frame: pd.DataFrame) -> list[Key]:
+    """A report's row keys, in its order."""
+    return [tuple(k) for k in frame[list(KEY_COLUMNS)].astype(str).values.tolist()]
+
+
+def family_alpha_per_row(alpha: float, counted_rows: int) -> float:
+    """Each row's alpha for a family-wise ``alpha`` over ``counted_rows`` rows (Bonferroni)."""
+    return alpha / max(1, counted_rows)
+
+
+def compare_reports(
+    base_csv: Path | str,
+    new_csv: Path | str,
+    threshold: float = 0.10,
+    alpha: float = DEFAULT_ALPHA,
+    seed: int = 0,
+    paired: bool = False,
+    only: Collection[Key] | None = None,
+) -> Comparison:
+    """Every row of both reports judged (see the module docstring); ``paired``: round k of each ran side by side.
+
+    ``only``: judge just these rows (the family ``alpha`` is spread over is then theirs).
+    """
+    if not threshold >= 0:
+        raise ValueError(f"threshold must be >= 0 (a fraction: 0.10 = 10%), got {threshold}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
+    base, new = read_report(base_csv), read_report(new_csv)
+    base_samples, new_samples = read_samples(base_csv), read_samples(new_csv)
+    base_keys, new_keys = row_keys(base), row_keys(new)
+    for csv, keys, samples in ((base_csv, base_keys, base_samples), (new_csv, new_keys, new_samples)):
+        missing = [k for k in keys if k not in samples]
+        if missing:
+            raise ReportError(f"{csv}: samples sidecar lacks rows {missing[:3]}{' ...' if len(missing) > 3 else ''}")
+    rng = np.random.default_rng(seed)  # a fixed seed: the same two reports always give the same table
+    in_both = [k for k in base_keys if k in set(new_keys) and (only is None or k in set(only))]
+    row_alpha = family_alpha_per_row(alpha, sum(k[0] != LIMIT_WORKLOAD for k in in_both))
+    rows = [compare_samples(k, base_samples[k], new_samples[k], threshold, row_alpha, rng, paired) for k in in_both]
+    return Comparison(
+        row_alpha=row_alpha,
+        rows=rows,
+        only_in_base=[k for k in base_keys if k not in set(new_keys)],
+        only_in_new=[k for k in new_keys if k not in set(base_keys)],
+        environment_changes=_environment_changes(base, new),
+        machine_differences=_machine_differences(base, new),
+    )
+
+
+def _machine_differences(base: pd.DataFrame, new: pd.DataFrame) -> list[str]:
+    """The machine facts that differ, over the devices both reports measured (a GPU fact of a device only one
+    report has is no difference: its rows are simply not compared)."""
+    shared = set(base.device.astype(str)) & set(new.device.astype(str))
+    if not shared:
+        before, after = (", ".join(sorted(set(report.device.astype(str)))) for report in (base, new))
+        return [f"device: {before} -> {after}"]
+    return column_differences(base[base.device.isin(shared)], new[new.device.isin(shared)], MACHINE_COLUMNS)
+
+
+def comparison_table(comparison: Comparison, threshold: float, alpha: float, title: str = "") -> Table:
+    confidence = f"{100 * (1 - alpha):g}% family-wise ({100 * (1 - comparison.row_alpha):.2f}% per row)"
+    table = Table(
+        title=(title or "NEW / BASE per unit (a round; an A/B run's rounds are processes, paired)") + "; "
+        f"{confidence} interval: REGRESSION when above {1 + threshold:.2f}, "
+        f"SAME when within [{1 / (1 + threshold):.3f}, {1 + threshold:.2f}]"
+    )
+    numeric = ("base µs", "new µs", "ratio", f"{confidence} CI", "units", "detectable")
+    for name in (*KEY_COLUMNS, *numeric, "verdict"):
+        table.add_column(name, justify="right" if name in numeric else "left")
+    styles = {REGRESSION: "bold red", IMPROVEMENT: "green", INCONCLUSIVE: "yellow", SAME: ""}
+    for r in comparison.rows:
+        table.add_row(
+            *r.key,
+            f"{r.base_median_us:.2f}",
+            f"{r.new_median_us:.2f}",
+            f"{r.ratio:.3f}",
+            "-" if math.isnan(r.ci_low) else f"{r.ci_low:.3f}-{r.ci_high:.3f}",
+            f"{r.units}{' pairs' if r.paired else ''}",
+            "-" if math.isnan(r.detectable) else f">= {100 * r.detectable:.0f}%",
+            f"[{styles[r.verdict]}]{r.verdict}[/]" if styles[r.verdict] else r.verdict,
+        )
+    return table
+
+
+def main(
+    base: str,
+    new: str,
+    threshold: float = 0.10,
+    alpha: float = DEFAULT_ALPHA,
+    console: Console | None = None,
+    allow_different_machines: bool = False,
+    paired: bool = False,
+) -> int:
+    console = console or Console(width=None if Console().is_terminal else 200)
+    try:
+        comparison = compare_reports(base, new, threshold=float(threshold), alpha=float(alpha), paired=paired)
+    except (ReportError, ValueError) as error:
+        console.print(f"[red bold]compare: {error}[/]", highlight=False)
+        return EXIT_NOT_A_REPORT
+    return print_comparison(comparison, float(threshold), float(alpha), console, allow_different_machines)
+
+
+def print_comparison(
+    comparison: Comparison,
+    threshold: float,
+    alpha: float,
+    console: Console,
+    allow_different_machines: bool = False,
+    title: str = "",
+    summary: bool = True,
+) -> int:
+    """Print the table and (``summary``) what it found; the exit code (regressions count, limit rows do not)."""
+    if comparison.machine_differences and not allow_different_machines:
+        console.print(
+            "[red bold]compare: the two reports come from different machines or runtimes[/] - differing: "
+            + "; ".join(comparison.machine_differences)
+            + ".\nTheir ratios would measure the machines, not the code. Measure both builds on one machine in one "
+            "run: `invoke bench --against REF`. To see the table anyway: "
+            "`invoke bench.compare --allow-different-machines BASE NEW`.",
+            highlight=False,
+        )
+        return EXIT_MACHINES_DIFFER
+    warning = (
+        "[red bold]WARNING: different machines or runtimes[/] (" + "; ".join(comparison.machine_differences) + "): "
+        "the ratios below measure the machines as much as the code"
+    )
+    if comparison.machine_differences:
+        console.print(warning, highlight=False)
+    console.print(comparison_table(comparison, threshold, alpha, title))
+    if comparison.machine_differences:
+        console.print(warning, highlight=False)
+    for change in comparison.environment_changes:
+        console.print(f"[yellow]environment:[/] {change}", highlight=False)
+    for label, keys in (("only in BASE", comparison.only_in_base), ("only in NEW", comparison.only_in_new)):
+        for key in keys:
+            console.print(f"{label}: {' '.join(key)}", highlight=False)
+    return print_summary(comparison, console) if summary else _exit_code(comparison)
+
+
+def _exit_code(comparison: Comparison) -> int:
+    if comparison.machine_differences:
+        return EXIT_MACHINES_DIFFER
+    return EXIT_REGRESSION if comparison.regressions else EXIT_OK
+
+
+def print_summary(comparison: Comparison, console: Console, note: str = "") -> int:
+    """The lines under the table: limit rows, inconclusive rows, the count; returns the exit code."""
+    count = len(comparison.regressions)
+    if comparison.limit_changes:
+        rows = ", ".join(f"{r.key[3]}/{r.key[4]} {r.key[1]}" for r in comparison.limit_changes)
+        console.print(
+            f"[yellow]limit rows slower in NEW (the machine or the process, not the code; not counted):[/] {rows}",
+            highlight=False,
+        )
+    inconclusive = sum(r.verdict == INCONCLUSIVE for r in comparison.rows)
+    if inconclusive:
+        console.print(
+            f"[yellow]{inconclusive} row(s) INCONCLUSIVE: their interval straddles a bound, too noisy to tell at this "
+            "threshold (not counted; more rounds or a quieter machine narrow it)[/]"
+        )
+    console.print(
+        f"{len(comparison.rows)} rows compared, {count} regression(s)"
+        + ("" if count else " - OK")
+        + (f"; {note}" if note else "")
+    )
+    return EXIT_REGRESSION if count else EXIT_OK

@@ -1,0 +1,190 @@
+"""What gets compiled, and with which flags: the one place JIT, AOT (setup.py),
+the ONNX Runtime library and the CUDA compile check read their settings from.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from env.builder.cxx_runtime import SHARED_CXX_RUNTIME_FLAGS
+from env.builder.toolkit import NOT_FOUND, find_cuda_toolkit
+from env.paths import REPO_ROOT, csrc_dir
+
+TORCH_EXTENSION_NAME = "fused_norm_torch"
+
+# torch 2.13's headers are C++20 (torch reports "C++ Version: 202002" and
+# torch.utils.cpp_extension itself passes -std=c++20); compiling them as C++17
+# only "works" with -Wc++20-extensions warnings and risks ODR mismatches, so the
+# torch adapter is C++20. The kernel core, the ORT library (whose official
+# headers target C++17) and the CUDA objects are plain C++17.
+CXX_STANDARD_TORCH = "c++20"
+CXX_STANDARD_PORTABLE = "c++17"
+
+# -O3 everywhere. Never -ffast-math: it would change rounding and NaN
+# propagation of the reduction. -ffp-contract=off: GCC would otherwise fuse
+# x * r * w + b into an FMA in the AVX2/AVX-512 clones but not in the baseline
+# one, and differently per loop, so results would depend on the CPU and the
+# row split (1 ulp in float16); without contraction every clone, every path
+# and both adapters (torch, ORT) give bit-identical results. No -march=native
+# in delivered builds: the CPU kernel carries AVX-512/AVX2/baseline clones and
+# picks one at load time. FUSEDBENCH_MARCH_NATIVE=1 opts in for a local build.
+OPT_FLAGS = ["-O3", "-ffp-contract=off"]
+
+
+def march_native_requested() -> bool:
+    return os.environ.get("FUSEDBENCH_MARCH_NATIVE", "0") == "1"
+
+
+def cxx_opt_flags() -> list[str]:
+    return OPT_FLAGS + (["-march=native"] if march_native_requested() else [])
+
+
+# A deliberate slowdown of the torch op's CPU entry points (csrc/torch/injected_slowdown.h), in whole
+# percent of each call's period: how the comparisons' detection rates are measured
+# (bench/experiments/ab_measure.py builds its slowed trees with it). 0 or unset: no slowdown, no code.
+SLOWDOWN_VARIABLE = "FUSEDBENCH_SLOWDOWN_PERCENT"
+
+
+def slowdown_percent() -> int:
+    """$FUSEDBENCH_SLOWDOWN_PERCENT as an integer >= 0 (0 when unset); ValueError naming it otherwise."""
+    text = os.environ.get(SLOWDOWN_VARIABLE, "").strip() or "0"
+    if not text.isdigit():
+        raise ValueError(f"{SLOWDOWN_VARIABLE} must be a whole percent >= 0 (like 10), got {text!r}")
+    return int(text)
+
+
+def slowdown_defines() -> list[str]:
+    """The compile definition of the requested slowdown (none when it is 0)."""
+    percent = slowdown_percent()
+    return [f"-DFUSED_NORM_SLOWDOWN_PERCENT={percent}"] if percent else []
+
+
+# The CUDA architectures of every CUDA build are pinned in ONE place,
+# environment.lock.yml `variables: TORCH_CUDA_ARCH_LIST`, never guessed from
+# the visible GPU (cpp_extension's default), so a build on a machine with an
+# A100 still runs on an H200 and the other way round.
+CUDA_ARCH_LIST_VARIABLE = "TORCH_CUDA_ARCH_LIST"
+
+
+def pinned_cuda_arch_list() -> str:
+    """TORCH_CUDA_ARCH_LIST as pinned in environment.lock.yml (e.g. "8.0;9.0+PTX")."""
+    from env.lock.lockfile import LockError, read_lock
+
+    lock = read_lock()
+    value = lock.variables.get(CUDA_ARCH_LIST_VARIABLE, "").strip()
+    if not value:
+        raise LockError(f"{lock.path}: `variables: {CUDA_ARCH_LIST_VARIABLE}` is missing; every CUDA build needs it")
+    return value
+
+
+def use_pinned_cuda_arch_list() -> str:
+    """Put the pinned arch list into os.environ, where cpp_extension (JIT and setup.py)
+    reads it; warn when the caller's environment asked for something else."""
+    pinned = pinned_cuda_arch_list()
+    current = os.environ.get(CUDA_ARCH_LIST_VARIABLE)
+    if current is not None and current.strip() != pinned:
+        warnings.warn(
+            f"{CUDA_ARCH_LIST_VARIABLE}={current!r} in the environment is ignored: CUDA builds use the value "
+            f"pinned in environment.lock.yml ({pinned!r}); change it there to build for other GPUs",
+            stacklevel=2,
+        )
+    os.environ[CUDA_ARCH_LIST_VARIABLE] = pinned
+    return pinned
+
+
+def _rel(paths: list[Path]) -> list[str]:
+    return [str(p.relative_to(REPO_ROOT)) for p in paths]
+
+
+def core_cpu_sources() -> list[Path]:
+    return [csrc_dir() / "core" / "fused_norm_cpu.cpp"]
+
+
+def core_cuda_sources() -> list[Path]:
+    return [csrc_dir() / "core" / "fused_norm_cuda.cu"]
+
+
+@dataclass(frozen=True)
+class TorchExtensionSpec:
+    """Sources and flags of the torch op library (JIT and AOT alike)."""
+
+    sources: list[Path]
+    include_dirs: list[Path]
+    cxx_flags: list[str]
+    ld_flags: list[str] = field(default_factory=list)
+    nvcc_flags: list[str] = field(default_factory=list)
+    with_cuda: bool = False
+
+    def relative_sources(self) -> list[str]:
+        return _rel(self.sources)
+
+
+def cuda_build_possible() -> tuple[bool, str]:
+    """Whether the torch extension can include its CUDA kernels, and why not."""
+    import torch
+
+    if torch.version.cuda is None:
+        return False, f"torch {torch.__version__} is a CPU-only build (no CUDA libraries to link)"
+    if find_cuda_toolkit() is None:
+        return False, NOT_FOUND
+    cuda_sources = [p for p in core_cuda_sources() + [csrc_dir() / "torch" / "torch_cuda_impl.cpp"] if p.exists()]
+    if len(cuda_sources) < 2:
+        return False, "the CUDA sources are not present in csrc/"
+    return True, f"torch {torch.__version__} with CUDA {torch.version.cuda}"
+
+
+def torch_sources(with_cuda: bool) -> list[Path]:
+    """The torch op library's sources (with the CUDA kernels and their adapter when ``with_cuda``)."""
+    torch_dir = csrc_dir() / "torch"
+    sources = core_cpu_sources() + [
+        torch_dir / "torch_schema.cpp",
+        torch_dir / "torch_adapter.cpp",
+        torch_dir / "torch_cpu_impl.cpp",
+        torch_dir / "torch_autograd.cpp",
+    ]
+    if with_cuda:
+        sources += core_cuda_sources() + [torch_dir / "torch_cuda_impl.cpp"]
+    return sources
+
+
+# -fopenmp: at::parallel_for is inline and only splits work when the caller is
+# compiled with OpenMP; without it the op silently runs on one thread. The
+# resulting libgomp.so.1 dependency resolves to the copy torch already loaded
+# (same soname), so there is one OpenMP runtime and torch.set_num_threads
+# governs the op. -lstdc++: the same for the C++ runtime (env/builder/cxx_runtime.py).
+TORCH_LD_FLAGS = ("-fopenmp", *SHARED_CXX_RUNTIME_FLAGS)
+
+
+def torch_cxx_flags() -> list[str]:
+    """The torch adapter's C++ flags, less the defines that come from torch itself."""
+    return [f"-std={CXX_STANDARD_TORCH}", *cxx_opt_flags(), "-fopenmp", *slowdown_defines()]
+
+
+def torch_nvcc_flags() -> list[str]:
+    """The torch extension's nvcc flags, less the defines that come from torch itself."""
+    return [f"-std={CXX_STANDARD_PORTABLE}", "-O3", "--ptxas-options=-v"]
+
+
+def torch_extension_spec(with_cuda: bool | None = None) -> TorchExtensionSpec:
+    if with_cuda is None:
+        with_cuda, _ = cuda_build_possible()
+    import torch
+
+    # torch 2.13's cpp_extension does not pass the libstdc++ ABI flag; pass
+    # torch's own value explicitly so a compiler with another default can't
+    # produce a library that fails with "undefined symbol" at load time.
+    defines = [f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    if with_cuda:
+        defines.append("-DFUSED_NORM_WITH_CUDA")
+        use_pinned_cuda_arch_list()  # JIT and setup.py both build from this spec
+    return TorchExtensionSpec(
+        sources=torch_sources(with_cuda),
+        include_dirs=[csrc_dir()],
+        cxx_flags=[*torch_cxx_flags(), *defines],
+        ld_flags=list(TORCH_LD_FLAGS),
+        nvcc_flags=[*torch_nvcc_flags(), *defines] if with_cuda else [],
+        with_cuda=with_cuda,
+    )

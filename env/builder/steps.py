@@ -1,0 +1,432 @@
+"""``invoke build``: record the toolchain, then run each build step whose inputs changed.
+
+Steps: the torch op library (JIT or AOT), the ONNX Runtime custom-op library,
+the CUDA compile check. Each step's inputs (the contents of its sources and of
+the project headers they include, its flags, the toolchain facts, the build
+code that runs it) are hashed (env/builder/fingerprint.py); a step whose hash
+matches its last successful run is skipped with one "up to date" line, so a
+build with nothing to do takes a fraction of a second and prints four lines.
+
+The toolchain record build/toolchain.json is rewritten on every build, before
+compiling, so a failed build still leaves the facts needed to understand it;
+``import ops`` finds the libraries through it. Its slow part (torch's
+``collect_env``) is cached under the same toolchain facts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from env.builder import cuda, fingerprint, ptxas, toolchain
+from env.builder.config import (
+    CXX_STANDARD_PORTABLE,
+    CXX_STANDARD_TORCH,
+    SLOWDOWN_VARIABLE,
+    TORCH_LD_FLAGS,
+    core_cuda_sources,
+    cuda_build_possible,
+    cxx_opt_flags,
+    march_native_requested,
+    pinned_cuda_arch_list,
+    slowdown_percent,
+    torch_cxx_flags,
+    torch_extension_spec,
+    torch_nvcc_flags,
+    torch_sources,
+)
+from env.builder.cxx_runtime import check_shared_cxx_runtime
+from env.builder.ort_library import build_ort_library, common_sources, decide_cuda, ort_cxx_flags
+from env.builder.torch_library import build_aot, build_jit
+from env.files import write_text_atomic
+from env.paths import REPO_ROOT, build_dir, csrc_dir, toolchain_record_path
+
+# The build code each step runs: a change to it (a flag written inline, say) reruns the step.
+_TORCH_CODE = ("env/builder/config.py", "env/builder/torch_library.py", "env/builder/cxx_runtime.py", "setup.py")
+_ORT_CODE = (
+    "env/builder/config.py",
+    "env/builder/torch_library.py",
+    "env/builder/cxx_runtime.py",
+    "env/builder/ort_library.py",
+    "env/builder/ort_headers.py",
+    "env/builder/ort_runtime.py",
+)
+_CUDA_CODE = (
+    "env/builder/config.py",
+    "env/builder/torch_library.py",
+    "env/builder/cuda.py",
+    "env/builder/ptxas.py",
+    "env/builder/toolkit.py",
+    "env/builder/ort_headers.py",
+)
+
+# Environment variables the steps read.
+_BUILD_VARIABLES = (
+    "CXX",
+    "CUDA_HOME",
+    "FUSEDBENCH_MARCH_NATIVE",
+    "FUSEDBENCH_ORT_CUDA",
+    "FUSEDBENCH_ORT_HEADERS",
+    SLOWDOWN_VARIABLE,
+)
+
+
+@dataclass
+class BuildResult:
+    record: dict[str, Any]
+    record_path: Path
+
+
+@dataclass(frozen=True)
+class Step:
+    """One build step: what it reads (hashed), how it runs, and what it leaves behind."""
+
+    name: str  # its state file: build/state/<name>.json
+    title: str  # how the console names it
+    inputs: Callable[[dict[str, Any]], dict[str, Any]]  # toolchain facts -> everything the output depends on
+    run: Callable[[dict[str, Any]], None]  # fills a record fragment {build, artifacts, timings_s}
+    outputs: Callable[[dict[str, Any]], list[str]]  # files of a fragment that must still exist
+    describe: Callable[[dict[str, Any]], str]  # one line about a fragment's result
+
+
+def state_dir() -> Path:
+    return build_dir() / "state"
+
+
+# --- inputs ------------------------------------------------------------------------
+
+
+def _include_dirs() -> list[Path]:
+    return [csrc_dir(), csrc_dir() / "core", csrc_dir() / "ort"]
+
+
+def _sources_digest(sources: list[Path]) -> dict[str, str]:
+    return fingerprint.files_digest(fingerprint.include_closure(sources, _include_dirs()), csrc_dir())
+
+
+def _code_digest(paths: tuple[str, ...]) -> dict[str, str]:
+    return fingerprint.files_digest([REPO_ROOT / p for p in paths if (REPO_ROOT / p).is_file()], REPO_ROOT)
+
+
+def _common_inputs(facts: dict[str, Any], code: tuple[str, ...]) -> dict[str, Any]:
+    return {
+        "toolchain": facts,
+        "variables": {name: os.environ.get(name) for name in _BUILD_VARIABLES},
+        "code": _code_digest(code),
+    }
+
+
+def torch_with_cuda(facts: dict[str, Any]) -> bool:
+    """:func:`env.builder.config.cuda_build_possible` from the toolchain facts, without importing torch."""
+    return facts["torch"].get("cuda") is not None and facts["nvcc"]["path"] is not None
+
+
+def torch_inputs(mode: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def inputs(facts: dict[str, Any]) -> dict[str, Any]:
+        with_cuda = torch_with_cuda(facts)
+        return {
+            **_common_inputs(facts, _TORCH_CODE),
+            "mode": mode,
+            "sources": _sources_digest(torch_sources(with_cuda)),
+            "flags": {
+                "cxx": torch_cxx_flags(),
+                "ld": list(TORCH_LD_FLAGS),
+                "nvcc": torch_nvcc_flags() if with_cuda else [],
+            },
+        }
+
+    return inputs
+
+
+def ort_inputs(facts: dict[str, Any]) -> dict[str, Any]:
+    from env.builder.ort_headers import NPM_PACKAGE, NPM_VERSION
+
+    with_cuda = ort_with_cuda(facts)
+    sources = common_sources() + [csrc_dir() / "ort" / ("ort_cuda_op.cc" if with_cuda else "ort_cuda_op_stub.cc")]
+    sources += core_cuda_sources() if with_cuda else []
+    return {
+        **_common_inputs(facts, _ORT_CODE),
+        "sources": _sources_digest(sources),
+        "exports": _sources_digest([csrc_dir() / "ort" / "exports.lds"]),
+        "flags": {"cxx": ort_cxx_flags(), "link": cxx_opt_flags()},
+        "ort_headers": _ort_headers_identity(NPM_PACKAGE, NPM_VERSION),
+    }
+
+
+def ort_with_cuda(facts: dict[str, Any]) -> bool:
+    """:func:`env.builder.ort_library.decide_cuda`, cached under the facts it depends on.
+
+    Deciding probes onnxruntime's CUDA provider in a child process (seconds);
+    the answer only changes with the toolchain, the environment variables or
+    the presence of the CUDA sources.
+    """
+    key = fingerprint.key_of(
+        {
+            "toolchain": facts,
+            "variables": {n: os.environ.get(n) for n in _BUILD_VARIABLES},
+            "cuda_sources": [p.is_file() for p in core_cuda_sources()],
+        }
+    )
+    path = state_dir() / "ort_cuda_decision.json"
+    try:
+        cached = json.loads(path.read_text())
+        if cached.get("key") == key:
+            return bool(cached["with_cuda"])
+    except (OSError, ValueError, KeyError):
+        pass
+    with_cuda, reason = decide_cuda()
+    write_text_atomic(path, json.dumps({"key": key, "with_cuda": with_cuda, "reason": reason}) + "\n")
+    return with_cuda
+
+
+def _ort_headers_identity(package: str, version: str) -> dict[str, Any]:
+    """The headers the ORT steps compile against: an explicit folder's contents, else the npm pin."""
+    explicit = os.environ.get("FUSEDBENCH_ORT_HEADERS")
+    if not explicit:
+        return {"npm": f"{package}@{version}"}
+    folder = Path(explicit)
+    return {"folder": str(folder), "files": fingerprint.files_digest(sorted(folder.glob("*.h")), folder)}
+
+
+def cuda_check_inputs(facts: dict[str, Any]) -> dict[str, Any]:
+    from env.builder.ort_headers import NPM_PACKAGE, NPM_VERSION
+
+    adapters = [csrc_dir() / "torch" / "torch_cuda_impl.cpp", csrc_dir() / "ort" / "ort_cuda_op.cc"]
+    return {
+        **_common_inputs(facts, _CUDA_CODE),
+        "sources": _sources_digest(core_cuda_sources() + adapters),
+        "flags": {"nvcc": cuda.kernel_nvcc_base_flags(), "adapters": [CXX_STANDARD_TORCH, CXX_STANDARD_PORTABLE]},
+        "ort_headers": _ort_headers_identity(NPM_PACKAGE, NPM_VERSION),
+        "skipped": cuda.skip_asked(),  # a skipped check runs again in the next build that does not skip it
+    }
+
+
+# --- runs --------------------------------------------------------------------------
+
+
+def _run_torch(mode: str) -> Callable[[dict[str, Any]], None]:
+    def run(fragment: dict[str, Any]) -> None:
+        start = time.perf_counter()
+        library = build_jit(torch_extension_spec()) if mode == "jit" else build_aot()
+        fragment["timings_s"][f"torch_{mode}"] = round(time.perf_counter() - start, 1)
+        fragment["artifacts"]["torch_library"] = str(library)
+        fragment["build"]["torch_cxx_runtime"] = check_shared_cxx_runtime(library)
+
+    return run
+
+
+def _run_ort(fragment: dict[str, Any]) -> None:
+    build_ort_library(fragment)
+
+
+def _cuda_outputs(fragment: dict[str, Any]) -> list[str]:
+    entry = fragment["build"].get("cuda_resource_report", {})
+    return [*fragment["artifacts"].get("cuda_objects", {}).values(), *([entry["json"]] if "json" in entry else [])]
+
+
+def steps(mode: str) -> list[Step]:
+    return [
+        Step(
+            f"torch_{mode}",
+            f"torch op library ({mode})",
+            torch_inputs(mode),
+            _run_torch(mode),
+            lambda f: [f["artifacts"]["torch_library"]],
+            lambda f: _shown(f["artifacts"]["torch_library"]),
+        ),
+        Step(
+            "ort_library",
+            "ONNX Runtime custom-op library",
+            ort_inputs,
+            _run_ort,
+            lambda f: [f["artifacts"]["ort_library"]],
+            lambda f: _shown(f["artifacts"]["ort_library"]),
+        ),
+        Step(
+            "cuda_compile_check",
+            "CUDA compile check",
+            cuda_check_inputs,
+            cuda.run_in_build,
+            _cuda_outputs,
+            lambda f: ptxas.describe(f["build"].get("cuda_resource_report", {})),
+        ),
+    ]
+
+
+def _shown(path: str) -> str:
+    """A path relative to the working directory when it is below it (shorter lines)."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return path
+
+
+# --- state -------------------------------------------------------------------------
+
+
+def _read_state(step: Step) -> dict[str, Any] | None:
+    path = state_dir() / f"{step.name}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_state(step: Step, key: str, inputs: dict[str, Any], fragment: dict[str, Any]) -> None:
+    write_text_atomic(
+        state_dir() / f"{step.name}.json",
+        json.dumps({"key": key, "inputs": inputs, "fragment": fragment}, indent=1, sort_keys=True) + "\n",
+    )
+
+
+def is_up_to_date(step: Step, key: str, state: dict[str, Any] | None) -> bool:
+    """The last successful run had these inputs and its outputs are still there."""
+    if state is None or state.get("key") != key:
+        return False
+    try:
+        return all(Path(p).exists() for p in step.outputs(state["fragment"]))
+    except KeyError:
+        return False
+
+
+def _merge(record: dict[str, Any], fragment: dict[str, Any]) -> None:
+    for section in ("build", "artifacts", "timings_s"):
+        record.setdefault(section, {}).update(fragment.get(section, {}))
+
+
+# --- the toolchain record ----------------------------------------------------------
+
+
+def _settings(mode: str) -> dict[str, Any]:
+    import torch
+
+    with_cuda, cuda_reason = cuda_build_possible()
+    return {
+        "mode": mode,
+        "cxx_standard": {
+            "torch_extension": CXX_STANDARD_TORCH,
+            "kernel_core_in_torch_extension": CXX_STANDARD_TORCH,
+            "ort_library": CXX_STANDARD_PORTABLE,
+            "cuda_objects": CXX_STANDARD_PORTABLE,
+        },
+        "cxx_flags": cxx_opt_flags(),
+        "march_native": march_native_requested(),
+        "slowdown_percent": slowdown_percent(),  # nonzero only in an experiment's build (injected_slowdown.h)
+        # Passed explicitly as -D_GLIBCXX_USE_CXX11_ABI (env/builder/config.py).
+        "cxx11_abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
+        # Pinned in environment.lock.yml; every CUDA build uses it (env/builder/config.py).
+        "torch_cuda_arch_list": pinned_cuda_arch_list(),
+        "torch_cuda_kernels": with_cuda,
+        "torch_cuda_kernels_reason": cuda_reason,
+    }
+
+
+def _base_record(mode: str, facts: dict[str, Any]) -> dict[str, Any]:
+    """The toolchain part of the record (no artifacts), from the cache while the facts are unchanged."""
+    key = fingerprint.key_of(
+        {
+            "facts": facts,
+            "mode": mode,
+            "flags": cxx_opt_flags(),
+            "code": _code_digest(
+                (
+                    "env/builder/toolchain.py",
+                    "env/builder/cxx_runtime.py",
+                    "env/builder/config.py",
+                    "env/builder/steps.py",
+                )
+            ),
+            "cuda_sources": [p.is_file() for p in torch_sources(True)],
+        }
+    )
+    record = toolchain.collect_cached(key, lambda: _settings(mode), state_dir() / f"toolchain_{mode}.json")
+    return {**record, "build": dict(record.get("build", {})), "artifacts": {}, "timings_s": {}}
+
+
+def _write_record(record: dict[str, Any]) -> None:
+    """Rewrite the record only when its content changed (a no-op build leaves the file alone)."""
+    path = toolchain_record_path()
+    text = json.dumps(record, indent=2, sort_keys=True) + "\n"
+    if not (path.is_file() and path.read_text() == text):
+        write_text_atomic(path, text)
+
+
+# --- the build ---------------------------------------------------------------------
+
+
+def build(mode: str = "jit", verbose: bool = False) -> BuildResult:
+    """Run every step of the build (``mode`` jit or aot for the torch library) whose inputs changed."""
+    if mode not in ("jit", "aot"):
+        raise ValueError(f"mode must be 'jit' or 'aot', got {mode!r}")
+    build_dir().mkdir(parents=True, exist_ok=True)
+    facts = toolchain.quick_facts()
+    record = _base_record(mode, facts)
+    plan = steps(mode)
+    states = {step.name: _read_state(step) for step in plan}
+    for state in states.values():  # until a step reruns, the record names what its last run left
+        if state:
+            _merge(record, state.get("fragment", {}))
+    _write_record(record)
+    print(toolchain.quick_summary(facts), flush=True)
+    if verbose:
+        print(toolchain.format_summary(record), flush=True)
+
+    for step in plan:
+        inputs = step.inputs(facts)
+        key = fingerprint.key_of(inputs)
+        state = states[step.name]
+        if is_up_to_date(step, key, state):
+            fragment = state["fragment"]
+            detail = step.describe(fragment)
+            print(f"{step.title}: {detail if detail.startswith('skipped') else 'up to date - ' + detail}", flush=True)
+        else:
+            changed = fingerprint.changed_inputs((state or {}).get("inputs"), inputs)
+            fragment = {"build": {}, "artifacts": {}, "timings_s": {}}
+            start = time.perf_counter()
+            try:
+                step.run(fragment)
+            finally:
+                _merge(record, fragment)  # what a failed step learnt (headers, CUDA choice) is worth keeping
+                _write_record(record)
+            _write_state(step, key, inputs, fragment)
+            print(
+                f"{step.title}: built in {time.perf_counter() - start:.1f} s (changed: {', '.join(changed)}) - "
+                f"{step.describe(fragment)}",
+                flush=True,
+            )
+        _merge(record, fragment)
+        if verbose and step.name == "cuda_compile_check":
+            table = ptxas.report_table(fragment["build"].get("cuda_resource_report", {}))
+            if table:
+                print(table, flush=True)
+    _write_record(record)
+    return BuildResult(record=record, record_path=toolchain_record_path())
+
+
+def print_toolchain() -> bool:
+    """Print the last build's toolchain table and CUDA resource table; False when nothing was built yet."""
+    if not toolchain_record_path().is_file():
+        return False
+    record = toolchain.read_record()
+    print(toolchain.format_summary(record))
+    table = ptxas.report_table(record.get("build", {}).get("cuda_resource_report", {}))
+    if table:
+        print(table)
+    return True
+
+
+def up_to_date_fragment(step_name: str, mode: str = "jit") -> dict[str, Any] | None:
+    """What the last run of a step left (its record fragment) when its inputs have not changed since
+    and its outputs still exist; None when the step would run again."""
+    step = next((s for s in steps(mode) if s.name == step_name), None)
+    if step is None:
+        raise ValueError(f"step must be one of {', '.join(s.name for s in steps(mode))}, got {step_name!r}")
+    state = _read_state(step)
+    if state is None or not is_up_to_date(step, fingerprint.key_of(step.inputs(toolchain.quick_facts())), state):
+        return None
+    return state["fragment"]
