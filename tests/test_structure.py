@@ -1,0 +1,254 @@
+"""The shape of the tree, read from the source (AST), not from importing it.
+
+Every product module (ops/, env/, bench/ but its experiments) is parsed and its
+imports followed, lazy ones inside functions included:
+  - the import graph has no cycle;
+  - no module reaches a lower-case private name (``_x``) of another module;
+  - ``ops`` imports only env's ground floor (paths, files, repo);
+  - each package imports only its own floor and those below (FLOORS), so the
+    graph drawn floor by floor has every arrow pointing down;
+  - nothing in the product imports bench.experiments.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from env.paths import REPO_ROOT
+
+PRODUCT = ("ops", "env", "bench")
+EXPERIMENTS = "bench.experiments"
+ENV_GROUND_FLOOR = ("env.paths", "env.files", "env.repo")
+# Floors within a top package, lowest first: a module may import its own floor and those below.
+# A module not named here is a floor of its own, matched by its longest listed prefix.
+FLOORS = {
+    "env": [
+        ("env.paths", "env.files", "env.repo"),
+        ("env.lock",),
+        ("env.builder",),
+        ("env.image", "env.lint", "env.tiers", "env.cli"),
+    ],
+    "bench": [
+        ("bench.measure",),
+        ("bench.plan",),
+        ("bench.report",),
+        ("bench.stats",),
+        ("bench.rounds",),
+        ("bench.processes",),
+        ("bench.ab",),
+        ("bench.run", "bench.serve", "bench.gpu_check"),
+        ("bench.experiments",),
+    ],
+}
+# Top packages: ops sits on env's ground floor, bench on ops and all of env.
+PACKAGE_ORDER = ("env", "ops", "bench")
+# Imports of ops that reach above env's ground floor, each lazy (inside the function that needs it, so
+# `import ops` loads no tooling): the load-failure diagnosis and the CUDA provider's status still live in
+# env.builder. Each is listed with the module it reaches; the list may only shrink.
+OPS_TOOLING_IMPORTS = {("ops._library", "env.builder.toolchain"), ("ops.ort.session", "env.builder.ort_runtime")}
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module
+    target: str  # the module imported (a name imported from a module counts as that module unless it is one)
+    names: tuple[str, ...]  # names taken from the target (``from target import names``)
+    lazy: bool  # inside a function
+    line: int
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _product_files() -> dict[str, Path]:
+    files = {}
+    for package in PRODUCT:
+        for path in sorted((REPO_ROOT / package).rglob("*.py")):
+            files[_module_name(path)] = path
+    return files
+
+
+FILES = _product_files()
+
+
+def _is_package(name: str) -> bool:
+    return name in FILES and FILES[name].name == "__init__.py"
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if _is_package(module) else module.split(".")[:-1]
+    base = base[: len(base) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imports(module: str) -> tuple[list[Import], list[tuple[str, str, int]]]:
+    """The module's imports, and its attribute reads ``alias._x`` of an imported module (alias target, name, line)."""
+    tree = ast.parse(FILES[module].read_text(), filename=str(FILES[module]))
+    found: list[Import] = []
+    aliases: dict[str, str] = {}
+    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    lazy_lines = {id(n) for f in functions for n in ast.walk(f) if n is not f}
+    for node in ast.walk(tree):
+        lazy = id(node) in lazy_lines
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in PRODUCT:
+                    found.append(Import(module, alias.name, (), lazy, node.lineno))
+                    aliases[alias.asname or alias.name] = alias.name
+        elif isinstance(node, ast.ImportFrom):
+            source = _resolve(module, node)
+            if source.split(".")[0] not in PRODUCT:
+                continue
+            plain = tuple(a.name for a in node.names if f"{source}.{a.name}" not in FILES)
+            if plain:
+                found.append(Import(module, source, plain, lazy, node.lineno))
+            for alias in node.names:
+                if f"{source}.{alias.name}" in FILES:  # a module imported by name from its package
+                    found.append(Import(module, f"{source}.{alias.name}", (), lazy, node.lineno))
+                    aliases[alias.asname or alias.name] = f"{source}.{alias.name}"
+    private_reads = [
+        (aliases[node.value.id], node.attr, node.lineno)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in aliases
+        and _lower_private(node.attr)
+    ]
+    return found, private_reads
+
+
+def _lower_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and name[1:2].islower()
+
+
+IMPORTS = {module: _imports(module) for module in FILES}
+
+
+def _edges() -> dict[str, set[str]]:
+    return {m: {i.target for i in found if i.target in FILES and i.target != m} for m, (found, _) in IMPORTS.items()}
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), or one module importing itself."""
+    index, low, stack, on_stack, components = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(edges.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1 or node in edges.get(node, ()):
+                components.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return components
+
+
+def _floor(module: str) -> tuple[int, int]:
+    top = module.split(".")[0]
+    floors = FLOORS.get(top, [])
+    best, level = "", len(floors)  # an unlisted module: above every listed floor of its package
+    for i, names in enumerate(floors):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and len(name) > len(best):
+                best, level = name, i
+    return PACKAGE_ORDER.index(top), level
+
+
+def test_the_walk_sees_every_package_and_its_imports():
+    # A walk that found nothing would pass every check below.
+    assert {"ops", "env.paths", "bench.run", "bench.plan.jobs", "bench.stats.compare", "env.builder.steps"} <= set(
+        FILES
+    )
+    edges = _edges()
+    assert "bench.plan.jobs" in edges["bench.run"] and "bench.ab.driver" in edges["bench.run"]  # the lazy one too
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _lower_private("_unique_csv") and not _lower_private("_BUILD") and not _lower_private("__all__")
+
+
+def test_no_import_cycle():
+    assert _cycles(_edges()) == []
+
+
+def test_no_module_reaches_another_modules_private_name():
+    crossings = []
+    for module, (found, reads) in IMPORTS.items():
+        for imp in found:
+            crossings += [f"{module}:{imp.line} {imp.target}.{n}" for n in imp.names if _lower_private(n)]
+        crossings += [f"{module}:{line} {target}.{name}" for target, name, line in reads if target != module]
+    assert crossings == []
+
+
+def test_ops_imports_only_the_ground_floor_of_env():
+    above = []
+    for module, (found, _) in IMPORTS.items():
+        if not module.startswith("ops"):
+            continue
+        for imp in found:
+            if imp.target.startswith("bench"):
+                above.append(f"{module}:{imp.line} imports {imp.target}")
+            elif imp.target.startswith("env") and imp.target not in ENV_GROUND_FLOOR:
+                if (module, imp.target) in OPS_TOOLING_IMPORTS and imp.lazy:
+                    continue
+                above.append(f"{module}:{imp.line} imports {imp.target}")
+    assert above == []
+
+
+def test_every_import_points_down_a_floor():
+    upward = []
+    for module, (found, _) in IMPORTS.items():
+        if module.startswith(EXPERIMENTS):
+            continue
+        for imp in found:
+            if imp.target not in FILES or (module, imp.target) in OPS_TOOLING_IMPORTS:
+                continue
+            if _floor(imp.target) > _floor(module):
+                upward.append(f"{module}:{imp.line} imports {imp.target}")
+    assert upward == []
+
+
+def test_nothing_in_the_product_imports_the_experiments():
+    users = [
+        f"{module}:{imp.line}"
+        for module, (found, _) in IMPORTS.items()
+        if not module.startswith(EXPERIMENTS)
+        for imp in found
+        if imp.target == EXPERIMENTS or imp.target.startswith(EXPERIMENTS + ".")
+    ]
+    assert users == []
+
+
+@pytest.mark.parametrize("package", ["env", "ops"])
+def test_lower_packages_import_nothing_above_them(package):
+    above = PACKAGE_ORDER[PACKAGE_ORDER.index(package) + 1 :]
+    found = [
+        f"{module}:{imp.line} imports {imp.target}"
+        for module, (imports, _) in IMPORTS.items()
+        if module.split(".")[0] == package
+        for imp in imports
+        if imp.target.split(".")[0] in above
+    ]
+    assert found == []
