@@ -11,7 +11,11 @@ from __future__ import annotations
 
 from invoke import Collection, Exit, task
 
+from bench.experiments.defaults import AB_MEASURE, AB_SPREAD, OFFSET_SWEEP, THREAD_SWEEP
+from bench.plan.options import BenchOptions
 from env import cli
+
+DEFAULT = BenchOptions()  # the CLI's defaults are BenchOptions' own
 
 _BUILD_ERRORS = ("env.builder.commands:BuildError", "env.lock.lockfile:LockError")
 _EXPORT_ERRORS = (ValueError, "ops.onnx.export:ExportError", "ops.onnx.checks:ExportCheckError")
@@ -69,8 +73,8 @@ def test(c, k="", args="", all_=False, slow_only=False, workers=""):
     help={
         "baseline": "all (default), one name, or a comma list: unfused, fused, fused_add, native, compiled, liger, ort",
         "quick": "small grid for CI (about 2 minutes)",
-        "warmup": "untimed calls before each measurement, an integer >= 0 (default 50; fewer where they outlast the "
-        "variant's time budget)",
+        "warmup": f"untimed calls before each measurement, an integer >= 0 (default {DEFAULT.warmup}; fewer where they "
+        "outlast the variant's time budget)",
         "threads": "torch and ONNX Runtime intra-op threads, an integer >= 1 (default: every core this process may "
         "use)",
         "out": "report folder (default <repo>/reports; FUSEDBENCH_REPORTS_DIR overrides the default)",
@@ -84,13 +88,21 @@ def test(c, k="", args="", all_=False, slow_only=False, workers=""):
 )
 @cli.fails_with("bench", ValueError)
 def bench(
-    c, baseline="all", quick=False, warmup="50", threads="", out="", dtype="", device="all", l2_flush=False, against=""
+    c,
+    baseline=DEFAULT.baseline,
+    quick=False,
+    warmup=str(DEFAULT.warmup),
+    threads="",
+    out="",
+    dtype="",
+    device=DEFAULT.device,
+    l2_flush=False,
+    against="",
 ):
     """Benchmark the baselines; write reports/<UTC time>-<host>.csv (+ samples, plot) and print a summary."""
     # Options are checked before bench.run is imported: that import loads the built library.
     warmup_calls = cli.integer("--warmup", warmup, minimum=0)
     thread_count = cli.integer("--threads", threads, minimum=1) if threads else None
-    from bench.plan.options import BenchOptions
     from bench.run import main
 
     options = BenchOptions(
@@ -286,16 +298,25 @@ def bench_targets(c, reports):
     name="ab-measure",
     pre=[build],
     help={
-        "aa": "A/A runs (the same commit built twice), an integer >= 0 (default 5)",
-        "slowdowns": "injected slowdowns of the fused op in percent, a comma list (default 10,20)",
-        "runs": "runs per slowdown, an integer >= 0 (default 5)",
+        "aa": f"A/A runs (the same commit built twice), an integer >= 0 (default {AB_MEASURE['aa']})",
+        "slowdowns": "injected slowdowns of the fused op in whole percent, a comma list "
+        f"(default {AB_MEASURE['slowdowns']})",
+        "runs": f"runs per slowdown, an integer >= 0 (default {AB_MEASURE['runs']})",
         "out": "results folder (default <repo>/reports/ab_measure)",
         "reuse": "resume in the existing workspace (its commit and builds)",
         "rejudge": "judge the recorded runs again with this checkout's compare (writes rejudged.md); runs nothing",
     },
 )
 @cli.fails_with("bench.ab-measure", ValueError)
-def bench_ab_measure(c, aa="5", slowdowns="10,20", runs="5", out="", reuse=False, rejudge=False):
+def bench_ab_measure(
+    c,
+    aa=str(AB_MEASURE["aa"]),
+    slowdowns=AB_MEASURE["slowdowns"],
+    runs=str(AB_MEASURE["runs"]),
+    out="",
+    reuse=False,
+    rejudge=False,
+):
     """How often `bench --quick --against` cries wolf on identical code, and how often it catches a slowdown."""
     from bench.experiments.ab_measure import main
 
@@ -308,14 +329,14 @@ def bench_ab_measure(c, aa="5", slowdowns="10,20", runs="5", out="", reuse=False
     name="ab-spread",
     pre=[build],
     help={
-        "rounds": "rounds of the quick grid in each pair of workers, an integer >= 2 (default 4)",
+        "rounds": f"rounds of the quick grid in each pair of workers, an integer >= 2 (default {AB_SPREAD['rounds']})",
         "modes": "how the two workers share the CPU, a comma list of sequential, turns-running, turns-stopped "
         "(default: all three)",
         "out": "results folder (default <repo>/reports/ab_spread)",
     },
 )
 @cli.fails_with("bench.ab-spread", ValueError)
-def bench_ab_spread(c, rounds="4", modes="", out=""):
+def bench_ab_spread(c, rounds=str(AB_SPREAD["rounds"]), modes="", out=""):
     """How far apart two processes of this build read each row: jobs one after the other, or in turns."""
     argv = ["--rounds", str(cli.integer("--rounds", rounds, minimum=2))]
     argv += [*(["--modes", modes] if modes else []), *(["--out", out] if out else [])]
@@ -329,15 +350,23 @@ def bench_ab_spread(c, rounds="4", modes="", out=""):
     pre=[build],
     help={
         "shape": "the op shape, like 8x128x1024 (default: the cache-resident one)",
-        "dtype": "float32 (default), float64, float16, bfloat16, or a comma list",
+        "dtype": f"float32, float64, float16, bfloat16, or a comma list (default {OFFSET_SWEEP['dtype']})",
         "distances": "bytes from x's start to y's, modulo 4096, a comma list (default: 0 to 4032, dense near 0)",
-        "threads": "torch intra-op threads, an integer >= 1 (default 1)",
-        "reps": "repetitions, each timing every distance once, an integer >= 1 (default 31)",
+        "threads": f"torch intra-op threads, an integer >= 1 (default {OFFSET_SWEEP['threads']})",
+        "reps": f"repetitions, each timing every distance once, an integer >= 1 (default {OFFSET_SWEEP['reps']})",
         "out": "results folder (default <repo>/reports/offset_sweep)",
     },
 )
 @cli.fails_with("bench.offset-sweep", ValueError)
-def bench_offset_sweep(c, shape="", dtype="float32", distances="", threads="1", reps="31", out=""):
+def bench_offset_sweep(
+    c,
+    shape="",
+    dtype=OFFSET_SWEEP["dtype"],
+    distances="",
+    threads=str(OFFSET_SWEEP["threads"]),
+    reps=str(OFFSET_SWEEP["reps"]),
+    out="",
+):
     """The op's share of a copy as its output's start moves against its input's within a page."""
     from bench.experiments.offset_sweep import main
 
@@ -352,13 +381,14 @@ def bench_offset_sweep(c, shape="", dtype="float32", distances="", threads="1", 
     pre=[build],
     help={
         "shapes": "op shapes, a comma list like 1x8x512,8x128x1024 (default: the report's and the task threshold's)",
-        "threads": "intra-op thread counts, a comma list whose first is the reference (default 1,2)",
-        "reps": "repetitions, each timing every count once, an integer >= 1 (default 21)",
+        "threads": "intra-op thread counts, a comma list whose first is the reference "
+        f"(default {THREAD_SWEEP['threads']})",
+        "reps": f"repetitions, each timing every count once, an integer >= 1 (default {THREAD_SWEEP['reps']})",
         "out": "results folder (default <repo>/reports/thread_sweep)",
     },
 )
 @cli.fails_with("bench.thread-sweep", ValueError)
-def bench_thread_sweep(c, shapes="", threads="1,2", reps="21", out=""):
+def bench_thread_sweep(c, shapes="", threads=THREAD_SWEEP["threads"], reps=str(THREAD_SWEEP["reps"]), out=""):
     """The op at several thread counts on the same buffers in one process: time against the first count's."""
     from bench.experiments.thread_sweep import main
 

@@ -28,12 +28,13 @@ from bench.measure.pinning import pinned_for_timing
 from bench.measure.timing import L2Flush, Timing, TimingConfig, measure, measure_cuda, timer_resolution_ns
 from bench.measure.verify import VerificationError, verify_outputs
 from bench.plan.devices import device_label
+from bench.plan.grid import shape_label
 from bench.plan.jobs import Job, device_prefix
-from bench.plan.options import BUDGET_S, MIN_SAMPLES, BenchOptions, reports_dir, unique_csv
+from bench.plan.options import BUDGET_S, MIN_SAMPLES, BenchOptions, unique_csv
 from bench.plan.registry import Prepared, Unsupported, Variant
-from bench.plan.workloads import shape_label
 from bench.report import metrics
 from bench.report.schema import ReportPaths, RowKey, RowSamples, to_frame, write_report
+from env.paths import reports_dir
 from ops.dtypes import dtype_name
 
 REWARM_CALLS = 5  # warm-up before rounds 2..: caches only; the allocator and lazy init were warmed in round 1

@@ -37,10 +37,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bench.measure.allocator import fix_malloc_policy
 from bench.measure.environment import environment_columns, utc_timestamp
 from bench.plan.devices import device_label, resolve_devices
+from bench.plan.grid import GRIDS
 from bench.plan.jobs import Job, plan_jobs
 from bench.plan.options import BenchOptions, default_threads
 from bench.plan.registry import Baseline, select
-from bench.plan.workloads import GRIDS
 from bench.rounds import Outcome, Results, record_results, run_round, run_settings
 from ops.dtypes import parse_dtypes
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from env.lock.lockfile import LOCK_PATH, read_lock, read_pins, requirements_path
-from env.paths import REPO_ROOT
+from env.paths import REPO_ROOT, reports_dir
 from env.repo import git_commit
 
 DOCKERFILE = REPO_ROOT / "Dockerfile"
@@ -180,7 +180,7 @@ def run_command(
     """`docker run` (or `podman run`) of one invoke task line in the image, the reports folder mounted."""
     if not task:
         raise DockerError("give the invoke task to run in the image, e.g. `invoke docker.run bench --baseline all`")
-    reports = (reports or REPO_ROOT / "reports").resolve()
+    reports = reports_dir(reports)
     gpus = host_has_gpu() if gpus is None else gpus
     tty = sys.stdout.isatty() if tty is None else tty
     command = ["docker", "run"] if engine == DOCKER else list(PODMAN_RUN)

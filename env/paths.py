@@ -13,6 +13,14 @@ def build_dir() -> Path:
     return Path(os.environ.get("FUSEDBENCH_BUILD_DIR", REPO_ROOT / "build")).resolve()
 
 
+REPORTS_VARIABLE = "FUSEDBENCH_REPORTS_DIR"
+
+
+def reports_dir(out_dir: Path | str | None = None) -> Path:
+    """Where reports go: ``out_dir`` (an --out option), else $FUSEDBENCH_REPORTS_DIR, else ``<repo>/reports``."""
+    return Path(out_dir or os.environ.get(REPORTS_VARIABLE) or REPO_ROOT / "reports").resolve()
+
+
 def toolchain_record_path() -> Path:
     """JSON record of the last ``invoke build``: toolchain facts and artifact paths."""
     return build_dir() / "toolchain.json"

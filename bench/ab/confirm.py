@@ -13,20 +13,16 @@ import math
 from collections.abc import Iterable
 from dataclasses import replace
 
+from bench.plan.grid import GRIDS, parse_shape
 from bench.plan.jobs import job_label, row_label
 from bench.plan.options import BenchOptions
-from bench.plan.workloads import GRIDS
 
 Key = tuple[str, ...]  # compare's row key: workload, shape, dtype, baseline, variant, device
 
 
-def _parse_shape(label: str) -> tuple[int, ...]:
-    return tuple(int(d) for d in label.split("x"))
-
-
 def _model_batches(keys: Iterable[Key]) -> tuple[tuple[str, int, int], ...]:
     """The grid's model batches behind model rows (their shape reads batch x sequence x hidden)."""
-    wanted = {(k[5], tuple(_parse_shape(k[1])[:2])) for k in keys}
+    wanted = {(k[5], tuple(parse_shape(k[1], "shape")[:2])) for k in keys}
     found = []
     for device, prefix in sorted(wanted):
         grid = GRIDS[device]
@@ -53,7 +49,7 @@ def confirm_options(options: BenchOptions, keys: list[Key]) -> BenchOptions:
     if unknown:
         raise ValueError(f"cannot measure rows of workload(s) {sorted(unknown)} again")
     devices = list(dict.fromkeys(k[5] for k in keys))
-    op_shapes = tuple(dict.fromkeys(_parse_shape(k[1]) for k in by_workload.get("op", [])))
+    op_shapes = tuple(dict.fromkeys(parse_shape(k[1], "shape") for k in by_workload.get("op", [])))
     if not op_shapes:
         op_shapes = (min((s for d in devices for s in GRIDS[d].shapes(True)), key=math.prod),)
     return replace(
@@ -63,7 +59,7 @@ def confirm_options(options: BenchOptions, keys: list[Key]) -> BenchOptions:
         device=",".join(devices),
         op_shapes=op_shapes,
         # None: none, once op shapes are given (left at its default, a REF without the option can take part).
-        add_norm_shapes=tuple(dict.fromkeys(_parse_shape(k[1]) for k in by_workload["add_norm"]))
+        add_norm_shapes=tuple(dict.fromkeys(parse_shape(k[1], "shape") for k in by_workload["add_norm"]))
         if "add_norm" in by_workload
         else None,
         model_batches=_model_batches(by_workload.get("model", [])),

@@ -63,14 +63,14 @@ from rich.console import Console
 
 from bench.ab import confirm, scratch
 from bench.measure.placement import spread_offsets
-from bench.plan.options import BenchOptions, reports_dir, unique_csv
+from bench.plan.options import BenchOptions, unique_csv
 from bench.processes.worker import PROTOCOL
 from bench.report.schema import SCHEMA_VERSION, read_report
 from bench.rounds import Outcome
 from bench.stats import compare
 from bench.stats.pooled import pool_reports
 from env.files import write_text_atomic
-from env.paths import REPO_ROOT, build_dir
+from env.paths import REPO_ROOT, build_dir, reports_dir
 from env.repo import git_commit
 
 # Exit code when the A/B run could not be set up (bad ref, REF failed to build, a worker died or hung).

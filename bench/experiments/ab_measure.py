@@ -40,11 +40,12 @@ from rich.console import Console
 
 from bench.ab import driver as ab
 from bench.ab import scratch
+from bench.experiments.defaults import AB_MEASURE as DEFAULTS
 from bench.plan.options import BenchOptions
 from bench.report.schema import read_report
 from bench.stats.compare import INCONCLUSIVE, LIMIT_WORKLOAD, REGRESSION
 from env.builder.config import SLOWDOWN_VARIABLE
-from env.paths import REPO_ROOT
+from env.paths import REPO_ROOT, reports_dir
 
 OP_BASELINE = "fused"  # the rows that run torch.ops.myops.fused_norm(_out) on the CPU
 FIELDS = (
@@ -293,15 +294,15 @@ def parse_percents(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--aa", type=int, default=5, help="A/A runs (default 5)")
+    parser.add_argument("--aa", type=int, default=DEFAULTS["aa"], help="A/A runs")
     parser.add_argument(
-        "--slowdowns", default="10,20", help="injected slowdowns in percent, a comma list (default 10,20)"
+        "--slowdowns", default=DEFAULTS["slowdowns"], help="injected slowdowns in whole percent, a comma list"
     )
-    parser.add_argument("--runs", type=int, default=5, help="runs per slowdown (default 5)")
+    parser.add_argument("--runs", type=int, default=DEFAULTS["runs"], help="runs per slowdown")
     parser.add_argument(
-        "--threshold", type=float, default=0.10, help="A/A runs' threshold (default 0.10, as the CI gate)"
+        "--threshold", type=float, default=DEFAULTS["threshold"], help="A/A runs' threshold (as the CI gate)"
     )
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "ab_measure")
+    parser.add_argument("--out", type=Path, default=reports_dir() / "ab_measure")
     parser.add_argument("--workspace", type=Path, default=REPO_ROOT / "build" / "ab_measure")
     parser.add_argument("--reuse", action="store_true", help="resume in an existing workspace (its commit and builds)")
     parser.add_argument(

@@ -29,11 +29,12 @@ import pandas as pd
 from rich.console import Console
 
 from bench.ab import driver as ab
+from bench.experiments.defaults import AB_SPREAD
 from bench.plan.options import BenchOptions
 from bench.report.schema import read_samples
 from bench.stats.compare import LIMIT_WORKLOAD
 from env.files import write_text_atomic
-from env.paths import REPO_ROOT
+from env.paths import REPO_ROOT, reports_dir
 
 MODES = ("sequential", "turns-running", "turns-stopped")
 FUSED_ROWS = "fused"  # the op's own rows, shown apart in the summary
@@ -101,9 +102,9 @@ def summary(frame: pd.DataFrame) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench.ab-spread", description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=AB_SPREAD["rounds"])
     parser.add_argument("--modes", default=",".join(MODES))
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "ab_spread")
+    parser.add_argument("--out", type=Path, default=reports_dir() / "ab_spread")
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if unknown := [m for m in modes if m not in MODES]:

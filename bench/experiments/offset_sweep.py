@@ -29,15 +29,17 @@ import torch
 from rich.console import Console
 
 import ops
-from bench.experiments.sweep_timing import block_us, calls_per_block, parse_shape
+from bench.experiments.defaults import OFFSET_SWEEP
+from bench.experiments.sweep_timing import block_us, calls_per_block
 from bench.measure.placement import PAGE_BYTES, empty_at
 from bench.measure.verify import verify
+from bench.plan.grid import CACHE_RESIDENT, parse_shape, shape_label
 from env.files import write_text_atomic
-from env.paths import REPO_ROOT
+from env.paths import reports_dir
 from ops.dtypes import dtype_name, parse_dtypes
 from ops.reference import EPS, make_inputs, reference_norm, tolerance
 
-DEFAULT_SHAPE = "8x128x1024"  # 4 MiB of float32: the cache-resident op shape, where the layout shows most
+DEFAULT_SHAPE = shape_label(CACHE_RESIDENT)  # 4 MiB of float32, where the layout shows most
 DEFAULT_DISTANCES = (0, 64, 128, 192, 256, 512, 1024, 2048, 3072, 3968, 4032)
 
 
@@ -96,7 +98,7 @@ def sweep(shape: tuple[int, ...], dtype: torch.dtype, distances: Sequence[int], 
     for d in distances:
         rows.append(
             {
-                "shape": "x".join(map(str, shape)),
+                "shape": shape_label(shape),
                 "dtype": dtype_name(dtype),
                 "threads": torch.get_num_threads(),
                 "distance_bytes": d,
@@ -127,11 +129,11 @@ def markdown(frame: pd.DataFrame) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench.offset-sweep", description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default=DEFAULT_SHAPE)
-    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--dtype", default=OFFSET_SWEEP["dtype"])
     parser.add_argument("--distances", default=",".join(map(str, DEFAULT_DISTANCES)))
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--reps", type=int, default=31)
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "offset_sweep")
+    parser.add_argument("--threads", type=int, default=OFFSET_SWEEP["threads"])
+    parser.add_argument("--reps", type=int, default=OFFSET_SWEEP["reps"])
+    parser.add_argument("--out", type=Path, default=reports_dir() / "offset_sweep")
     args = parser.parse_args(argv)
     shape = parse_shape(args.shape)
     dtypes = parse_dtypes(args.dtype)

@@ -1,4 +1,4 @@
-"""What the one-process sweeps (offset_sweep.py, thread_sweep.py) share: the shape option and block timing.
+"""What the one-process sweeps (offset_sweep.py, thread_sweep.py) share: block timing.
 
 A sweep times blocks of back-to-back calls, each block BLOCK_S long, so that
 the timer's cost is negligible and the host's drift between the contenders of
@@ -12,14 +12,6 @@ import time
 from collections.abc import Callable
 
 BLOCK_S = 0.002  # one timed block: long against the timer, short against the host's drift
-
-
-def parse_shape(spec: str) -> tuple[int, ...]:
-    """ "8x128x1024" -> (8, 128, 1024); ValueError naming --shape on anything else."""
-    parts = spec.lower().split("x")
-    if not all(p.strip().isdigit() and int(p) > 0 for p in parts):
-        raise ValueError(f"--shape must be positive integers joined by 'x' (like 8x128x1024), got {spec!r}")
-    return tuple(int(p) for p in parts)
 
 
 def block_us(fn: Callable[[], object], calls: int) -> float:

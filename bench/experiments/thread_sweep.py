@@ -32,25 +32,18 @@ import pandas as pd
 import torch
 from rich.console import Console
 
-from bench.experiments.sweep_timing import block_us, calls_per_block, parse_shape
+from bench.experiments.defaults import THREAD_SWEEP
+from bench.experiments.sweep_timing import block_us, calls_per_block
 from bench.measure.pinning import move_to_timing_cpu, pinned_for_timing
 from bench.measure.verify import verify
+from bench.plan.grid import THREAD_SWEEP_SHAPES, parse_shape, shape_label
 from env.files import write_text_atomic
-from env.paths import REPO_ROOT
+from env.paths import reports_dir
 from ops.reference import EPS, make_inputs, reference_norm, tolerance
 
 # The op shapes of the report, and the task threshold's neighbours: one task
 # (32768 elements), two and four tasks.
-DEFAULT_SHAPES = (
-    "1x8x512",
-    "1x64x512",
-    "1x128x512",
-    "1x256x512",
-    "4x64x768",
-    "8x128x1024",
-    "16x256x2048",
-    "32x512x4096",
-)
+DEFAULT_SHAPES = tuple(shape_label(s) for s in THREAD_SWEEP_SHAPES)
 WARM_CALLS = 3  # untimed calls after a change of thread count: the pool wakes, the caches refill
 
 
@@ -107,7 +100,7 @@ def sweep(
             ratios = np.array(times[n, name]) / np.array(times[threads[0], name])
             rows.append(
                 {
-                    "shape": "x".join(map(str, shape)),
+                    "shape": shape_label(shape),
                     "elements": x.numel(),
                     "threads": n,
                     "variant": name,
@@ -138,11 +131,11 @@ def markdown(frame: pd.DataFrame) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench.thread-sweep", description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default=",".join(DEFAULT_SHAPES))
-    parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--reps", type=int, default=21)
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "thread_sweep")
+    parser.add_argument("--threads", default=THREAD_SWEEP["threads"])
+    parser.add_argument("--reps", type=int, default=THREAD_SWEEP["reps"])
+    parser.add_argument("--out", type=Path, default=reports_dir() / "thread_sweep")
     args = parser.parse_args(argv)
-    shapes = [parse_shape(s) for s in args.shapes.split(",") if s.strip()]
+    shapes = [parse_shape(s, "--shapes") for s in args.shapes.split(",") if s.strip()]
     if not shapes:
         raise ValueError(f"--shapes must be a comma list of shapes like 8x128x1024, got {args.shapes!r}")
     threads = parse_threads(args.threads)

@@ -16,10 +16,11 @@ from pathlib import Path
 import torch
 
 from bench.plan.devices import resolve_devices
+from bench.plan.grid import GRIDS, shape_label
 from bench.plan.limits import copy_limits, dispatch_floor, launch_floor
 from bench.plan.options import BenchOptions
 from bench.plan.registry import Baseline, Variant, select
-from bench.plan.workloads import GRIDS, AddNormCase, ModelCase, OpCase, shape_label
+from bench.plan.workloads import AddNormCase, ModelCase, OpCase
 from ops.dtypes import dtype_name, parse_dtypes
 
 

@@ -9,9 +9,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from env.paths import REPO_ROOT
-
-REPORTS_ENV = "FUSEDBENCH_REPORTS_DIR"
 # Seconds of sampling per variant (after warm-up); --quick keeps CI under ~3 minutes.
 BUDGET_S = {"full": 1.0, "quick": 0.25}
 MIN_SAMPLES = 20  # per variant, over all rounds
@@ -43,11 +40,6 @@ class BenchOptions:
     @property
     def mode(self) -> str:
         return "quick" if self.quick else "full"
-
-
-def reports_dir(out_dir: Path | str | None = None) -> Path:
-    """--out, else $FUSEDBENCH_REPORTS_DIR, else <repo>/reports."""
-    return Path(out_dir or os.environ.get(REPORTS_ENV) or REPO_ROOT / "reports").resolve()
 
 
 def default_threads() -> int:

@@ -1,17 +1,7 @@
-"""What is benchmarked: op-level cases over a grid of shapes per device, model-level cases.
+"""What is benchmarked: op-level cases at the shapes of bench/plan/grid.py, model-level cases.
 
-CPU op shapes span the three regimes of a norm on a CPU:
-  * dispatch-bound  1x8x512     (16 KiB: the Python/dispatcher cost of each call dominates);
-  * cache-resident  8x128x1024  (4 MiB: fits the 32 MiB L3, compute and L3 bandwidth count);
-  * memory-bound    32x512x4096 (256 MiB: DRAM bandwidth, and page faults for fresh outputs);
-plus two in between for the plot. The fused residual add + norm (workload
-``add_norm``) runs at the same CPU shapes in a full run. CUDA shapes span the same regimes on a GPU:
-launch-bound 1x8x512, L2-resident 8x128x1024, and HBM-bound 4096x8192 and
-16384x8192 (64 and 256 MiB in bfloat16, past any L2), where the fused kernel
-is held against a device-to-device copy; the residual add + norm at the first
-three and 4096x8192. Model-level cases run the sequence
-model of ops/model.py (its default size) at a small and a medium batch.
-
+The fused residual add + norm (workload ``add_norm``) runs at the op's CPU
+shapes in a full run, and at the grid's add-norm shapes on a GPU.
 Inputs, the float64 reference and the tolerances come from ops/reference.py.
 """
 
@@ -25,6 +15,7 @@ import torch
 from torch import Tensor
 
 from bench.measure.placement import placed
+from bench.plan.grid import Shape
 from ops.model import SequenceModel, build_model, example_input
 from ops.reference import (
     COMPOSITION_TOLERANCES,
@@ -37,57 +28,7 @@ from ops.reference import (
     reference_norm,
 )
 
-Shape = tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Grid:
-    """One device's grid: op shapes and model batches (full and --quick), and the dtypes run by default."""
-
-    op_shapes: tuple[Shape, ...]
-    op_shapes_quick: tuple[Shape, ...]
-    model_batches: tuple[tuple[str, int, int], ...]  # (label, batch, seq) for the model's default size
-    model_batches_quick: tuple[tuple[str, int, int], ...]
-    dtypes: str  # the --dtype used when none is given
-    # The fused residual add + norm, full runs only (a quick run keeps CI's grid): the op shapes where the
-    # device has the op's kernel.
-    add_norm_shapes: tuple[Shape, ...] = ()
-
-    def shapes(self, quick: bool) -> tuple[Shape, ...]:
-        return self.op_shapes_quick if quick else self.op_shapes
-
-    def add_norm(self, quick: bool) -> tuple[Shape, ...]:
-        return () if quick else self.add_norm_shapes
-
-    def batches(self, quick: bool) -> tuple[tuple[str, int, int], ...]:
-        return self.model_batches_quick if quick else self.model_batches
-
-
-GRIDS: dict[str, Grid] = {
-    "cpu": Grid(
-        op_shapes=((1, 8, 512), (4, 64, 768), (8, 128, 1024), (16, 256, 2048), (32, 512, 4096)),
-        op_shapes_quick=((1, 8, 512), (8, 128, 1024)),
-        model_batches=(("small", 1, 32), ("medium", 8, 128)),
-        model_batches_quick=(("small", 1, 32),),
-        dtypes="float32",
-        add_norm_shapes=((1, 8, 512), (4, 64, 768), (8, 128, 1024), (16, 256, 2048), (32, 512, 4096)),
-    ),
-    "cuda": Grid(
-        op_shapes=((1, 8, 512), (8, 128, 1024), (32, 512, 4096), (4096, 8192), (16384, 8192)),
-        op_shapes_quick=((1, 8, 512), (4096, 8192)),
-        model_batches=(("small", 1, 32), ("medium", 8, 128)),
-        model_batches_quick=(("small", 1, 32),),
-        dtypes="float32,bfloat16",  # float32 for the launch floor, bfloat16 as models run on a GPU
-        # the residual add + norm at the op's regimes short of the largest: a launch-bound row, model widths,
-        # and the bandwidth-bound 4096 x 8192
-        add_norm_shapes=((1, 8, 512), (8, 128, 1024), (32, 512, 4096), (4096, 8192)),
-    ),
-}
 MODEL_SEED = 0
-
-
-def shape_label(shape: tuple[int, ...]) -> str:
-    return "x".join(str(d) for d in shape)
 
 
 @dataclass

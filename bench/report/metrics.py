@@ -10,7 +10,7 @@ import pandas as pd
 
 from bench.measure import machine
 from bench.measure.timing import Timing, summarize
-from bench.plan.workloads import shape_label
+from bench.plan.grid import shape_label
 from bench.report.schema import NOT_SERVING, SCHEMA_VERSION
 from ops.dtypes import dtype_name
 

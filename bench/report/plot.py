@@ -11,7 +11,7 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from bench.report.targets import shape_elements  # noqa: E402
+from bench.plan.grid import shape_elements  # noqa: E402
 from env.files import atomic_path  # noqa: E402
 from ops.dtypes import DTYPES  # noqa: E402
 

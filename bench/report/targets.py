@@ -11,19 +11,20 @@ each GPU's rows, the dtype named in each.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
 
 from bench.measure.allocator import MMAP_THRESHOLD_BYTES
+from bench.plan import grid
+from bench.plan.grid import shape_elements, shape_label
 
-DISPATCH_BOUND = "1x8x512"  # 16 KiB: the per-call overhead dominates
+DISPATCH_BOUND = shape_label(grid.DISPATCH_BOUND)  # 16 KiB: the per-call overhead dominates
 # 4 MiB of x and 4 MiB of y fit the CPU's last-level cache (32 MiB on the
 # reference VM), so the copy itself runs from cache there, at several times
 # DRAM bandwidth: the hardest row for a kernel that reads x twice.
-CACHE_RESIDENT_COPY = "8x128x1024"
+CACHE_RESIDENT_COPY = shape_label(grid.CACHE_RESIDENT)
 CPU_COPY_SHARE = 0.85  # fp32: both passes at vector width leave only the second read of x, from L1/L2
 CPU_16BIT_COPY_SHARE = 0.70  # bf16/fp16: the conversions add integer work per element
 ORT_MARGIN = 1.10
@@ -78,11 +79,6 @@ def _median(frame: pd.DataFrame, workload: str, shape: str, baseline: str, varia
 
 def _op_shapes(frame: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(frame.loc[frame.workload == "op", "shape"]))
-
-
-def shape_elements(shape: str) -> int:
-    """Elements of a report's shape label ("8x128x1024" -> 1048576)."""
-    return math.prod(int(dim) for dim in shape.split("x"))
 
 
 # --- measurements ---------------------------------------------------------------

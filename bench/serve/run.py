@@ -32,13 +32,14 @@ from rich.console import Console
 
 from bench.measure.environment import environment_columns, utc_timestamp
 from bench.measure.timing import Timing, timer_resolution_ns
-from bench.plan.options import reports_dir, unique_csv
+from bench.plan.options import unique_csv
 from bench.report import metrics
 from bench.report.schema import ReportPaths, RowSamples, row_key, to_frame, write_report
 from bench.serve.configs import ServeConfig, plan
 from bench.serve.engines import Served, serve
 from bench.serve.load import LoadResult, Stopped, drive
 from bench.serve.models import Bank, ServedModel, export_routes, make_bank
+from env.paths import reports_dir
 from ops.ort.session import physical_cores
 
 # Seconds of load per configuration, split over ROUNDS passes of the whole plan:

@@ -11,9 +11,9 @@ import torch
 from rich.console import Console
 
 from bench.measure.verify import VerificationError, verify_outputs
+from bench.plan.grid import GRIDS
 from bench.plan.jobs import plan_jobs
 from bench.plan.options import BenchOptions
-from bench.plan.workloads import GRIDS
 from bench.report.schema import KEY_COLUMNS, read_report
 from bench.report.targets import ADD_NORM_MEMORY_BOUND_SPEEDUP, ADD_NORM_SPEEDUP, evaluate_targets
 from bench.run import run_bench

@@ -16,10 +16,11 @@ from invoke import Context, Exit
 import bench.plan.devices as devices
 from bench.measure.timing import TimingConfig, cuda_block_size, measure_cuda
 from bench.plan.devices import DeviceUnavailable, device_label, resolve_devices
+from bench.plan.grid import GRIDS
 from bench.plan.jobs import plan_jobs
 from bench.plan.options import BenchOptions
 from bench.plan.registry import Unsupported
-from bench.plan.workloads import GRIDS, OpCase
+from bench.plan.workloads import OpCase
 from bench.report.metrics import add_ratios
 from bench.report.plot import write_plot
 from bench.report.schema import COLUMNS, to_frame

@@ -16,13 +16,13 @@ from rich.console import Console
 from bench.measure.timing import TimingConfig, timer_resolution_ns
 from bench.plan.jobs import Job, plan_jobs
 from bench.plan.limits import LimitCase
-from bench.plan.options import MIN_SAMPLES, ROUNDS, BenchOptions, reports_dir
+from bench.plan.options import MIN_SAMPLES, ROUNDS, BenchOptions
 from bench.plan.registry import Variant, all_baselines, register, select
 from bench.report.schema import KEY_COLUMNS, ReportPaths, read_report, read_samples
 from bench.report.summary import print_summary
 from bench.rounds import Results, RunSettings, run_round
 from bench.run import run_bench
-from env.paths import REPO_ROOT
+from env.paths import REPO_ROOT, reports_dir
 
 TINY_SHAPES = ((1, 4, 64), (2, 8, 128))
 TINY_MODEL = (("tiny", 1, 4),)

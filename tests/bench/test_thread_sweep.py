@@ -50,7 +50,7 @@ def test_a_wrong_output_stops_the_sweep_before_timing(monkeypatch):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--shapes", "8x0x3"], "--shape must be positive integers"),
+        (["--shapes", "8x0x3"], "--shapes must be positive integers"),
         (["--shapes", ","], "--shapes must be a comma list"),
         (["--threads", "1"], "--threads must be at least two distinct integers >= 1"),
         (["--threads", "1,1"], "--threads must be at least two distinct"),

@@ -19,8 +19,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from bench.plan.grid import shape_label
 from bench.plan.registry import Variant, register
-from bench.plan.workloads import AddNormCase, Case, OpCase, shape_label
+from bench.plan.workloads import AddNormCase, Case, OpCase
 from ops.dtypes import dtype_name
 from ops.norms import add_then, unfused_norm
 
