@@ -143,9 +143,9 @@ class Tolerance:
     def as_kwargs(self) -> dict[str, float]:
         return {"rtol": self.rtol, "atol": self.atol}
 
-    def bound(self, reference: Tensor) -> Tensor:
-        """The largest allowed |actual - reference| of each element."""
-        return self.atol + self.rtol * reference.abs()
+    def bound(self, reference):
+        """The largest allowed |actual - reference| of each element (of a tensor or a numpy array)."""
+        return self.atol + self.rtol * abs(reference)
 
     def scaled(self, factor: float, why: str) -> Tolerance:
         return Tolerance(self.rtol * factor, self.atol * factor, why, self.min_cosine)
@@ -248,3 +248,30 @@ ALIGNMENT_TOLERANCES: dict[torch.dtype, Tolerance] = {
 # checks compare eps exactly (ops/onnx/checks.py), and why float64 cases
 # exist (their tolerance sees it).
 MODEL_ALIGNMENT_TOLERANCE = Tolerance(1e-4, 1e-4, "float32, different GEMM/softmax libraries", min_cosine=1 - 1e-8)
+
+
+@dataclass(frozen=True)
+class ReferenceTolerances:
+    """Named bounds for checks that are not the op's own kernel against the float64 reference (the tests name
+    these instead of writing rtol/atol pairs): each says which computation it allows for, and why."""
+
+    exact: Tolerance
+    fp64: Tolerance
+    fp64_grad: Tolerance
+    fp64_model: Tolerance
+    fp32: Tolerance
+    fp32_model: Tolerance
+    fp32_served: Tolerance
+
+
+REFERENCE = ReferenceTolerances(
+    exact=Tolerance(0.0, 0.0, "the same operations in the same order: equal bit for bit"),
+    fp64=Tolerance(1e-12, 1e-12, "float64 against float64: the rounding of a row's sums, far below any real bug"),
+    fp64_grad=Tolerance(1e-10, 1e-12, "float64 gradients: the backward sums over rows and columns in its own order"),
+    fp64_model=Tolerance(1e-10, 1e-10, "a float64 model or its gradients: several layers' roundings add up"),
+    fp32=Tolerance(1e-5, 1e-5, "one float32 norm (exported or run by ONNX Runtime) against float64: a few ulps"),
+    fp32_model=Tolerance(2e-5, 2e-5, "a float32 model against float64: each layer's float32 rounding adds up"),
+    fp32_served=Tolerance(
+        1e-3, 1e-3, "the float32 model served by ONNX Runtime against torch in float64: other GEMM and softmax code"
+    ),
+)

@@ -98,7 +98,7 @@ class Bank:
         if not np.array_equal(nan, np.isnan(output)):
             return False
         error = np.abs(output.astype(np.float64) - reference)
-        bound = self.tolerance.atol + self.tolerance.rtol * np.abs(reference)
+        bound = self.tolerance.bound(reference)
         return bool(np.all((error <= bound)[~nan]))
 
 

@@ -43,7 +43,7 @@ def compare(actual: np.ndarray, reference: np.ndarray, tol: Tolerance) -> Compar
     max_rel = float((diff[significant] / np.abs(r[significant])).max()) if significant.any() else 0.0
     norms = np.linalg.norm(a) * np.linalg.norm(r)
     cosine = float(a @ r / norms) if norms > 0 else float(np.array_equal(a, r))
-    within = bool((diff <= tol.atol + tol.rtol * np.abs(r)).all())
+    within = bool((diff <= tol.bound(r)).all())
     return Comparison(
         max_abs=float(diff.max()) if diff.size else 0.0,
         max_rel=max_rel,

@@ -14,7 +14,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import ops
 from ops.dtypes import TORCH_DTYPES
 from ops.norms import unfused_norm
-from ops.reference import TOLERANCES, make_inputs, reference_add_norm
+from ops.reference import REFERENCE, TOLERANCES, make_inputs, reference_add_norm
 
 # 1 and 3 (below any vector width), 127 (odd), 512 and 1024 (whole chunks of
 # every width), 4097 (one past): the tail paths of both passes.
@@ -47,7 +47,7 @@ def test_matches_float64_reference_and_the_unfused_pair_exactly(dtype, hidden, g
     assert torch.equal(s, x + r), "residual_out differs from x + residual"
     assert torch.equal(y, ops.fused_norm(x + r, w, b, EPS)), "y differs from fused_norm(x + residual)"
     y_ref, s_ref = reference_add_norm(x, r, w, b, EPS)
-    torch.testing.assert_close(s.double(), s_ref, rtol=0, atol=0)
+    torch.testing.assert_close(s.double(), s_ref, **REFERENCE.exact.as_kwargs())
     torch.testing.assert_close(y.double(), y_ref, **TOLERANCES[dtype].as_kwargs())
 
 
@@ -170,7 +170,7 @@ def test_gradient_of_one_input_through_either_output(which, output, generator):
         assert got is None or torch.count_nonzero(got) == 0
         return
     (ref,) = torch.autograd.grad(ref_loss, ref_inputs[which])
-    torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(got, ref, **REFERENCE.fp64_grad.as_kwargs())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)

@@ -27,7 +27,7 @@ def test_compare_reports_the_errors_it_sees(generator):
     # |reference| >= 3 > atol/rtol = 1, so every element counts for max rel
     # (elements below atol/rtol are excluded from it by design).
     reference = np.abs(torch.randn(4, 50, generator=generator, dtype=torch.float64).numpy()) + 3.0
-    tol = Tolerance(rtol=1e-6, atol=1e-6, why="test", min_cosine=1 - 1e-12)
+    tol = Tolerance(1e-6, 1e-6, "test", min_cosine=1 - 1e-12)
     same = compare(reference.copy(), reference, tol)
     assert same.passed and same.max_abs == 0.0 and same.max_rel == 0.0 and same.cosine == pytest.approx(1.0)
     off = reference.copy()
@@ -48,7 +48,7 @@ def test_compare_fails_on_nan_direction_and_shape():
     assert not compare(with_nan, reference, tol).passed
     # Within atol elementwise, but pointing elsewhere: the cosine floor catches it.
     tiny = np.full(8, 1e-6)
-    assert not compare(-tiny, tiny, Tolerance(rtol=0.0, atol=1e-5, why="", min_cosine=0.99)).passed
+    assert not compare(-tiny, tiny, Tolerance(0.0, 1e-5, "", min_cosine=0.99)).passed
     # Relative error ignores references below atol/rtol (noise), not above.
     near_zero = np.array([1e-9, 1.0])
     assert compare(near_zero + [1e-7, 0], near_zero, tol).max_rel == 0.0

@@ -20,7 +20,7 @@ import torch
 
 import ops
 from ops.dtypes import TORCH_DTYPES, dtype_name
-from ops.reference import TOLERANCES, reference_add_norm
+from ops.reference import REFERENCE, TOLERANCES, reference_add_norm
 from tests.helpers.cuda_variants import build_probe, kernel_names, launched_kernels, read_variants
 from tests.helpers.devices import cuda_skip_reason, run_bound_on_cuda, skip_without_ort_cuda
 from tests.ops.test_add_norm_op import add_norm_inputs
@@ -138,7 +138,7 @@ def test_gradients_match_the_cpu_op(generator):
         y, s = ops.fused_add_norm(*args, EPS)
         (y.sin().sum() + s.square().sum()).backward()
     for a, g in zip(cpu, gpu, strict=True):
-        torch.testing.assert_close(g.grad.cpu(), a.grad, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(g.grad.cpu(), a.grad, **REFERENCE.fp64_grad.as_kwargs())
 
 
 @pytest.mark.parametrize("name", ["residual", "weight"])

@@ -23,6 +23,7 @@ from ops.onnx.export import ExportError, export_model
 from ops.onnx.graph import norm_groups, op_key
 from ops.onnx.routes import ROUTES, get_route, parse_routes
 from ops.ort.session import CustomOpsNotRegisteredError, OrtConfig, create_session
+from ops.reference import REFERENCE
 
 CONFIG = ModelConfig(d_model=32, heads=2, layers=2)
 NORMS = 2 * CONFIG.layers + 1
@@ -145,7 +146,7 @@ def test_single_norm_exports_and_matches(route, tmp_path, generator):
     assert result.report.norm_paths == [""] and result.norm_count == 1
     for batch, seq in ((1, 1), (4, 9)):
         x = example_input(batch, seq, 77, generator).numpy()
-        np.testing.assert_allclose(_run(result.path, x, route), _torch(norm, x), atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(_run(result.path, x, route), _torch(norm, x), **REFERENCE.fp32.as_kwargs())
 
 
 # --- the TorchScript exporter -------------------------------------------------------
@@ -162,7 +163,9 @@ def test_torchscript_exporter_gives_equivalent_graph(route, exported, model, tmp
         assert ops_ts == ops_dynamo, path
     for batch, seq in ((1, 1), (3, 17)):
         x = example_input(batch, seq, CONFIG.d_model, generator).numpy()
-        np.testing.assert_allclose(_run(ts.path, x, route), _run(exported[route].path, x, route), atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(
+            _run(ts.path, x, route), _run(exported[route].path, x, route), **REFERENCE.fp32.as_kwargs()
+        )
 
 
 def test_torchscript_exporter_has_no_opset23_route(model, tmp_path):

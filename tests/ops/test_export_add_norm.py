@@ -23,6 +23,7 @@ from ops.onnx.export import ExportError, export_model
 from ops.onnx.graph import op_key
 from ops.onnx.routes import ROUTES, get_route
 from ops.ort.session import OrtConfig, create_session
+from ops.reference import REFERENCE
 
 CONFIG = ModelConfig(d_model=32, heads=2, layers=2)
 RESIDUAL_NORMS = 2 * CONFIG.layers  # every norm but the first reads a residual sum
@@ -83,7 +84,7 @@ def test_one_norm_with_its_residual_has_two_inputs_and_two_outputs(route, tmp_pa
     if route == "custom":  # the same kernel core: the same bits
         assert np.array_equal(y, y_torch.numpy())
     else:
-        np.testing.assert_allclose(y, y_torch.numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(y, y_torch.numpy(), **REFERENCE.fp32.as_kwargs())
 
 
 @pytest.mark.slow  # the folded model's export by every route: about 16 s on 2 cores

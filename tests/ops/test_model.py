@@ -8,6 +8,7 @@ import torch
 import ops  # noqa: F401  (loads the op library)
 from ops.model import ModelConfig, build_model, build_norm, example_input, with_norm_impl
 from ops.norms import Norm
+from ops.reference import REFERENCE
 
 SMALL = ModelConfig(d_model=48, heads=3, layers=2)
 
@@ -53,14 +54,14 @@ def test_impls_match_float64_reference(impl, generator):
             expected = reference(x.double())
         assert y.shape == x.shape and y.dtype == torch.float32
         # float32 through two blocks vs float64: a few float32 ulp per op.
-        torch.testing.assert_close(y.double(), expected, atol=2e-5, rtol=2e-5)
+        torch.testing.assert_close(y.double(), expected, **REFERENCE.fp32_model.as_kwargs())
 
 
 def test_fused_float64_equals_unfused_float64(generator):
     fused = build_model("fused", seed=2, dtype=torch.float64, config=SMALL)
     x = example_input(2, 7, SMALL.d_model, generator, torch.float64)
     with torch.no_grad():
-        torch.testing.assert_close(fused(x), _reference(2)(x), atol=1e-12, rtol=1e-12)
+        torch.testing.assert_close(fused(x), _reference(2)(x), **REFERENCE.fp64.as_kwargs())
 
 
 def test_with_norm_impl_copies_weights_mode_and_dtype():
@@ -87,7 +88,9 @@ def test_fused_gradients_match_unfused(generator):
     for key, expected in grads["unfused"].items():
         got = grads["fused"][key]
         assert got is not None and torch.isfinite(got).all(), key
-        torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10, msg=lambda m, key=key: f"{key}: {m}")
+        torch.testing.assert_close(
+            got, expected, **REFERENCE.fp64_model.as_kwargs(), msg=lambda m, key=key: f"{key}: {m}"
+        )
     # The norms' own parameters receive gradient (the op is not a dead end).
     assert all(n.weight.grad.abs().sum() > 0 and n.bias.grad.abs().sum() > 0 for n in fused.norms())
 
@@ -115,7 +118,7 @@ def test_folded_residual_gradients_match_unfused(generator):
         grads[name] = {"x": xi.grad, **{n: p.grad for n, p in model.named_parameters()}}
     for key, expected in grads["unfused"].items():
         torch.testing.assert_close(
-            grads["folded"][key], expected, atol=1e-10, rtol=1e-10, msg=lambda m, k=key: f"{k}: {m}"
+            grads["folded"][key], expected, **REFERENCE.fp64_model.as_kwargs(), msg=lambda m, k=key: f"{k}: {m}"
         )
 
 

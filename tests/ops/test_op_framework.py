@@ -9,7 +9,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import ops
 from ops.dtypes import TORCH_DTYPES
 from ops.norms import unfused_norm
-from ops.reference import make_inputs
+from ops.reference import REFERENCE, make_inputs
 
 OPCHECK_SHAPES = [(8, 64), (2, 3, 127), (1, 1), (5, 4097)]
 
@@ -60,7 +60,7 @@ def test_gradient_of_one_input_only(which, generator, device):
     (ref,) = torch.autograd.grad(
         unfused_norm(ref_inputs["x"], ref_inputs["weight"], ref_inputs["bias"], 1e-6), ref_inputs[which], g
     )
-    torch.testing.assert_close(grad, ref, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(grad, ref, **REFERENCE.fp64_grad.as_kwargs())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)

@@ -9,7 +9,7 @@ import torch
 
 import ops
 from ops.dtypes import TORCH_DTYPES
-from ops.reference import TOLERANCES, make_inputs, reference_norm
+from ops.reference import REFERENCE, TOLERANCES, make_inputs, reference_norm
 
 # Hidden sizes: 1 and 3 (below any vector width), 127 (odd, not a multiple
 # of 4/8/16/32 lanes), 512 and 1024 (exact multiples), 4097 (one past).
@@ -69,7 +69,7 @@ def test_eps_enters_the_formula(eps, generator, device):
     # Small-magnitude rows make eps matter: mean(x^2) ~ 1e-4.
     x, w, b = make_inputs((4, 64), torch.float64, generator, device=device)
     x = x * 1e-2 / x.abs().max()
-    torch.testing.assert_close(ops.fused_norm(x, w, b, eps), reference_norm(x, w, b, eps), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(ops.fused_norm(x, w, b, eps), reference_norm(x, w, b, eps), **REFERENCE.fp64.as_kwargs())
 
 
 def test_many_rows_split_across_threads_match_single_thread(generator):
@@ -132,7 +132,7 @@ def test_non_finite_value_stays_in_its_row(dtype, poison, generator, device):
 def test_one_dimensional_x(generator, device):
     x, w, b = make_inputs((257,), torch.float32, generator, device=device)
     torch.testing.assert_close(
-        ops.fused_norm(x, w, b, 1e-6).double(), reference_norm(x, w, b, 1e-6), rtol=1e-5, atol=1e-5
+        ops.fused_norm(x, w, b, 1e-6).double(), reference_norm(x, w, b, 1e-6), **REFERENCE.fp32.as_kwargs()
     )
 
 

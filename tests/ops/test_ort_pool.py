@@ -12,6 +12,7 @@ from bench.serve.models import make_bank
 from ops.model import example_input
 from ops.ort.pool import SessionCreationError, SessionPool
 from ops.ort.session import OrtConfig
+from ops.reference import REFERENCE
 from tests.helpers.serve_models import SMALL, small_model_files
 
 ROUTES = ("standard", "opset23", "custom")
@@ -120,7 +121,7 @@ def test_shapes_change_with_per_shape_buffers(files, generator):
         with torch.inference_mode():
             ref = model(x.double()).numpy()
         assert y.shape == (2, seq, SMALL.d_model)
-        np.testing.assert_allclose(y, ref, rtol=1e-3, atol=1e-3)
+        np.testing.assert_allclose(y, ref, **REFERENCE.fp32_served.as_kwargs())
         assert len(slot.bound) <= 2
     # 8, 5 allocate; 8, 5 reuse; 13 evicts 8; 8 evicts 5; 5 evicts 13: five allocations in seven requests.
     assert slot.allocations == 5

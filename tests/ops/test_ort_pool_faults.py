@@ -13,6 +13,7 @@ from bench.serve.models import make_bank
 from ops.model import example_input
 from ops.ort.pool import RequestError, RequestFailedError, SessionCreationError, SessionPool
 from ops.ort.session import OrtConfig
+from ops.reference import REFERENCE
 from tests.helpers.serve_models import SMALL, small_model_files
 
 
@@ -76,7 +77,7 @@ def test_bad_requests_fail_alone_while_good_ones_stay_correct(files, bank, route
             assert np.isnan(y).any()
             np.testing.assert_array_equal(np.isnan(y), np.isnan(reference))
             finite = ~np.isnan(reference)
-            np.testing.assert_allclose(y[finite], reference[finite], rtol=1e-3, atol=1e-3)
+            np.testing.assert_allclose(y[finite], reference[finite], **REFERENCE.fp32_served.as_kwargs())
     finally:
         stop.set()
         for t in clients:

@@ -21,7 +21,7 @@ from ops.ort.session import (
     create_session,
     physical_cores,
 )
-from ops.reference import reference_norm
+from ops.reference import REFERENCE, reference_norm
 from tests.helpers.ort_test_models import IR_VERSION, attribute_eps, single_node_model
 
 
@@ -180,7 +180,7 @@ def test_custom_op_session_runs(generator):
     x = np.random.default_rng(2).standard_normal((2, 5, 16)).astype(np.float32)
     w, b = np.full(16, 1.1, np.float32), np.full(16, 0.02, np.float32)
     (y,) = session.run(None, {"X": x, "weight": w, "bias": b})
-    np.testing.assert_allclose(y, reference_norm(x, w, b, attribute_eps(1e-5)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(y, reference_norm(x, w, b, attribute_eps(1e-5)), **REFERENCE.fp32.as_kwargs())
 
 
 def test_custom_op_without_registration_says_how_to_fix():
@@ -215,7 +215,7 @@ def test_io_bound_runner_reuses_output_buffers():
     first_ptr = first[0].ctypes.data
     assert first_ptr % 64 == 0  # at a cache line: the kernel's vector stores do not straddle two
     np.testing.assert_allclose(
-        first[0], reference_norm(first_feeds["X"], w, b, attribute_eps(1e-5)), rtol=1e-5, atol=1e-5
+        first[0], reference_norm(first_feeds["X"], w, b, attribute_eps(1e-5)), **REFERENCE.fp32.as_kwargs()
     )
 
     first[0][...] = np.nan  # anything ORT does not overwrite would stay NaN
@@ -223,7 +223,7 @@ def test_io_bound_runner_reuses_output_buffers():
     second = runner.run(second_feeds)
     assert second[0] is first[0] and second[0].ctypes.data == first_ptr
     np.testing.assert_allclose(
-        second[0], reference_norm(second_feeds["X"], w, b, attribute_eps(1e-5)), rtol=1e-5, atol=1e-5
+        second[0], reference_norm(second_feeds["X"], w, b, attribute_eps(1e-5)), **REFERENCE.fp32.as_kwargs()
     )
 
     # New input shapes: new buffers of the new shape.
@@ -231,7 +231,7 @@ def test_io_bound_runner_reuses_output_buffers():
     third = runner.run(third_feeds)
     assert third[0].shape == (3, 5, 64) and third[0] is not first[0] and third[0].ctypes.data % 64 == 0
     np.testing.assert_allclose(
-        third[0], reference_norm(third_feeds["X"], w, b, attribute_eps(1e-5)), rtol=1e-5, atol=1e-5
+        third[0], reference_norm(third_feeds["X"], w, b, attribute_eps(1e-5)), **REFERENCE.fp32.as_kwargs()
     )
     fourth = runner.run(feeds((3, 5, 64)))
     assert fourth[0] is third[0]
@@ -247,7 +247,7 @@ def test_io_bound_runner_sees_inputs_refilled_in_place_and_new_arrays():
     # Same array objects, new contents: the binding reads them where they lie.
     feeds["X"][...] = 3 * rng.standard_normal((4, 3, 32))
     np.testing.assert_allclose(
-        runner.run(feeds)[0], reference_norm(feeds["X"], w, b, attribute_eps(1e-5)), rtol=1e-5, atol=1e-5
+        runner.run(feeds)[0], reference_norm(feeds["X"], w, b, attribute_eps(1e-5)), **REFERENCE.fp32.as_kwargs()
     )
     # A new array of the same shape, and a non-contiguous one: rebound.
     for x in (
@@ -255,4 +255,4 @@ def test_io_bound_runner_sees_inputs_refilled_in_place_and_new_arrays():
         rng.standard_normal((4, 3, 64)).astype(np.float32)[..., ::2],
     ):
         y = runner.run({"X": x, "weight": w, "bias": b})[0]
-        np.testing.assert_allclose(y, reference_norm(x, w, b, attribute_eps(1e-5)), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(y, reference_norm(x, w, b, attribute_eps(1e-5)), **REFERENCE.fp32.as_kwargs())
