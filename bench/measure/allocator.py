@@ -7,18 +7,15 @@ every call. But the threshold moves by default: freeing a mapped block raises
 it to that block's size (up to 32 MiB), after which such blocks come from the
 heap, and the heap gives pages back only when its free top outgrows a trim
 threshold that moves with it. Whether an allocating call faults then depends
-on everything the process allocated and freed before. Measured on the 2-core
-development VM, eight fresh processes of the same code, the fused op
-allocating its 8x128x1024 float32 output, one thread: two processes took 670
-faults a call and 1.6-2.1 ms, six took one fault and 0.41-0.46 ms. Between the
-two processes of an A/B pair that is a 5x bias with nothing to do with either
-build.
+on everything the process allocated and freed before: fresh processes of the
+same code then differ several-fold in an allocating call's time, a bias
+between the two processes of an A/B pair that has nothing to do with either
+build (measured: reports/ab_measure/README.md, "Why the malloc policy is fixed").
 
 Setting the threshold explicitly (mallopt) turns the adjustment off. The run
 keeps glibc's starting value, 128 KiB: every block of at least that size is a
 fresh mapping in every process, so every allocating call pays its page faults,
-as the fresh-output copy limit does (measured: 1025 faults a call in 8 of 8
-processes). Reports record the policy in ``cpu_allocator``, a machine fact
+as the fresh-output copy limit does. Reports record the policy in ``cpu_allocator``, a machine fact
 that ``compare`` checks.
 """
 

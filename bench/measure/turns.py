@@ -1,10 +1,9 @@
 """Taking turns on the CPU with another process: two builds' timed loops interleaved a few milliseconds apart.
 
-On a shared VM the host's speed drifts: the same timed loop in one process
-reads 6.5 us in one 60 ms window and 4.0 us in the next, and a job measured a
-few seconds later in another process catches another speed (measured: the log
-ratio of two windows of one row, seconds apart, spreads 0.2-0.25, whether the
-windows are in one process or two). So an A/B run does not time one build's
+On a shared VM the host's speed drifts from one window of tens of milliseconds
+to the next, and a job measured a few seconds later in another process
+catches another speed (measured: reports/ab_measure/README.md, "Why turns").
+So an A/B run does not time one build's
 job and then the other's: both workers run the same job at once, and only one
 of them runs at any moment. The one whose turn it is times its samples for
 TURN_S, then hands the CPU to the other (bench/ab/driver.py's driver passes the turn)
@@ -24,12 +23,9 @@ caches were the other process's).
 Each turn starts with the process's thread moved onto the timing CPU
 (bench/measure/pinning.py), not pinned there. Left alone, a thread wakes where it last
 ran, so the two sides of a pair each keep a virtual CPU of their own, and the
-two virtual CPUs of a VM run at different speeds at the same moment (measured
-on the 2-vCPU EPYC VM, one process alternating its CPU every 15 ms: the fused
-op's 1x8x512 call read 4.9-5.0 us on CPU 0 while it read 3.1-3.5 us on CPU 1,
-for 100 ms). Measured in 16 A/A pairs of that row (2 threads, unpinned): the
-paired interval was 0.988 [0.936, 1.042] without the move, 1.004 [0.991,
-1.016] with it.
+two virtual CPUs of a VM can run at different speeds at the same moment; a
+pair's two sides on CPUs of their own would read that as a difference of the
+builds (measured: reports/ab_measure/README.md, "Each turn on the same CPU").
 
 Outside an A/B worker no turn is taken (the default ``NO_TURNS``).
 """
