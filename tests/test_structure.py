@@ -252,3 +252,108 @@ def test_lower_packages_import_nothing_above_them(package):
         if imp.target.split(".")[0] in above
     ]
     assert found == []
+
+
+# --- single sources -----------------------------------------------------------------------------------------
+
+GRID_MODULE = "bench/plan/grid.py"
+TOLERANCE_HOMES = ("ops/reference.py", "tests/ops/test_reference")
+
+
+def _python_files(*roots: str) -> list[Path]:
+    files = [REPO_ROOT / "tasks.py"]
+    for root in roots:
+        files += sorted((REPO_ROOT / root).rglob("*.py"))
+    return files
+
+
+def _named_shapes() -> set[tuple[int, ...]]:
+    from bench.plan import grid
+
+    shapes = {v for v in vars(grid).values() if isinstance(v, tuple) and v and all(isinstance(d, int) for d in v)}
+    shapes |= {s for v in vars(grid).values() if isinstance(v, tuple) for s in v if isinstance(s, tuple)}
+    return {s for s in shapes if all(isinstance(d, int) for d in s)}
+
+
+def _shape_literals(tree: ast.AST, shapes: set[tuple[int, ...]]) -> list[tuple[int, str]]:
+    labels = {"x".join(map(str, s)) for s in shapes}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Tuple) and node.elts and all(isinstance(e, ast.Constant) for e in node.elts):
+            value = tuple(e.value for e in node.elts)
+            if value in shapes:
+                found.append((node.lineno, str(value)))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in labels:
+            found.append((node.lineno, node.value))
+    return found
+
+
+def test_no_named_shape_is_written_outside_the_grid_module():
+    shapes = _named_shapes()
+    assert (8, 128, 1024) in shapes and (16384, 8192) in shapes  # the scan knows the grid's shapes
+    assert _shape_literals(ast.parse("a = (1, 8, 512)\nb = '8x128x1024'\nc = (2, 3)"), shapes) == [
+        (1, "(1, 8, 512)"),
+        (2, "8x128x1024"),
+    ]
+    found = []
+    for path in _python_files("bench", "ops", "env"):
+        if path.relative_to(REPO_ROOT).as_posix() == GRID_MODULE:
+            continue
+        found += [
+            f"{path.relative_to(REPO_ROOT)}:{line} {text}"
+            for line, text in _shape_literals(ast.parse(path.read_text()), shapes)
+        ]
+    assert found == []
+
+
+def _tolerance_literals(tree: ast.AST) -> list[int]:
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.keyword)
+        and node.arg in ("rtol", "atol")
+        and isinstance(node.value, ast.Constant | ast.UnaryOp)
+    ]
+
+
+def test_no_rtol_or_atol_literal_outside_the_reference_tolerances():
+    assert _tolerance_literals(ast.parse("f(x, rtol=1e-5, atol=0)\ng(**T.as_kwargs())")) == [1, 1]
+    found = []
+    for path in _python_files("bench", "ops", "env", "tests"):
+        name = path.relative_to(REPO_ROOT).as_posix()
+        if name.startswith(TOLERANCE_HOMES):
+            continue
+        found += [f"{name}:{line}" for line in _tolerance_literals(ast.parse(path.read_text()))]
+    assert found == []
+
+
+def _reports_defaults(tree: ast.AST) -> list[int]:
+    """Lines that build <repo>/reports themselves, or read the reports variable, instead of env.paths.reports_dir."""
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.Div)
+            and isinstance(node.right, ast.Constant)
+            and node.right.value == "reports"
+            and "REPO_ROOT" in ast.unparse(node.left)
+        ):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Constant) and node.value == "FUSEDBENCH_REPORTS_DIR":
+            found.append(node.lineno)
+    return found
+
+
+def test_the_reports_folder_has_one_default_that_honours_its_variable(monkeypatch, tmp_path):
+    from env.paths import reports_dir
+
+    monkeypatch.setenv("FUSEDBENCH_REPORTS_DIR", str(tmp_path))
+    assert reports_dir() == tmp_path.resolve() and reports_dir("elsewhere") == Path("elsewhere").resolve()
+    assert _reports_defaults(ast.parse("a = REPO_ROOT / 'reports'\nb = os.environ['FUSEDBENCH_REPORTS_DIR']")) == [1, 2]
+    found = []
+    for path in _python_files("bench", "ops", "env"):
+        name = path.relative_to(REPO_ROOT).as_posix()
+        if name == "env/paths.py":
+            continue
+        found += [f"{name}:{line}" for line in _reports_defaults(ast.parse(path.read_text()))]
+    assert found == []

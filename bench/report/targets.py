@@ -292,7 +292,8 @@ TARGETS: tuple[Target, ...] = (
 
 # --- GPU ---------------------------------------------------------------------------
 
-GPU_BANDWIDTH_SHAPES = ("4096x8192", "16384x8192")  # 64 and 256 MiB in bfloat16: past any L2, HBM-bound
+# 64 and 256 MiB in bfloat16: past any L2, HBM-bound
+GPU_BANDWIDTH_SHAPES = (shape_label(grid.HBM_BOUND), shape_label(grid.HBM_BOUND_LARGE))
 GPU_COPY_SHARE = 0.85  # the best hand-written memory-bound kernels reach about 90% of a copy
 LAUNCH_MARGIN = 1.3
 
