@@ -17,9 +17,9 @@ processes of a multi-process or A/B run) can compose them:
 The whole grid is passed over ROUNDS times, each round taking 1/ROUNDS of every
 variant's time budget (asv's "rounds"): a variant's samples are then spread over
 the run, so a stretch of a few seconds in which the machine is slow (other
-virtual machines on the host, frequency changes - seen here as 25-60 % for ~20 s)
-touches only some of its rounds. `invoke bench.compare` uses the rounds to tell such
-a stretch from a real slowdown. Later rounds re-use the first round's setup
+virtual machines on the host, frequency changes) touches only some of its
+rounds. `invoke bench.compare` uses the rounds to tell such a stretch from a
+real slowdown. Later rounds re-use the first round's setup
 (export files, Inductor's cache) and re-warm with REWARM_CALLS calls.
 """
 
