@@ -10,13 +10,13 @@ its first job runs.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from bench.plan.devices import resolve_devices
-from bench.plan.grid import GRIDS, shape_label
+from bench.plan.grid import GRIDS, parse_shape, shape_label
 from bench.plan.limits import copy_limits, dispatch_floor, launch_floor
 from bench.plan.options import BenchOptions
 from bench.plan.registry import Baseline, Variant, select
@@ -80,8 +80,8 @@ def row_label(job: str, variant: str) -> str:
     return f"{job}/{variant}"
 
 
-def _baseline_job(label: str, baseline: Baseline, case: _LazyCase, release: bool, selection: _Selection) -> Job:
-    job = f"{label} {baseline.name}"
+def _baseline_job(key: JobKey, baseline: Baseline, case: _LazyCase, release: bool, selection: _Selection) -> Job:
+    job = key.of(baseline.name).label
 
     def measurements() -> Iterator[tuple[object, str, Variant]]:
         current = case.get()
@@ -100,6 +100,43 @@ def device_prefix(device: str) -> str:
     return "" if device == "cpu" else f"{device} "  # the CPU is the default device: its labels carry no prefix
 
 
+@dataclass(frozen=True)
+class JobKey:
+    """What one job measures. ``label`` is how BenchOptions.jobs, the worker protocol and the progress line
+    name it: a string, so that a tree of another layout reads the same names."""
+
+    workload: str  # op, add_norm or model
+    case: str  # the shape's label (op, add_norm), or "<model> <batch>x<sequence>" (model)
+    dtype: str
+    device: str
+    baseline: str = ""  # "": the case's jobs as a group; "copy": its copy limit
+
+    @property
+    def label(self) -> str:
+        text = f"{device_prefix(self.device)}{self.workload} {self.case} {self.dtype}"
+        return f"{text} {self.baseline}" if self.baseline else text
+
+    def of(self, baseline: str) -> JobKey:
+        return replace(self, baseline=baseline)
+
+    @classmethod
+    def of_row(cls, workload: str, shape: str, dtype: str, baseline: str, device: str) -> JobKey | None:
+        """The job that measures a report row (its key's values); None for a limit row.
+
+        A model row's shape is batch x sequence x hidden; its job names the grid's model of that batch.
+        """
+        if workload in ("op", "add_norm"):
+            return cls(workload, shape_label(parse_shape(shape, "shape")), dtype, device, baseline)
+        if workload == "model":
+            batch, seq = parse_shape(shape, "shape")[:2]
+            grid = GRIDS[device]
+            for name, b, s in grid.batches(True) + grid.batches(False):
+                if (b, s) == (batch, seq):
+                    return cls("model", f"{name} {shape_label((batch, seq))}", dtype, device, baseline)
+            raise ValueError(f"no model of the {device} grid runs batch {batch} x sequence {seq}")
+        return None
+
+
 def _op_jobs(
     shape: tuple[int, ...],
     dtype: torch.dtype,
@@ -109,12 +146,12 @@ def _op_jobs(
     selection: _Selection,
 ) -> list[Job]:
     case = _LazyCase(lambda: OpCase.create(shape, dtype, workdir, device=device))
-    label = f"{device_prefix(device)}op {shape_label(shape)} {dtype_name(dtype)}"
-    baselines = [b for b in baselines if selection.job(f"{label} {b.name}")]
-    copy = selection.limits and (baselines or selection.job(f"{label} copy"))
-    jobs = [Job(f"{label} copy", lambda: iter(copy_limits(case.get())))] if copy else []
+    key = JobKey("op", shape_label(shape), dtype_name(dtype), device)
+    baselines = [b for b in baselines if selection.job(key.of(b.name).label)]
+    copy = selection.limits and (baselines or selection.job(key.of("copy").label))
+    jobs = [Job(key.of("copy").label, lambda: iter(copy_limits(case.get())))] if copy else []
     last = len(baselines) - 1
-    return jobs + [_baseline_job(label, b, case, i == last, selection) for i, b in enumerate(baselines)]
+    return jobs + [_baseline_job(key, b, case, i == last, selection) for i, b in enumerate(baselines)]
 
 
 def _add_norm_jobs(
@@ -127,10 +164,10 @@ def _add_norm_jobs(
 ) -> list[Job]:
     # No copy job of its own: the op's copy rows at the same shape are its limit too (same bytes per second).
     case = _LazyCase(lambda: AddNormCase.create(shape, dtype, workdir, device=device))
-    label = f"{device_prefix(device)}add_norm {shape_label(shape)} {dtype_name(dtype)}"
-    baselines = [b for b in baselines if selection.job(f"{label} {b.name}")]
+    key = JobKey("add_norm", shape_label(shape), dtype_name(dtype), device)
+    baselines = [b for b in baselines if selection.job(key.of(b.name).label)]
     last = len(baselines) - 1
-    return [_baseline_job(label, b, case, i == last, selection) for i, b in enumerate(baselines)]
+    return [_baseline_job(key, b, case, i == last, selection) for i, b in enumerate(baselines)]
 
 
 def _model_jobs(
@@ -144,10 +181,10 @@ def _model_jobs(
     selection: _Selection,
 ) -> list[Job]:
     case = _LazyCase(lambda: ModelCase.create(name, batch, seq, dtype, workdir, device=device))
-    label = f"{device_prefix(device)}model {name} {batch}x{seq} {dtype_name(dtype)}"
-    baselines = [b for b in baselines if selection.job(f"{label} {b.name}")]
+    key = JobKey("model", f"{name} {shape_label((batch, seq))}", dtype_name(dtype), device)
+    baselines = [b for b in baselines if selection.job(key.of(b.name).label)]
     last = len(baselines) - 1
-    return [_baseline_job(label, b, case, i == last, selection) for i, b in enumerate(baselines)]
+    return [_baseline_job(key, b, case, i == last, selection) for i, b in enumerate(baselines)]
 
 
 def _floor_job(device: str, workdir: Path) -> Job:
@@ -157,21 +194,9 @@ def _floor_job(device: str, workdir: Path) -> Job:
 
 
 def job_label(workload: str, shape: str, dtype: str, baseline: str, device: str) -> str | None:
-    """The label of the job that measures a report row (its key's values); None for a limit row.
-
-    Must read as _op_jobs, _add_norm_jobs and _model_jobs write them (a model row's
-    shape is batch x sequence x hidden, its job names the grid's model).
-    """
-    if workload in ("op", "add_norm"):
-        return f"{device_prefix(device)}{workload} {shape} {dtype} {baseline}"
-    if workload == "model":
-        batch, seq = (int(d) for d in shape.split("x")[:2])
-        grid = GRIDS[device]
-        for name, b, s in grid.batches(True) + grid.batches(False):
-            if (b, s) == (batch, seq):
-                return f"{device_prefix(device)}model {name} {batch}x{seq} {dtype} {baseline}"
-        raise ValueError(f"no model of the {device} grid runs batch {batch} x sequence {seq}")
-    return None
+    """The label of the job that measures a report row (its key's values); None for a limit row."""
+    key = JobKey.of_row(workload, shape, dtype, baseline, device)
+    return None if key is None else key.label
 
 
 def plan_jobs(options: BenchOptions, workdir: Path) -> list[Job]:

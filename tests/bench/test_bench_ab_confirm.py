@@ -210,3 +210,18 @@ def test_a_job_list_naming_a_job_the_grid_lacks_is_refused(tmp_path):
     options = BenchOptions(quick=True, jobs=("op 8x128x1024 float32 fused", "op 3x3x3 float32 fused"))
     with pytest.raises(ValueError, match=r"3x3x3.*not in this grid"):
         plan_jobs(options, tmp_path)
+
+
+def test_a_rows_job_key_names_the_job_the_plan_made(tmp_path):
+    from bench.plan.jobs import JobKey
+
+    labels = {job.label for job in plan_jobs(BenchOptions(quick=True, device="cpu", baseline="fused"), tmp_path)}
+    assert JobKey.of_row("op", "8x128x1024", "float32", "fused", "cpu").label in labels
+    model = JobKey.of_row("model", "1x32x64", "float32", "fused", "cpu")  # batch x sequence x hidden
+    assert model.case == "small 1x32" and model.label in labels
+    assert JobKey.of_row("limit", "8x128x1024", "float32", "copy", "cpu") is None
+    assert JobKey.of_row("op", "1x8x512", "bfloat16", "fused", "cuda").label == "cuda op 1x8x512 bfloat16 fused"
+    with pytest.raises(ValueError, match="no model of the cpu grid"):
+        JobKey.of_row("model", "3x5x64", "float32", "fused", "cpu")
+    with pytest.raises(ValueError, match="shape must be positive integers"):
+        JobKey.of_row("op", "8xx128", "float32", "fused", "cpu")
