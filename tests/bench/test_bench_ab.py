@@ -490,3 +490,51 @@ def test_a_ref_that_is_not_a_commit_is_a_clear_error(tmp_path):
         ab.run_ab("no-such-branch", options, Console(file=io.StringIO()), new=ab.Tree(REPO_ROOT))
     with pytest.raises(ab.AbError, match="must name a commit"):
         ab.run_ab("--help", options, Console(file=io.StringIO()), new=ab.Tree(REPO_ROOT))
+
+
+class _VariantsThatWaitForTurns:
+    """A worker's side whose job runs three variants, each waiting for its turn first, and takes any Exception of
+    one variant as that variant's failure (as bench/run.py does)."""
+
+    def __init__(self, *args) -> None:
+        self.jobs = [0]
+        self.settings = type("Settings", (), {"rounds": 1})()
+
+    def job(self, round_index: int, index: int, turns) -> dict:
+        for _ in range(3):
+            try:
+                turns.begin()
+            except Exception:  # noqa: BLE001 - the benchmark's own rule for one variant's failure
+                continue
+        return {"seconds": 0.0}
+
+
+def test_quit_sent_while_a_worker_waits_for_its_turn_ends_it_at_once(monkeypatch):
+    # Worker.close() sends "quit" to a worker that may be blocked waiting for its turn; it must leave then, not
+    # take "quit" as one variant's failure and wait again until the driver's deadline.
+    import json
+    import os
+    import threading
+
+    from bench import ab_worker
+
+    monkeypatch.setattr(ab_worker, "_Side", _VariantsThatWaitForTurns)
+    monkeypatch.setattr("bench.turns.move_to_timing_cpu", lambda: None)
+    to_worker_r, to_worker_w = os.pipe()
+    from_worker_r, from_worker_w = os.pipe()
+    requests, writer = os.fdopen(to_worker_r), os.fdopen(to_worker_w, "w")
+    replies, reader = os.fdopen(from_worker_w, "w"), os.fdopen(from_worker_r)
+    served = threading.Thread(target=ab_worker.serve, args=(requests, replies), daemon=True)
+    served.start()
+    assert json.loads(reader.readline())["protocol"] == PROTOCOL
+    for request in ({"do": "plan", "options": {}}, {"do": "job", "round": 0, "index": 0, "turns": True}):
+        writer.write(json.dumps(request) + "\n")
+        writer.flush()
+        reader.readline()  # the plan's reply; then the job's first {"turn": "waiting"}
+    writer.write(json.dumps({"do": "quit"}) + "\n")
+    writer.flush()
+    served.join(timeout=5)
+    alive = served.is_alive()
+    writer.close()  # an EOF unblocks a worker that kept waiting, so the thread ends either way
+    served.join(timeout=5)
+    assert not alive, "the worker took 'quit' for a failed variant and waited for its turn again"

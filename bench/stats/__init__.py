@@ -1,0 +1,1 @@
+"""The comparison statistics: pooling process units, intervals, verdicts."""
