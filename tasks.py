@@ -64,6 +64,17 @@ def test(c, k="", args="", all_=False, slow_only=False, workers=""):
     c.run(shlex.join(command), pty=False)
 
 
+# The verdict's two options, described once for `bench --against` and `bench.compare`.
+THRESHOLD_HELP = (
+    "the practical threshold, a fraction in (0, 1) (default 0.03 = 3%): a row is a REGRESSION when its family-wise "
+    "interval lies above 1 and its ratio above 1 + threshold"
+)
+ALPHA_HELP = (
+    "the family-wise error rate over the rows a comparison counts, in (0, 1) (default 0.05): each row's interval "
+    "has confidence 1 - alpha / rows (Bonferroni)"
+)
+
+
 @task(
     pre=[build],
     help={
@@ -80,16 +91,28 @@ def test(c, k="", args="", all_=False, slow_only=False, workers=""):
         "l2_flush": "CUDA: overwrite the L2 cache before each timed call of a case that fits in it (default: L2 warm)",
         "against": "a git ref: build it apart, measure it and this checkout interleaved in one run, compare "
         "(exit code as `bench.compare`; 4 when the A/B run cannot be set up)",
+        "threshold": f"with --against: {THRESHOLD_HELP}",
     },
 )
 @cli.fails_with("bench", ValueError)
 def bench(
-    c, baseline="all", quick=False, warmup="50", threads="", out="", dtype="", device="all", l2_flush=False, against=""
+    c,
+    baseline="all",
+    quick=False,
+    warmup="50",
+    threads="",
+    out="",
+    dtype="",
+    device="all",
+    l2_flush=False,
+    against="",
+    threshold="0.03",
 ):
     """Benchmark the baselines; write reports/<UTC time>-<host>.csv (+ samples, plot) and print a summary."""
     # Options are checked before bench.run is imported: that import loads the built library.
     warmup_calls = cli.integer("--warmup", warmup, minimum=0)
     thread_count = cli.integer("--threads", threads, minimum=1) if threads else None
+    threshold_fraction = cli.fraction("--threshold", threshold)
     from bench.run import BenchOptions, main
 
     options = BenchOptions(
@@ -105,7 +128,7 @@ def bench(
     if against:
         from bench import ab
 
-        if code := ab.main(against, options):
+        if code := ab.main(against, options, threshold=threshold_fraction):
             raise Exit(code=code)
     elif code := main(options):
         raise Exit("bench: some baselines failed (listed above) - their rows are not in the report", code=code)
@@ -115,20 +138,24 @@ def bench(
     help={
         "base": "the earlier report CSV",
         "new": "the later report CSV",
-        "threshold": "slowdown that counts as a regression when the whole confidence interval is above it, in (0, 1) "
-        "(default 0.10 = 10%)",
-        "alpha": "1 - the confidence of the ratio's bootstrap interval, in (0, 1) (default 0.05: a 95% interval)",
+        "threshold": THRESHOLD_HELP,
+        "alpha": ALPHA_HELP,
         "allow_different_machines": "compare reports from different machines anyway (printed under a warning; "
         "without it they are refused with exit code 3)",
+        "force": "compare a report of an earlier schema, which lacks the hardware facts that tell machines apart "
+        "(printed under a warning; without it such a report is refused with exit code 3)",
     },
 )
-def compare(c, base, new, threshold="0.10", alpha="0.05", allow_different_machines=False):
-    """Compare two bench reports row by row; exit 1 on a regression (interval above threshold), 3 if machines differ."""
+def compare(c, base, new, threshold="0.03", alpha="0.05", allow_different_machines=False, force=False):
+    """Compare two bench reports row by row; exit 1 on a regression, 3 if the machines differ or cannot be told."""
     # Options are checked before the comparison's modules (pandas, scipy) are imported.
     threshold, alpha = cli.fraction("--threshold", threshold), cli.fraction("--alpha", alpha)
     from bench.compare import main
 
-    if code := main(base, new, threshold=threshold, alpha=alpha, allow_different_machines=allow_different_machines):
+    code = main(
+        base, new, threshold=threshold, alpha=alpha, allow_different_machines=allow_different_machines, force=force
+    )
+    if code:
         raise Exit(code=code)
 
 

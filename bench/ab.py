@@ -511,7 +511,7 @@ def run_ab(
     ref: str,
     options: BenchOptions,
     console: Console,
-    threshold: float = 0.10,
+    threshold: float = compare.DEFAULT_THRESHOLD,
     alpha: float = compare.DEFAULT_ALPHA,
     new: Tree | None = None,
     processes: int | None = None,
@@ -744,11 +744,11 @@ def run_in_processes(options: BenchOptions, processes: int) -> int:
     return 1 if outcome.failures else 0
 
 
-def main(ref: str, options: BenchOptions) -> int:
+def main(ref: str, options: BenchOptions, threshold: float = compare.DEFAULT_THRESHOLD) -> int:
     """Run the A/B comparison, print the table; return compare's exit code (EXIT_SETUP_FAILED on a setup error)."""
     console = Console(width=None if Console().is_terminal else 200)
     try:
-        return run_ab(ref, options, console).code
+        return run_ab(ref, options, console, threshold=threshold).code
     except AbError as error:
         console.print(f"[red bold]bench --against: {error}[/]", highlight=False)
         return EXIT_SETUP_FAILED

@@ -248,7 +248,7 @@ def one_run(
         ),
         "max_ratio": round(top.ratio, 3),
         "max_ratio_row": f"{'/'.join(top.key[3:5])} {top.key[0]} {top.key[1]}",
-        "median_detectable": round(float(pd.Series([r.detectable for r in rows]).median()), 3),
+        "median_detectable": round(float(pd.Series([r.detectable_80 for r in rows]).median()), 3),
         "wall_s": round(wall),
         "load_before": load_before,
         "load_after": _load(),
