@@ -65,7 +65,7 @@ from bench import compare, confirm, scratch
 from bench.ab_worker import PROTOCOL
 from bench.placement import spread_offsets
 from bench.pooled import pool_reports
-from bench.report import SCHEMA_VERSION, read_report
+from bench.report import READABLE_SCHEMAS, read_report
 from bench.run import BenchOptions, reports_dir
 from env.files import write_text_atomic
 from env.paths import REPO_ROOT, build_dir
@@ -332,9 +332,10 @@ def check_compatible(hello: dict, sha: str) -> None:
             f"REF {sha[:12]}'s A/B worker speaks protocol {hello.get('protocol')}, this checkout "
             + " or ".join(map(str, SPOKEN_PROTOCOLS))
         )
-    if hello.get("schema_version") != SCHEMA_VERSION:
+    if hello.get("schema_version") not in READABLE_SCHEMAS:
         raise Skipped(
-            f"REF {sha[:12]} writes report schema {hello.get('schema_version')}, this checkout reads {SCHEMA_VERSION}: "
+            f"REF {sha[:12]} writes report schema {hello.get('schema_version')}, this checkout reads "
+            f"{', '.join(map(str, READABLE_SCHEMAS))}: "
             "its rows have other columns, so the two reports cannot be compared"
         )
 
@@ -652,7 +653,8 @@ def _judge(
     except (compare.ReportError, ValueError) as error:
         raise AbError(f"the pooled reports under {folder} cannot be compared: {error}") from None
     title = "confirmation: the suspect rows in fresh pairs, judged on them alone" if only else ""
-    compare.print_comparison(comparison, threshold, alpha, console, title=title, summary=False)
+    # Both sides ran on this machine at once: a REF of an earlier schema lacks facts, not a machine.
+    compare.print_comparison(comparison, threshold, alpha, console, title=title, summary=False, force=True)
     return comparison
 
 

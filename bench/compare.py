@@ -56,8 +56,14 @@ under a warning. The device is not a machine fact: it is part of the row key,
 so two reports over different device sets compare on the devices they share.
 Measure two builds on one machine with `invoke bench --against REF`.
 
+The machine facts include the hardware (bench/hardware.py: CPU vendor, family,
+model, stepping, microcode, caches, flags, hypervisor, memory, GPU model), since
+VMs of one image share /etc/machine-id and a CPU name. A report of an earlier
+schema lacks them: compare says which it lacks and refuses unless forced.
+
 Exit codes: 0 no regression; 1 a row regressed; 2 an input is not a report of
-this schema version; 3 the reports come from different machines (refused).
+a schema this code reads; 3 the reports come from different machines, or an
+earlier schema's report cannot tell (refused).
 """
 
 from __future__ import annotations
@@ -74,8 +80,9 @@ from rich.console import Console
 from rich.table import Table
 from scipy.stats import bootstrap, t, trim_mean
 
+from bench.hardware import HARDWARE_COLUMNS
 from bench.machine import BUSY_SHARE
-from bench.report import KEY_COLUMNS, ReportError, RowSamples, read_report, read_samples
+from bench.report import KEY_COLUMNS, ReportError, RowSamples, is_earlier_schema_value, read_report, read_samples
 from bench.stats.moderated import NO_PRIOR, Prior, fit_prior, squeeze
 from bench.stats.verdicts import (
     DEFAULT_THRESHOLD,
@@ -109,6 +116,7 @@ MACHINE_COLUMNS = (
     "cpu_boost",
     "cpu_freq_range_mhz",
     "gpu_policy",
+    *HARDWARE_COLUMNS,
 )
 # Columns whose difference between the two reports a reader must know about (expected between two builds).
 ENVIRONMENT_COLUMNS = ("git_commit", "onnx", "compiler", "cxx11_abi", "host")
@@ -147,6 +155,8 @@ class Comparison:
     only_in_new: list[tuple[str, ...]] = field(default_factory=list)
     environment_changes: list[str] = field(default_factory=list)
     machine_differences: list[str] = field(default_factory=list)  # "fact: BASE value -> NEW value"
+    # Reports of an earlier schema, which lack facts that tell machines apart: "BASE (schema 5): facts ...".
+    earlier_schema: list[str] = field(default_factory=list)
     row_alpha: float = DEFAULT_ALPHA  # each row's 1 - confidence: the family-wise alpha over the counted rows
 
     @property
@@ -314,9 +324,7 @@ def kind_priors(
     for key in keys:
         base_values, new_values, is_paired = row_units(base[key], new[key], paired)
         if not is_paired and min(len(base_values), len(new_values)) >= MIN_UNITS:
-            by_kind.setdefault(kind_of(key), []).append(
-                pooled_log_variance(np.log(base_values), np.log(new_values))
-            )
+            by_kind.setdefault(kind_of(key), []).append(pooled_log_variance(np.log(base_values), np.log(new_values)))
     return {kind: fit_prior(*map(np.array, zip(*rows, strict=True))) for kind, rows in by_kind.items()}
 
 
@@ -419,17 +427,35 @@ def compare_reports(
         only_in_new=[k for k in new_keys if k not in set(base_keys)],
         environment_changes=_environment_changes(base, new),
         machine_differences=_machine_differences(base, new),
+        earlier_schema=earlier_schema(base, new),
     )
 
 
 def _machine_differences(base: pd.DataFrame, new: pd.DataFrame) -> list[str]:
     """The machine facts that differ, over the devices both reports measured (a GPU fact of a device only one
-    report has is no difference: its rows are simply not compared)."""
+    report has is no difference: its rows are simply not compared). A fact one report's earlier schema did not
+    record (or recorded with another meaning) cannot differ: it is named by ``earlier_schema`` instead."""
     shared = set(base.device.astype(str)) & set(new.device.astype(str))
     if not shared:
         before, after = (", ".join(sorted(set(report.device.astype(str)))) for report in (base, new))
         return [f"device: {before} -> {after}"]
-    return column_differences(base[base.device.isin(shared)], new[new.device.isin(shared)], MACHINE_COLUMNS)
+    base, new = base[base.device.isin(shared)], new[new.device.isin(shared)]
+    checkable = tuple(c for c in MACHINE_COLUMNS if _earlier(base[c]) == _earlier(new[c]))
+    return column_differences(base, new, checkable)
+
+
+def _earlier(column: pd.Series) -> bool:
+    return bool(column.map(is_earlier_schema_value).any())
+
+
+def earlier_schema(base: pd.DataFrame, new: pd.DataFrame) -> list[str]:
+    """For each report of an earlier schema: the machine facts it lacks, which the comparison cannot check."""
+    found = []
+    for name, frame in (("BASE", base), ("NEW", new)):
+        lacking = [c for c in MACHINE_COLUMNS if _earlier(frame[c])]
+        if lacking:
+            found.append(f"{name} is a report of an earlier schema and lacks {', '.join(lacking)}")
+    return found
 
 
 def comparison_table(comparison: Comparison, threshold: float, alpha: float, title: str = "") -> Table:
@@ -474,7 +500,7 @@ def main(
     except (ReportError, ValueError) as error:
         console.print(f"[red bold]compare: {error}[/]", highlight=False)
         return EXIT_NOT_A_REPORT
-    return print_comparison(comparison, float(threshold), float(alpha), console, allow_different_machines)
+    return print_comparison(comparison, float(threshold), float(alpha), console, allow_different_machines, force=force)
 
 
 def print_comparison(
@@ -485,8 +511,27 @@ def print_comparison(
     allow_different_machines: bool = False,
     title: str = "",
     summary: bool = True,
+    force: bool = False,
 ) -> int:
-    """Print the table and (``summary``) what it found; the exit code (regressions count, limit rows do not)."""
+    """Print the table and (``summary``) what it found; the exit code (regressions count, limit rows do not).
+
+    ``force``: compare a report of an earlier schema anyway (its missing facts are printed as a warning).
+    """
+    if comparison.earlier_schema and not force:
+        console.print(
+            "[red bold]compare: the machines cannot be told apart[/] - "
+            + "; ".join(comparison.earlier_schema)
+            + ".\nBefore schema 6 a report recorded no hardware facts, and its machine id was /etc/machine-id's "
+            "alone, which every VM made from one image shares: a Zen 4 and a Zen 5 VM read as one machine. "
+            "Measure both on this checkout, or `invoke bench.compare --force BASE NEW` to compare them anyway.",
+            highlight=False,
+        )
+        return EXIT_MACHINES_DIFFER
+    if comparison.earlier_schema:
+        console.print(
+            "[red bold]WARNING: forced[/]: " + "; ".join(comparison.earlier_schema) + " (not checked)",
+            highlight=False,
+        )
     if comparison.machine_differences and not allow_different_machines:
         console.print(
             "[red bold]compare: the two reports come from different machines or runtimes[/] - differing: "

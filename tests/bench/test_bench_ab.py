@@ -366,8 +366,10 @@ def test_each_process_times_a_variant_for_the_process_budget_unless_the_run_set_
 def test_an_incompatible_ref_is_skipped_with_the_reason():
     with pytest.raises(ab.Skipped, match="speaks protocol 1"):
         ab.check_compatible({"protocol": 1, "schema_version": SCHEMA_VERSION}, "a" * 40)
-    with pytest.raises(ab.Skipped, match=f"writes report schema {SCHEMA_VERSION - 1}"):
-        ab.check_compatible({"protocol": PROTOCOL, "schema_version": SCHEMA_VERSION - 1}, "a" * 40)
+    with pytest.raises(ab.Skipped, match=f"writes report schema {SCHEMA_VERSION + 1}, this checkout reads 4, 5, 6"):
+        ab.check_compatible({"protocol": PROTOCOL, "schema_version": SCHEMA_VERSION + 1}, "a" * 40)
+    # A REF of an earlier schema this checkout reads (migrated) takes part: both sides run on this machine.
+    ab.check_compatible({"protocol": PROTOCOL, "schema_version": SCHEMA_VERSION - 1}, "a" * 40)
 
 
 # --- the real two-build path (slow) ---------------------------------------------------------
@@ -480,7 +482,7 @@ def test_a_ref_of_another_report_schema_is_skipped_with_the_reason(repo, tmp_pat
         scratch.git("checkout", "--quiet", repo["slow"], cwd=root)
     result, text = _run(repo, other, tmp_path)
     assert result.code == 0 and result.new_csv is None
-    assert f"writes report schema {SCHEMA_VERSION + 1}, this checkout reads {SCHEMA_VERSION}" in text
+    assert f"writes report schema {SCHEMA_VERSION + 1}, this checkout reads 4, 5, {SCHEMA_VERSION}" in text
     assert f"schema {SCHEMA_VERSION + 1}" in (result.folder / "compare.txt").read_text()
 
 
