@@ -533,6 +533,35 @@ def gpu_check(
         raise Exit("gpu-check: a step failed (listed above; <out>/summary.json has the details)", code=1)
 
 
+@task(
+    name="gate",
+    pre=[build],
+    help={
+        "threshold": THRESHOLD_HELP,
+        "out": "report folder (default <repo>/reports; FUSEDBENCH_REPORTS_DIR overrides the default)",
+    },
+)
+@cli.fails_with("bench.gate", ValueError)
+def bench_gate(c, threshold="0.03", out=""):
+    """CI's gate: the quick A/B run against the last landed commit; exit 1 on a regression no commit accepts."""
+    threshold_fraction = cli.fraction("--threshold", threshold)
+    from bench.gate import main
+
+    if code := main(threshold_fraction, out or None):
+        raise Exit(code=code)
+
+
+@task(name="set-base", help={"sha": "the last landed commit (default: HEAD)"})
+def bench_set_base(c, sha="HEAD"):
+    """Write .ci/base, the commit CI's gate measures against when the clone has no fusedbench/landed tag."""
+    from bench.gate import GateError, write_base
+
+    try:
+        print(f"wrote {write_base(sha)}; commit it")
+    except GateError as error:
+        raise Exit(f"bench.set-base: {error}", code=2) from None
+
+
 # --- namespace: flat single tasks, one collection per group ---------------------------
 ns = Collection()
 for _task in (build, toolchain, test, export, align, lint, cuda_check, gpu_check):
@@ -546,6 +575,8 @@ _bench = Collection(
     bench_ab_spread,
     bench_offset_sweep,
     bench_thread_sweep,
+    bench_gate,
+    bench_set_base,
 )
 _bench.add_task(bench, name="run", default=True)  # `invoke bench` runs it
 ns.add_collection(_bench)

@@ -1,0 +1,109 @@
+"""bench/gate.py: the base CI gates against, the trailers that accept a regression, and the gate's verdict."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import pytest
+from rich.console import Console
+
+from bench import compare, gate, scratch
+from tests.helpers.bench_synthetic import make_key
+
+
+def _commit(repo, name: str, message: str) -> str:
+    (repo / name).write_text(name)
+    scratch.git("add", name, cwd=repo)
+    scratch.git("commit", "--quiet", "-m", message, cwd=repo)
+    return scratch.git("rev-parse", "HEAD", cwd=repo)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    root = tmp_path / "repo"
+    root.mkdir()
+    scratch.git("init", "--quiet", cwd=root)
+    commits = [_commit(root, f"f{i}", f"commit {i}") for i in range(4)]
+    return root, commits
+
+
+def test_the_base_is_the_landed_tag_when_present_else_the_tracked_file(repo):
+    root, commits = repo
+    with pytest.raises(gate.GateError, match="neither the tag fusedbench/landed nor .ci/base"):
+        gate.find_base(root)
+    gate.write_base(commits[1][:7], root)  # a short hash is written in full
+    assert (root / ".ci" / "base").read_text() == commits[1] + "\n"
+    assert gate.find_base(root) == gate.Base(commits[1], ".ci/base")
+    scratch.git("tag", gate.LANDED_TAG, commits[2], cwd=root)
+    assert gate.find_base(root) == gate.Base(commits[2], "tag fusedbench/landed")
+
+
+def test_a_base_that_is_not_an_ancestor_of_head_or_not_a_commit_is_refused(repo):
+    root, commits = repo
+    scratch.git("checkout", "--quiet", "-b", "side", commits[0], cwd=root)
+    elsewhere = _commit(root, "g", "on a side branch")
+    scratch.git("checkout", "--quiet", "-", cwd=root)
+    (root / ".ci").mkdir()
+    (root / ".ci" / "base").write_text(elsewhere + "\n")
+    with pytest.raises(gate.GateError, match="not an ancestor of HEAD"):
+        gate.find_base(root)
+    (root / ".ci" / "base").write_text("0" * 40 + "\n")
+    with pytest.raises(gate.GateError, match="not a commit of this clone"):
+        gate.find_base(root)
+    with pytest.raises(gate.GateError, match="not a commit"):
+        gate.write_base("no-such-ref", root)
+
+
+def test_trailers_after_the_base_accept_regressions(repo):
+    root, commits = repo
+    _commit(
+        root,
+        "slow",
+        "kernel: checks every row's eps\n\nThe checks cost a few percent on small rows.\n\n"
+        "Accept-Regression: fused/* op 1x8x512 float32 cpu: per-row eps checks, wanted\n"
+        "Accept-Regression: ort/custom-run op *: the node validates its inputs",
+    )
+    found = gate.acceptances(commits[3], root)
+    assert [(a.glob, a.reason) for a in found] == [
+        ("fused/* op 1x8x512 float32 cpu", "per-row eps checks, wanted"),
+        ("ort/custom-run op *", "the node validates its inputs"),
+    ]
+    assert gate.acceptances(scratch.git("rev-parse", "HEAD", cwd=root), root) == []  # nothing after HEAD
+    _commit(root, "bad", "x\n\nAccept-Regression: fused/call op *")
+    with pytest.raises(gate.GateError, match="needs `<row glob>: <reason>`"):
+        gate.acceptances(commits[3], root)
+
+
+def _row(key, verdict):
+    nan = math.nan
+    return compare.RowComparison(key, 1.0, 1.1, 1.1, 1.05, 1.15, 10, True, nan, verdict)
+
+
+def test_an_accepted_regression_passes_the_gate_and_is_reported_an_unaccepted_one_fails_it():
+    small, large = make_key(shape="1x8x512"), make_key(shape="8x128x1024")
+    comparison = compare.Comparison(rows=[_row(small, compare.REGRESSION), _row(large, compare.SAME)])
+    accepted = [gate.Acceptance("fused/* op 1x8x512 *", "wanted", "a" * 40)]
+    decision = gate.decide(comparison, compare.EXIT_REGRESSION, accepted)
+    assert decision.code == compare.EXIT_OK and decision.failing == []
+    assert decision.accepted == [("fused/call op 1x8x512 float32 cpu", accepted[0])]
+    console = Console(file=io.StringIO(), width=200)
+    gate.report(decision, console)
+    assert "accepted regression fused/call op 1x8x512 float32 cpu: wanted (Accept-Regression in aaaaaaaaaaaa)" in (
+        console.file.getvalue()
+    )
+    both = compare.Comparison(rows=[_row(small, compare.REGRESSION), _row(large, compare.REGRESSION)])
+    decision = gate.decide(both, compare.EXIT_REGRESSION, accepted)
+    assert decision.code == compare.EXIT_REGRESSION and decision.failing == ["fused/call op 8x128x1024 float32 cpu"]
+    # A run that failed for another reason (a wrong output) stays failed, whatever is accepted.
+    assert gate.decide(compare.Comparison(rows=[]), compare.EXIT_REGRESSION, accepted).code == compare.EXIT_REGRESSION
+
+
+def test_the_committed_base_is_an_ancestor_of_this_checkout():
+    # CI's fresh clone of main gates against it: it must name a commit of this history.
+    from env.paths import REPO_ROOT
+
+    if not (REPO_ROOT / ".git").exists():
+        pytest.skip("not a git checkout (an image's copy of the tree)")
+    base = gate.find_base(REPO_ROOT)
+    assert len(base.sha) == 40
