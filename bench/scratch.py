@@ -26,6 +26,7 @@ BUILD_VARIABLES = (
     "FUSEDBENCH_ORT_LIBRARY",
     "FUSEDBENCH_CSRC_DIR",
     "PYTHONPATH",
+    "FUSEDBENCH_SLOWDOWN_PERCENT",  # a side builds its own tree's switch, never the caller's
 )
 _IDENTITY = ("-c", "user.name=fusedbench", "-c", "user.email=fusedbench@localhost.invalid")
 

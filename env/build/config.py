@@ -138,9 +138,23 @@ def torch_sources(with_cuda: bool) -> list[Path]:
 TORCH_LD_FLAGS = ("-fopenmp", *SHARED_CXX_RUNTIME_FLAGS)
 
 
+SLOWDOWN_VARIABLE = "FUSEDBENCH_SLOWDOWN_PERCENT"
+
+
+def slowdown_defines() -> list[str]:
+    """-DFUSED_NORM_SLOWDOWN_PERCENT=P from $FUSEDBENCH_SLOWDOWN_PERCENT (csrc/core/slowdown.h): a build whose
+    op is P % slower on purpose, to measure the benchmarks' power. Unset or 0: no define, no code."""
+    value = os.environ.get(SLOWDOWN_VARIABLE, "").strip()
+    if not value:
+        return []
+    if not value.isdigit() or not 0 <= int(value) <= 1000:
+        raise ValueError(f"${SLOWDOWN_VARIABLE} must be an integer percent in 0..1000, got {value!r}")
+    return [f"-DFUSED_NORM_SLOWDOWN_PERCENT={int(value)}"] if int(value) else []
+
+
 def torch_cxx_flags() -> list[str]:
     """The torch adapter's C++ flags, less the defines that come from torch itself."""
-    return [f"-std={CXX_STANDARD_TORCH}", *cxx_opt_flags(), "-fopenmp"]
+    return [f"-std={CXX_STANDARD_TORCH}", *cxx_opt_flags(), "-fopenmp", *slowdown_defines()]
 
 
 def torch_nvcc_flags() -> list[str]:
