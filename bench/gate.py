@@ -154,28 +154,39 @@ def write_base(sha: str, repo: Path = REPO_ROOT) -> Path:
     return path
 
 
-def main(threshold: float = compare.DEFAULT_THRESHOLD, out_dir: str | None = None) -> int:
+def run_gate(
+    console: Console,
+    threshold: float = compare.DEFAULT_THRESHOLD,
+    options=None,
+    repo: Path = REPO_ROOT,
+    new=None,
+    processes: int | None = None,
+) -> int:
+    """Find the base, measure HEAD (``new``: its built tree, default this checkout) against it, decide; the exit
+    code. ``options``: the grid (default the quick one)."""
     from bench import ab
     from bench.run import BenchOptions
 
-    console = Console(width=None if Console().is_terminal else 200)
     try:
-        base = find_base()
+        base = find_base(repo)
+        head = scratch.git("rev-parse", "HEAD", cwd=repo)
+        accepted = acceptances(base.sha, repo) if base.sha != head else []
     except GateError as error:
         console.print(f"[red bold]bench.gate: {error}[/]", highlight=False)
         return EXIT_NO_BASE
-    head = scratch.git("rev-parse", "HEAD")
     if base.sha == head:
         console.print(f"gate: HEAD is the base ({base.source}): nothing new to gate", highlight=False)
         return compare.EXIT_OK
-    try:
-        accepted = acceptances(base.sha)
-    except GateError as error:
-        console.print(f"[red bold]bench.gate: {error}[/]", highlight=False)
-        return EXIT_NO_BASE
     console.print(f"gate: HEAD {head[:12]} against the base {base.sha[:12]} ({base.source})", highlight=False)
     try:
-        result = ab.run_ab(base.sha, BenchOptions(quick=True, out_dir=out_dir), console, threshold=threshold)
+        result = ab.run_ab(
+            base.sha,
+            options or BenchOptions(quick=True),
+            console,
+            threshold=threshold,
+            new=new or ab.Tree(repo),
+            processes=processes,
+        )
     except ab.AbError as error:
         console.print(f"[red bold]bench.gate: {error}[/]", highlight=False)
         return ab.EXIT_SETUP_FAILED
@@ -184,3 +195,10 @@ def main(threshold: float = compare.DEFAULT_THRESHOLD, out_dir: str | None = Non
     decision = decide(result.comparison, result.code, accepted)
     report(decision, console)
     return decision.code
+
+
+def main(threshold: float = compare.DEFAULT_THRESHOLD, out_dir: str | None = None) -> int:
+    from bench.run import BenchOptions
+
+    console = Console(width=None if Console().is_terminal else 200)
+    return run_gate(console, threshold, BenchOptions(quick=True, out_dir=out_dir))

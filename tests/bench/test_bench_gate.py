@@ -107,3 +107,50 @@ def test_the_committed_base_is_an_ancestor_of_this_checkout():
         pytest.skip("not a git checkout (an image's copy of the tree)")
     base = gate.find_base(REPO_ROOT)
     assert len(base.sha) == 40
+
+
+# --- the real gate on a seeded slowdown (slow) ---------------------------------------------------
+
+SWITCH = "csrc/core/slowdown.h"
+
+
+@pytest.mark.slow
+def test_a_commit_that_makes_the_op_ten_percent_slower_fails_the_gate(tmp_path):
+    """This checkout as the landed commit, then a commit that turns the build-time slowdown switch to 10 %: the
+    gate, measuring the fused op's rows as the quick A/B run does, fails; a trailer accepting them passes it."""
+    from bench import ab
+    from bench.run import BenchOptions
+
+    root = tmp_path / "repo"
+    root.mkdir()
+    landed = scratch.snapshot(root)
+    gate.write_base(landed, root)
+    scratch.git("add", str(gate.BASE_FILE), cwd=root)
+    scratch.git("commit", "--quiet", "-m", "the landed commit, recorded", cwd=root)
+    header = (root / SWITCH).read_text()
+    default = "#define FUSED_NORM_SLOWDOWN_PERCENT 0\n"
+    assert default in header, f"{SWITCH} no longer defaults the switch to 0: update this test"
+    scratch.commit_change(
+        root, SWITCH, header.replace(default, "#define FUSED_NORM_SLOWDOWN_PERCENT 10\n"), "fused op 10% slower"
+    )
+    scratch.build(root, root / "build", root / "build.log")
+    console = Console(file=io.StringIO(), width=2000)
+    options = BenchOptions(baseline="fused", quick=True, model_batches=(), out_dir=tmp_path / "reports")
+    code = gate.run_gate(console, repo=root, new=ab.Tree(root, root / "build"), options=options)
+    text = console.file.getvalue()
+    assert code == compare.EXIT_REGRESSION, text
+    failing = [line for line in text.splitlines() if line.startswith("gate:") and "regression(s)" in line]
+    assert failing and "fused/call op" in failing[0] and "Accept-Regression" in failing[0], text
+    # Accepted on purpose, the same measurement passes the gate, each row named with the reason.
+    scratch.git(
+        "commit",
+        "--quiet",
+        "--allow-empty",
+        "-m",
+        "x\n\nAccept-Regression: fused/* op *: measured on purpose",
+        cwd=root,
+    )
+    folder = max((tmp_path / "reports" / "ab").iterdir())
+    comparison = ab.rejudge_folder(folder, compare.DEFAULT_THRESHOLD)
+    decision = gate.decide(comparison, compare.EXIT_REGRESSION, gate.acceptances(landed, root))
+    assert decision.code == compare.EXIT_OK and decision.accepted and not decision.failing
