@@ -78,9 +78,10 @@ EXIT_SETUP_FAILED = 4
 SPOKEN_PROTOCOLS = (2, 3, PROTOCOL)
 TURNS_SINCE_PROTOCOL = 3
 # Worker processes per build (one round each), chosen by measurement (docs/comparisons.md): a family-wise
-# interval over about 30 rows needs a t quantile of 11 at 4 pairs, 6.2 at 6 and 4.4 at 10, and from 10 pairs
-# on the comparison trims the odd pair (bench/compare.py); a quick pair costs about 45 s here. A full run takes
-# more pairs (its grid holds rows slower and noisier than the quick grid's), each as long per variant.
+# interval over about 30 rows needs a large t quantile at a few pairs (bench/stats/design.py tabulates it per
+# number of pairs), and from 10 pairs on the comparison trims the odd pair (bench/compare.py); a quick pair
+# costs about 45 s here. A full run takes more pairs (its grid holds rows slower and noisier than the quick
+# grid's), each as long per variant.
 PROCESSES = {"quick": 10, "full": 12}
 # How long each process of an A/B pair times each variant, quick and full alike. A pair's log ratio varies
 # by a bias of its processes, which only more pairs average, and by the noise of its timing windows, which
@@ -89,8 +90,8 @@ PROCESSES = {"quick": 10, "full": 12}
 # over 6 processes) the fused op's rows spread 0.02-0.07 between pairs, at 125 ms 0.013-0.016.
 PROCESS_BUDGET_S = 0.125
 # The run's family-wise alpha is spent in two stages. The first judges every row on the pairs above. A row it
-# leaves INCONCLUSIVE with its estimate past a bound (a 10 % slowdown judged at 5 % often is: at 10 pairs and
-# 1 - alpha/32 per row, Yuen's t is 5.2) is measured again in fresh pairs of processes, only its own rows, and
+# leaves INCONCLUSIVE with its estimate past a bound (its interval reaching below 1: at 10 pairs, trimmed to 8,
+# and 1 - 0.04/32 per row, Yuen's t is large) is measured again in fresh pairs of processes, only its own rows, and
 # judged on those pairs alone, over a family of the suspects. The stages' data
 # are independent, so the two alphas add up to the run's. A run with no suspect (identical code, mostly)
 # has no second stage. Every suspect is measured again, the noisiest too: with only the suspect rows timed,
@@ -98,9 +99,9 @@ PROCESS_BUDGET_S = 0.125
 # skipping one saves less than a missed slowdown costs (a 10 % run missed its fused call at 1x8x512 when a
 # rule skipped it as too noisy).
 # 20 pairs, since a pair is cheap and the family can be large: an interval's half-width is Yuen's t times
-# its standard error per unit of the pairs' spread, at 12 pairs 1.55 for one suspect and 2.25 for seven
-# (trimmed to 8 pairs, t has 7 degrees of freedom), at 20 pairs 1.18 and 1.60. Seven suspects at 12 pairs
-# left a 10 % slowdown of the allocating call at 4 MiB, 1.081 [1.037, 1.128], short of 1.05.
+# its standard error, and both fall with the pairs kept (bench/stats/design.py: 12 pairs keep 10, 20 keep 16).
+# Seven suspects at 12 pairs left a 10 % slowdown of the allocating call at 4 MiB, 1.081 [1.037, 1.128],
+# short of the 1.05 the verdict then asked for.
 CONFIRM_ALPHA_SHARE = 0.2
 CONFIRM_PROCESSES = 20
 CONFIRM_BUDGET_S = 0.25  # per variant and process: a suspect's grid is a few rows, so its windows can be long
