@@ -88,8 +88,8 @@ def _row_variances(rng, rows, d0, s0, d):
 
 def test_the_prior_matches_a_maximum_likelihood_fit(rng):
     # Under the model s2 / s0 is F(d, d0): the moment fit (limma's) and scipy's likelihood fit agree.
-    d = np.full(400, 4.0)
-    _, s2 = _row_variances(rng, 400, 6.0, 0.01, 4)
+    d = np.full(1000, 4.0)
+    _, s2 = _row_variances(rng, 1000, 6.0, 0.01, 4)
     prior = fit_prior(s2, d)
 
     def minus_log_likelihood(params):
@@ -97,8 +97,9 @@ def test_the_prior_matches_a_maximum_likelihood_fit(rng):
         return -np.sum(scipy.stats.f.logpdf(s2 / np.exp(log_s0), 4, np.exp(log_d0)) - log_s0)
 
     fitted = scipy.optimize.minimize(minus_log_likelihood, [np.log(5), np.log(0.02)], method="Nelder-Mead").x
-    assert prior.dof == pytest.approx(np.exp(fitted[0]), rel=0.35) and 3 < prior.dof < 12
-    assert prior.variance == pytest.approx(np.exp(fitted[1]), rel=0.1)
+    # Two estimators of one truth (d0 = 6, s0^2 = 0.01): they agree within their own sampling noise.
+    assert prior.dof == pytest.approx(np.exp(fitted[0]), rel=0.35) and 3.5 < prior.dof < 10
+    assert prior.variance == pytest.approx(np.exp(fitted[1]), rel=0.12) and 0.008 < prior.variance < 0.0125
 
 
 def test_rows_sharing_one_variance_get_a_prior_of_many_degrees_of_freedom(rng):
