@@ -85,3 +85,17 @@ def test_measured_runs_are_summarised_per_point_with_the_delivered_slowdown():
     (line,) = power_measure.summarise(runs).to_dict("records")
     assert line["p_regression_op_row"] == 0.75 and line["p_every_op_row"] == 0.5 and line["p_false_alarm_run"] == 0.5
     assert line["delivered_median"] == pytest.approx(1.098) and line["delivered_range"] == "1.094-1.102"
+
+
+def test_a_a_pairs_of_separate_reports_count_false_alarms_and_coverage(tmp_path, rng):
+    from bench.experiments import aa_reports
+    from tests.helpers.bench_synthetic import lognormal, make_key, synthetic_report
+
+    keys = [make_key(shape=s, baseline=b) for s in ("1x8x512", "8x128x1024") for b in ("unfused", "fused", "native")]
+    reports = [
+        synthetic_report(tmp_path / f"r{i}.csv", {k: lognormal(rng, 10.0 * (j + 1), 900) for j, k in enumerate(keys)})
+        for i in range(4)
+    ]
+    pairs = aa_reports.judge_all(reports)
+    assert len(pairs) == 6 and set(pairs.rows) == {6}
+    assert pairs.false_regressions.sum() == 0 and pairs.covered_95.sum() >= 0.8 * 36
