@@ -228,7 +228,9 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(7, 4.5))
-    for name, color in zip(("quick A/B", "full A/B", "separate full reports"), ("C0", "C1", "C2"), strict=True):
+    names = list(dict.fromkeys(frame.comparison))
+    for index, name in enumerate(names):
+        color = f"C{index}"
         mine = frame[frame.comparison == name]
         simulated = mine[mine.source == "simulated"]
         axis.plot(
@@ -253,6 +255,16 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
     plt.close(figure)
 
 
+def replot(out: Path) -> None:
+    """power.csv with the points of measured.csv (bench/experiments/power_measure.py) taken in again, and its plot."""
+    frame = pd.read_csv(out / "power.csv")
+    measured_csv = out / "measured.csv"
+    if measured_csv.is_file():
+        frame = pd.concat([frame[frame.source != "measured"], pd.read_csv(measured_csv)], ignore_index=True)
+    frame.to_csv(out / "power.csv", index=False, float_format="%.4f")
+    plot(frame, out / "power.png")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=400, help="simulated runs per point (default 400)")
@@ -263,7 +275,13 @@ def main(argv: list[str] | None = None) -> None:
         help="processes per separate full report to simulate, a comma list (default 3,6)",
     )
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "power_curves")
+    parser.add_argument(
+        "--replot", action="store_true", help="no simulation: power.csv with measured.csv's points again, and its plot"
+    )
     args = parser.parse_args(argv)
+    if args.replot:
+        replot(args.out)
+        return
     if args.runs < 1:
         parser.error(f"--runs must be >= 1, got {args.runs}")
     units = tuple(int(u) for u in args.report_units.split(",") if u.strip())
