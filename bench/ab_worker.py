@@ -124,8 +124,11 @@ class _Side:
 
 
 class QuitRequested(BaseException):
-    """"quit" came while this worker waited for its turn. Not an Exception: the benchmark takes any Exception of
-    one variant as that variant's failure and goes on to the next, which would wait for a turn again."""
+    """The driver sent "quit" while this worker waited for its turn.
+
+    Not an Exception: the benchmark takes any Exception of one variant as that
+    variant's failure and goes on to the next, which would wait for a turn again.
+    """
 
 
 def _hello() -> dict:

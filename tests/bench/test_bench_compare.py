@@ -23,8 +23,8 @@ from bench.compare import (
     ratio_interval,
     verdict_of,
 )
-from bench.stats.verdicts import DEFAULT_THRESHOLD
 from bench.report import SCHEMA_VERSION, RowSamples
+from bench.stats.verdicts import DEFAULT_THRESHOLD
 from env.paths import REPO_ROOT
 from tests.helpers.bench_synthetic import lognormal, make_key, synthetic_report
 
@@ -122,7 +122,9 @@ def test_pairing_cancels_what_the_two_sides_of_a_pair_shared(tmp_path, rng):
     (paired,) = compare_reports(base, new, paired=True).rows
     (unpaired,) = compare_reports(base, new).rows
     assert paired.paired and paired.units == 6 and paired.verdict == REGRESSION and 1.17 < paired.ratio < 1.23
-    assert not unpaired.paired and unpaired.verdict == INCONCLUSIVE and unpaired.detectable_80 > paired.detectable_80 + 0.2
+    assert (
+        not unpaired.paired and unpaired.verdict == INCONCLUSIVE and unpaired.detectable_80 > paired.detectable_80 + 0.2
+    )
 
 
 def test_reports_with_different_rounds_are_compared_unpaired(tmp_path, rng):
