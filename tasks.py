@@ -16,6 +16,8 @@ from bench.plan.options import BenchOptions
 from env import cli
 
 DEFAULT = BenchOptions()  # the CLI's defaults are BenchOptions' own
+# The verdict's defaults, as the options' strings (numeric options are checked by env/cli.py).
+DEFAULT_THRESHOLD, DEFAULT_ALPHA = "0.03", "0.05"
 
 _BUILD_ERRORS = ("env.builder.commands:BuildError", "env.lock.lockfile:LockError")
 _EXPORT_ERRORS = (ValueError, "ops.onnx.export:ExportError", "ops.onnx.checks:ExportCheckError")
@@ -68,6 +70,17 @@ def test(c, k="", args="", all_=False, slow_only=False, workers=""):
     c.run(shlex.join(command), pty=False)
 
 
+# The verdict's two options, described once for `bench --against` and `bench.compare`.
+THRESHOLD_HELP = (
+    "the practical threshold, a fraction in (0, 1) (default 0.03 = 3%): a row is a REGRESSION when its family-wise "
+    "interval lies above 1 and its ratio above 1 + threshold"
+)
+ALPHA_HELP = (
+    "the family-wise error rate over the rows a comparison counts, in (0, 1) (default 0.05): each row's interval "
+    "has confidence 1 - alpha / rows (Bonferroni)"
+)
+
+
 @task(
     pre=[build],
     help={
@@ -84,6 +97,7 @@ def test(c, k="", args="", all_=False, slow_only=False, workers=""):
         "l2_flush": "CUDA: overwrite the L2 cache before each timed call of a case that fits in it (default: L2 warm)",
         "against": "a git ref: build it apart, measure it and this checkout interleaved in one run, compare "
         "(exit code as `bench.compare`; 4 when the A/B run cannot be set up)",
+        "threshold": f"with --against: {THRESHOLD_HELP}",
     },
 )
 @cli.fails_with("bench", ValueError)
@@ -98,11 +112,13 @@ def bench(
     device=DEFAULT.device,
     l2_flush=False,
     against="",
+    threshold=DEFAULT_THRESHOLD,
 ):
     """Benchmark the baselines; write reports/<UTC time>-<host>.csv (+ samples, plot) and print a summary."""
     # Options are checked before bench.run is imported: that import loads the built library.
     warmup_calls = cli.integer("--warmup", warmup, minimum=0)
     thread_count = cli.integer("--threads", threads, minimum=1) if threads else None
+    threshold_fraction = cli.fraction("--threshold", threshold)
     from bench.run import main
 
     options = BenchOptions(
@@ -118,7 +134,7 @@ def bench(
     if against:
         from bench.ab import driver as ab
 
-        if code := ab.main(against, options):
+        if code := ab.main(against, options, threshold=threshold_fraction):
             raise Exit(code=code)
     elif code := main(options):
         raise Exit("bench: some baselines failed (listed above) - their rows are not in the report", code=code)
@@ -128,20 +144,26 @@ def bench(
     help={
         "base": "the earlier report CSV",
         "new": "the later report CSV",
-        "threshold": "slowdown that counts as a regression when the whole confidence interval is above it, in (0, 1) "
-        "(default 0.10 = 10%)",
-        "alpha": "1 - the confidence of the ratio's bootstrap interval, in (0, 1) (default 0.05: a 95% interval)",
+        "threshold": THRESHOLD_HELP,
+        "alpha": ALPHA_HELP,
         "allow_different_machines": "compare reports from different machines anyway (printed under a warning; "
         "without it they are refused with exit code 3)",
+        "force": "compare a report of an earlier schema, which lacks the hardware facts that tell machines apart "
+        "(printed under a warning; without it such a report is refused with exit code 3)",
     },
 )
-def compare(c, base, new, threshold="0.10", alpha="0.05", allow_different_machines=False):
-    """Compare two bench reports row by row; exit 1 on a regression (interval above threshold), 3 if machines differ."""
+def compare(
+    c, base, new, threshold=DEFAULT_THRESHOLD, alpha=DEFAULT_ALPHA, allow_different_machines=False, force=False
+):
+    """Compare two bench reports row by row; exit 1 on a regression, 3 if the machines differ or cannot be told."""
     # Options are checked before the comparison's modules (pandas, scipy) are imported.
     threshold, alpha = cli.fraction("--threshold", threshold), cli.fraction("--alpha", alpha)
     from bench.stats.compare import main
 
-    if code := main(base, new, threshold=threshold, alpha=alpha, allow_different_machines=allow_different_machines):
+    code = main(
+        base, new, threshold=threshold, alpha=alpha, allow_different_machines=allow_different_machines, force=force
+    )
+    if code:
         raise Exit(code=code)
 
 
@@ -537,6 +559,35 @@ def gpu_check(
         raise Exit("gpu-check: a step failed (listed above; <out>/summary.json has the details)", code=1)
 
 
+@task(
+    name="gate",
+    pre=[build],
+    help={
+        "threshold": THRESHOLD_HELP,
+        "out": "report folder (default <repo>/reports; FUSEDBENCH_REPORTS_DIR overrides the default)",
+    },
+)
+@cli.fails_with("bench.gate", ValueError)
+def bench_gate(c, threshold=DEFAULT_THRESHOLD, out=""):
+    """CI's gate: the quick A/B run against the last landed commit; exit 1 on a regression no commit accepts."""
+    threshold_fraction = cli.fraction("--threshold", threshold)
+    from bench.ab.gate import main
+
+    if code := main(threshold_fraction, out or None):
+        raise Exit(code=code)
+
+
+@task(name="set-base", help={"sha": "the last landed commit (default: HEAD)"})
+def bench_set_base(c, sha="HEAD"):
+    """Write .ci/base, the commit CI's gate measures against when the clone has no fusedbench/landed tag."""
+    from bench.ab.gate import GateError, write_base
+
+    try:
+        print(f"wrote {write_base(sha)}; commit it")
+    except GateError as error:
+        raise Exit(f"bench.set-base: {error}", code=2) from None
+
+
 # --- namespace: flat single tasks, one collection per group ---------------------------
 ns = Collection()
 for _task in (build, toolchain, test, export, align, lint, cuda_check, gpu_check):
@@ -550,6 +601,8 @@ _bench = Collection(
     bench_ab_spread,
     bench_offset_sweep,
     bench_thread_sweep,
+    bench_gate,
+    bench_set_base,
 )
 _bench.add_task(bench, name="run", default=True)  # `invoke bench` runs it
 ns.add_collection(_bench)

@@ -65,7 +65,7 @@ from bench.ab import confirm, scratch
 from bench.measure.placement import spread_offsets
 from bench.plan.options import BenchOptions, unique_csv
 from bench.processes.worker import PROTOCOL
-from bench.report.schema import SCHEMA_VERSION, read_report
+from bench.report.schema import READABLE_SCHEMAS, read_report
 from bench.rounds import Outcome
 from bench.stats import compare
 from bench.stats.pooled import pool_reports
@@ -80,9 +80,10 @@ EXIT_SETUP_FAILED = 4
 SPOKEN_PROTOCOLS = (2, 3, PROTOCOL)
 TURNS_SINCE_PROTOCOL = 3
 # Worker processes per build (one round each), chosen by measurement (docs/comparisons.md): a family-wise
-# interval over about 30 rows needs a t quantile of 11 at 4 pairs, 6.2 at 6 and 4.4 at 10, and from 10 pairs
-# on the comparison trims the odd pair (bench/stats/compare.py); a quick pair costs about 45 s here. A full run takes
-# more pairs (its grid holds rows slower and noisier than the quick grid's), each as long per variant.
+# interval over about 30 rows needs a large t quantile at a few pairs (bench/stats/design.py tabulates it per
+# number of pairs), and from 10 pairs on the comparison trims the odd pair (bench/stats/compare.py); a quick
+# pair costs about 45 s here. A full run takes more pairs (its grid holds rows slower and noisier than the quick
+# grid's), each as long per variant.
 PROCESSES = {"quick": 10, "full": 12}
 # How long each process of an A/B pair times each variant, quick and full alike. A pair's log ratio varies
 # by a bias of its processes, which only more pairs average, and by the noise of its timing windows, which
@@ -91,8 +92,8 @@ PROCESSES = {"quick": 10, "full": 12}
 # over 6 processes) the fused op's rows spread 0.02-0.07 between pairs, at 125 ms 0.013-0.016.
 PROCESS_BUDGET_S = 0.125
 # The run's family-wise alpha is spent in two stages. The first judges every row on the pairs above. A row it
-# leaves INCONCLUSIVE with its estimate past a bound (a 10 % slowdown judged at 5 % often is: at 10 pairs and
-# 1 - alpha/32 per row, Yuen's t is 5.2) is measured again in fresh pairs of processes, only its own rows, and
+# leaves INCONCLUSIVE with its estimate past a bound (its interval reaching below 1: at 10 pairs, trimmed to 8,
+# and 1 - 0.04/32 per row, Yuen's t is large) is measured again in fresh pairs of processes, only its own rows, and
 # judged on those pairs alone, over a family of the suspects. The stages' data
 # are independent, so the two alphas add up to the run's. A run with no suspect (identical code, mostly)
 # has no second stage. Every suspect is measured again, the noisiest too: with only the suspect rows timed,
@@ -100,9 +101,9 @@ PROCESS_BUDGET_S = 0.125
 # skipping one saves less than a missed slowdown costs (a 10 % run missed its fused call at 1x8x512 when a
 # rule skipped it as too noisy).
 # 20 pairs, since a pair is cheap and the family can be large: an interval's half-width is Yuen's t times
-# its standard error per unit of the pairs' spread, at 12 pairs 1.55 for one suspect and 2.25 for seven
-# (trimmed to 8 pairs, t has 7 degrees of freedom), at 20 pairs 1.18 and 1.60. Seven suspects at 12 pairs
-# left a 10 % slowdown of the allocating call at 4 MiB, 1.081 [1.037, 1.128], short of 1.05.
+# its standard error, and both fall with the pairs kept (bench/stats/design.py: 12 pairs keep 10, 20 keep 16).
+# Seven suspects at 12 pairs left a 10 % slowdown of the allocating call at 4 MiB, 1.081 [1.037, 1.128],
+# short of the 1.05 the verdict then asked for.
 CONFIRM_ALPHA_SHARE = 0.2
 CONFIRM_PROCESSES = 20
 CONFIRM_BUDGET_S = 0.25  # per variant and process: a suspect's grid is a few rows, so its windows can be long
@@ -344,9 +345,10 @@ def check_compatible(hello: dict, sha: str) -> None:
             f"REF {sha[:12]}'s A/B worker speaks protocol {hello.get('protocol')}, this checkout "
             + " or ".join(map(str, SPOKEN_PROTOCOLS))
         )
-    if hello.get("schema_version") != SCHEMA_VERSION:
+    if hello.get("schema_version") not in READABLE_SCHEMAS:
         raise Skipped(
-            f"REF {sha[:12]} writes report schema {hello.get('schema_version')}, this checkout reads {SCHEMA_VERSION}: "
+            f"REF {sha[:12]} writes report schema {hello.get('schema_version')}, this checkout reads "
+            f"{', '.join(map(str, READABLE_SCHEMAS))}: "
             "its rows have other columns, so the two reports cannot be compared"
         )
 
@@ -523,7 +525,7 @@ def run_ab(
     ref: str,
     options: BenchOptions,
     console: Console,
-    threshold: float = 0.10,
+    threshold: float = compare.DEFAULT_THRESHOLD,
     alpha: float = compare.DEFAULT_ALPHA,
     new: Tree | None = None,
     processes: int | None = None,
@@ -664,7 +666,8 @@ def _judge(
     except (compare.ReportError, ValueError) as error:
         raise AbError(f"the pooled reports under {folder} cannot be compared: {error}") from None
     title = "confirmation: the suspect rows in fresh pairs, judged on them alone" if only else ""
-    compare.print_comparison(comparison, threshold, alpha, console, title=title, summary=False)
+    # Both sides ran on this machine at once: a REF of an earlier schema lacks facts, not a machine.
+    compare.print_comparison(comparison, threshold, alpha, console, title=title, summary=False, force=True)
     return comparison
 
 
@@ -753,11 +756,11 @@ def run_in_processes(options: BenchOptions, processes: int) -> int:
     return 1 if outcome.failures else 0
 
 
-def main(ref: str, options: BenchOptions) -> int:
+def main(ref: str, options: BenchOptions, threshold: float = compare.DEFAULT_THRESHOLD) -> int:
     """Run the A/B comparison, print the table; return compare's exit code (EXIT_SETUP_FAILED on a setup error)."""
     console = Console(width=None if Console().is_terminal else 200)
     try:
-        return run_ab(ref, options, console).code
+        return run_ab(ref, options, console, threshold=threshold).code
     except AbError as error:
         console.print(f"[red bold]bench --against: {error}[/]", highlight=False)
         return EXIT_SETUP_FAILED

@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 
 import torch
 
+from bench.measure import hardware
 from bench.measure.allocator import cpu_allocator
-from bench.measure.machine import cpu_power, machine_id, transparent_huge_pages
+from bench.measure.machine import cpu_power, transparent_huge_pages
 from env.builder.toolchain import cpu_model, package_version
 from env.paths import toolchain_record_path
 from env.repo import git_commit
@@ -41,6 +42,12 @@ def environment_columns(threads: int, device: str, timestamp: str) -> dict[str, 
         "device": device,
         "cpu_allocator": cpu_allocator(),
         "thp": transparent_huge_pages(),
-        "machine_id": machine_id(),
         **cpu_power().columns(),
+        **machine_columns(device),
     }
+
+
+def machine_columns(device: str) -> dict[str, str]:
+    """The hardware facts of a row on ``device`` (bench/hardware.py) and the machine id made from them."""
+    facts = {**hardware.cpu_facts(), "gpu_model": hardware.gpu_model(device)}
+    return {**facts, "machine_id": hardware.machine_id(facts)}

@@ -125,6 +125,14 @@ class _Side:
         }
 
 
+class QuitRequested(BaseException):
+    """The driver sent "quit" while this worker waited for its turn.
+
+    Not an Exception: the benchmark takes any Exception of one variant as that
+    variant's failure and goes on to the next, which would wait for a turn again.
+    """
+
+
 def _hello() -> dict:
     # Nothing that loads a library: the driver asks a REF's worker who it is before building REF.
     from bench.report.schema import SCHEMA_VERSION
@@ -152,7 +160,10 @@ def serve(requests: TextIO, replies: TextIO) -> None:
         line = requests.readline()
         if not line:
             raise EOFError("the driver closed the requests while this worker waited for its turn")
-        if json.loads(line).get("do") != "go":
+        what = json.loads(line).get("do")
+        if what == "quit":  # the driver is done with this worker (a run stopped mid-job): leave now
+            raise QuitRequested
+        if what != "go":
             raise ValueError(f"expected {{'do': 'go'}} while waiting for the turn, got {line.strip()[:200]!r}")
 
     reply(_hello())
@@ -172,7 +183,10 @@ def serve(requests: TextIO, replies: TextIO) -> None:
                 reply({"error": f"{what!r} before 'plan'"})
             elif what == "job":
                 turns = Turns(wait_for_turn) if request.get("turns") else None
-                reply(side.job(int(request["round"]), int(request["index"]), turns))
+                try:
+                    reply(side.job(int(request["round"]), int(request["index"]), turns))
+                except QuitRequested:
+                    return
             elif what == "record":
                 reply(side.record(request["out_dir"]))
             else:

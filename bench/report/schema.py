@@ -8,6 +8,7 @@ A report is three files with one stem, ``reports/<UTC timestamp>-<host>``:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +23,9 @@ from env.files import atomic_path
 # 2: cpu_allocator column. 3: serving columns (clients ... errors). 4: device joins the key (one run
 # measures every device), timer and vs_launch_floor columns; copy_limit, minor_faults_per_call,
 # page_fault_share, thp columns; limit/copy/fresh_output rows. 5: machine_id and the power-policy columns
-# (cpu_governor ... gpu_clocks).
-SCHEMA_VERSION = 5
+# (cpu_governor ... gpu_clocks). 6: the hardware facts (cpu_vendor ... gpu_model), and machine_id hashes them
+# with /etc/machine-id (one VM image's machines shared the id of 5).
+SCHEMA_VERSION = 6
 
 # (column, pandas dtype, meaning) - field order = column order. The one declaration
 # of the format: writing, reading, validation and the tests all use this table.
@@ -105,8 +107,19 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     (
         "machine_id",
         "string",
-        "hash of /etc/machine-id (one per host, containers included; FUSEDBENCH_MACHINE_ID overrides)",
+        "hash of the hardware facts below with /etc/machine-id (containers on one host share it; "
+        "FUSEDBENCH_MACHINE_ID overrides)",
     ),
+    ("cpu_vendor", "string", "/proc/cpuinfo vendor_id"),
+    ("cpu_family", "string", "/proc/cpuinfo cpu family (AMD: 25 Zen 3/4, 26 Zen 5)"),
+    ("cpu_model_number", "string", "/proc/cpuinfo model (a number; cpu_model is the name)"),
+    ("cpu_stepping", "string", "/proc/cpuinfo stepping"),
+    ("cpu_microcode", "string", "/proc/cpuinfo microcode revision"),
+    ("cpu_caches", "string", "the first CPU's caches by level and type (sysfs), e.g. L1d 32K, L1i 32K, L2 1024K"),
+    ("cpu_flags_hash", "string", "hash of the CPU's feature flags (/proc/cpuinfo flags, sorted)"),
+    ("hypervisor", "string", "none (no hypervisor CPU flag), else the platform's DMI vendor and product"),
+    ("memory_gib", "string", "MemTotal in whole GiB"),
+    ("gpu_model", "string", "CUDA rows: name, compute capability, memory, SMs, driver (no UUID); empty on CPU"),
     ("cpu_governor", "string", "cpufreq scaling governor, or 'not exposed'"),
     ("cpu_epp", "string", "cpufreq energy_performance_preference, or 'not exposed'"),
     ("cpu_boost", "string", "boost/turbo: on | off | not exposed"),
@@ -253,15 +266,70 @@ def read_report(csv: Path | str) -> pd.DataFrame:
     if "schema_version" not in frame.columns or not set(KEY_COLUMNS) <= set(frame.columns):
         raise ReportError(f"{csv}: not a fusedbench report (no schema_version/key columns)")
     versions = set(frame["schema_version"].dropna().astype(int))
-    if versions != {SCHEMA_VERSION}:
+    if len(versions) != 1 or not versions <= set(READABLE_SCHEMAS):
         raise ReportError(
-            f"{csv}: report schema version {sorted(versions)} but this code reads version {SCHEMA_VERSION} - "
-            "re-run `invoke bench` with this checkout to compare like with like"
+            f"{csv}: report schema version {sorted(versions)} but this code reads versions "
+            f"{', '.join(map(str, READABLE_SCHEMAS))} - re-run `invoke bench` with this checkout to compare like "
+            "with like"
         )
+    (version,) = versions
     try:
-        return to_frame(frame.to_dict("records"))
+        migrated = to_frame(migrate(frame, version).to_dict("records"))
     except (ReportError, ValueError, TypeError) as error:
         raise ReportError(f"{csv}: {error}") from error
+    migrated.attrs["schema_version"] = version  # as written: an earlier schema lacks facts (see migrate)
+    return migrated
+
+
+# The report schemas read (an earlier one is migrated by ``migrate``), and the columns each later one added.
+READABLE_SCHEMAS = (4, 5, 6)
+_ADDED_IN = {
+    5: ("machine_id", "cpu_governor", "cpu_epp", "cpu_boost", "cpu_freq_range_mhz", "cpu_cur_mhz", "gpu_policy")
+    + ("gpu_clocks",),
+    6: (
+        "cpu_vendor",
+        "cpu_family",
+        "cpu_model_number",
+        "cpu_stepping",
+        "cpu_microcode",
+        "cpu_caches",
+        "cpu_flags_hash",
+        "hypervisor",
+        "memory_gib",
+        "gpu_model",
+    ),
+}
+_EARLIER = re.compile(r"^schema (\d+): ")
+
+
+def earlier_schema_value(version: int, value: str) -> str:
+    """A cell that an earlier schema could not fill as this one does: it says which schema, and what it holds."""
+    return f"schema {version}: {value}"
+
+
+def is_earlier_schema_value(value: object) -> bool:
+    return isinstance(value, str) and bool(_EARLIER.match(value))
+
+
+def migrate(frame: pd.DataFrame, version: int) -> pd.DataFrame:
+    """A report frame of schema ``version`` in this schema's columns; every fact it could not record says so.
+
+    Columns a later schema added are filled with "schema N: not recorded"; a
+    column whose meaning changed keeps its value under the same mark
+    (machine_id before 6 hashed /etc/machine-id alone, which one VM image's
+    machines share). `bench.compare` refuses such a report unless forced.
+    """
+    frame = frame.copy()
+    for later in sorted(v for v in _ADDED_IN if v > version):
+        for column in _ADDED_IN[later]:
+            if column not in frame.columns:
+                frame[column] = earlier_schema_value(version, "not recorded")
+    if version < 6 and "machine_id" in frame.columns:
+        frame["machine_id"] = [
+            v if is_earlier_schema_value(v) else earlier_schema_value(version, str(v)) for v in frame["machine_id"]
+        ]
+    frame["schema_version"] = SCHEMA_VERSION
+    return frame
 
 
 def read_samples(csv: Path | str) -> dict[tuple[str, ...], RowSamples]:
@@ -275,8 +343,8 @@ def read_samples(csv: Path | str) -> dict[tuple[str, ...], RowSamples]:
             keys, counts, flat, rounds = data["keys"], data["counts"], data["samples_us"], data["rounds"]
     except (OSError, KeyError, ValueError) as error:
         raise ReportError(f"{path}: not a fusedbench samples file ({error})") from error
-    if version != SCHEMA_VERSION:
-        raise ReportError(f"{path}: samples schema version {version}, expected {SCHEMA_VERSION}")
+    if version not in READABLE_SCHEMAS:  # the sidecar's layout is the same in all of them
+        raise ReportError(f"{path}: samples schema version {version}, this code reads {READABLE_SCHEMAS}")
     bounds = np.concatenate([[0], np.cumsum(counts)])
     return {
         tuple(str(v) for v in keys[i]): RowSamples(flat[bounds[i] : bounds[i + 1]], rounds[bounds[i] : bounds[i + 1]])

@@ -30,14 +30,20 @@ plain run a pass over the grid. For each row present in both reports:
     95 % the same samples flag none. An A/B run (bench/ab/driver.py) spends it in two
     stages: every row, then the rows left INCONCLUSIVE past a bound (suspects)
     measured again and judged alone (``only``);
-  * the verdict reads the interval against the threshold t:
-      REGRESSION    the lower bound is above 1 + t;
-      IMPROVEMENT   the upper bound is below 1 / (1 + t);
+  * separate reports (unpaired): each row's variance of its log unit values
+    is moderated over the rows of its kind (one workload on one device;
+    bench/stats/moderated.py), so a row with 3 units a side borrows degrees of
+    freedom from its neighbours; the interval is the pooled t interval of the
+    difference of mean logs at the moderated variance;
+  * the verdict (bench/stats/verdicts.py) reads significance and relevance
+    apart, with the practical threshold t (default 3 %):
+      REGRESSION    the interval lies above 1 and the ratio above 1 + t;
+      IMPROVEMENT   the interval lies below 1 and the ratio below 1 / (1 + t);
       SAME          the whole interval lies within [1 / (1 + t), 1 + t];
-      INCONCLUSIVE  the interval straddles a bound (or fewer than 2 units a side):
-                    too noisy to tell; it does not fail the comparison;
-  * detectable = the smallest slowdown this row could have flagged with its
-    noise: a ratio whose lower bound just reaches 1 + t.
+      INCONCLUSIVE  anything else (or fewer than 2 units a side): it does not
+                    fail the comparison;
+  * detectable_80 = the true slowdown this row flags with probability 80 % at
+    its noise (its standard error and degrees of freedom, its alpha, t).
 Limit rows (a copy, an empty call) measure the machine: a change in them is
 shown, never counted.
 
@@ -50,8 +56,14 @@ under a warning. The device is not a machine fact: it is part of the row key,
 so two reports over different device sets compare on the devices they share.
 Measure two builds on one machine with `invoke bench --against REF`.
 
+The machine facts include the hardware (bench/hardware.py: CPU vendor, family,
+model, stepping, microcode, caches, flags, hypervisor, memory, GPU model), since
+VMs of one image share /etc/machine-id and a CPU name. A report of an earlier
+schema lacks them: compare says which it lacks and refuses unless forced.
+
 Exit codes: 0 no regression; 1 a row regressed; 2 an input is not a report of
-this schema version; 3 the reports come from different machines (refused).
+a schema this code reads; 3 the reports come from different machines, or an
+earlier schema's report cannot tell (refused).
 """
 
 from __future__ import annotations
@@ -68,8 +80,20 @@ from rich.console import Console
 from rich.table import Table
 from scipy.stats import bootstrap, t, trim_mean
 
+from bench.measure.hardware import HARDWARE_COLUMNS
 from bench.measure.machine import BUSY_SHARE
-from bench.report.schema import KEY_COLUMNS, ReportError, RowSamples, read_report, read_samples
+from bench.report.schema import KEY_COLUMNS, ReportError, RowSamples, is_earlier_schema_value, read_report, read_samples
+from bench.stats.moderated import NO_PRIOR, Prior, fit_prior, squeeze
+from bench.stats.verdicts import (
+    DEFAULT_THRESHOLD,
+    IMPROVEMENT,
+    INCONCLUSIVE,
+    REGRESSION,
+    SAME,
+    detectable_80,
+    se_of_interval,
+    verdict_of,
+)
 
 BOOTSTRAP_RESAMPLES = 4000
 # Share of the pairs trimmed from each end of a paired row's log ratios (none below 10 pairs): one pair in ten
@@ -92,6 +116,7 @@ MACHINE_COLUMNS = (
     "cpu_boost",
     "cpu_freq_range_mhz",
     "gpu_policy",
+    *HARDWARE_COLUMNS,
 )
 # Columns whose difference between the two reports a reader must know about (expected between two builds).
 ENVIRONMENT_COLUMNS = ("git_commit", "onnx", "compiler", "cxx11_abi", "host")
@@ -104,7 +129,7 @@ LIMIT_WORKLOAD = "limit"
 
 Key = tuple[str, ...]  # a row: KEY_COLUMNS' values
 
-REGRESSION, IMPROVEMENT, SAME, INCONCLUSIVE = "REGRESSION", "IMPROVEMENT", "SAME", "INCONCLUSIVE"
+__all__ = ["DEFAULT_THRESHOLD", "IMPROVEMENT", "INCONCLUSIVE", "REGRESSION", "SAME", "verdict_of"]
 MIN_UNITS = 2  # per side: one unit has no spread, so no interval
 
 
@@ -118,7 +143,7 @@ class RowComparison:
     ci_high: float
     units: int  # independent units the interval stands on (pairs when paired, else the smaller side's count)
     paired: bool
-    detectable: float  # smallest slowdown (a fraction) this row could have flagged; NaN without an interval
+    detectable_80: float  # the slowdown (a fraction) this row flags with probability 80 %; NaN without an interval
     verdict: str
     confirmed: bool = False  # judged again on fresh pairs (an A/B run's second stage): these numbers are theirs
 
@@ -130,6 +155,8 @@ class Comparison:
     only_in_new: list[tuple[str, ...]] = field(default_factory=list)
     environment_changes: list[str] = field(default_factory=list)
     machine_differences: list[str] = field(default_factory=list)  # "fact: BASE value -> NEW value"
+    # Reports of an earlier schema, which lack facts that tell machines apart: "BASE (schema 5): facts ...".
+    earlier_schema: list[str] = field(default_factory=list)
     row_alpha: float = DEFAULT_ALPHA  # each row's 1 - confidence: the family-wise alpha over the counted rows
 
     @property
@@ -147,42 +174,60 @@ def unit_medians(samples: RowSamples) -> dict[int, float]:
     return {int(r): float(np.median(samples.values[samples.rounds == r])) for r in np.unique(samples.rounds)}
 
 
-def _mean_difference(new: np.ndarray, base: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.mean(new, axis=axis) - np.mean(base, axis=axis)
+@dataclass(frozen=True)
+class Interval:
+    """A ratio NEW / BASE, its interval, and the standard error and degrees of freedom of its log."""
+
+    ratio: float
+    low: float
+    high: float
+    se: float
+    dof: float
 
 
 def ratio_interval(
-    base: np.ndarray, new: np.ndarray, paired: bool, alpha: float, rng: np.random.Generator
+    base: np.ndarray, new: np.ndarray, paired: bool, alpha: float, rng: np.random.Generator, prior: Prior = NO_PRIOR
 ) -> tuple[float, float, float]:
-    """(ratio, low, high): geometric-mean ratio of NEW's units to BASE's and its confidence interval.
+    """(ratio, low, high): see :func:`log_interval`."""
+    interval = log_interval(base, new, paired, alpha, rng, prior)
+    return interval.ratio, interval.low, interval.high
+
+
+def log_interval(
+    base: np.ndarray, new: np.ndarray, paired: bool, alpha: float, rng: np.random.Generator, prior: Prior = NO_PRIOR
+) -> Interval:
+    """Geometric-mean ratio of NEW's units to BASE's and its confidence interval at level 1 - ``alpha``.
 
     Paired: ``base[k]`` and ``new[k]`` ran side by side; the statistic is the
     trimmed mean of the pairs' log ratios (TRIM at each end: a mean below 10
-    pairs, whose pairs are resampled; from 10 pairs on, Yuen's interval alone).
-    Unpaired: the difference of the sides' mean logs, each side resampled on
-    its own. The
-    percentile method rather than BCa: with a handful of units BCa's
-    acceleration estimate is itself unstable, and a constant log ratio (a
-    report against itself) is a degenerate sample BCa cannot handle.
+    pairs, whose pairs are resampled, widened to Student's t interval; from 10
+    pairs on, Yuen's interval alone). The percentile method rather than BCa:
+    with a handful of units BCa's acceleration estimate is itself unstable, and
+    a constant log ratio (a report against itself) is a degenerate sample BCa
+    cannot handle.
+    Unpaired: the difference of the sides' mean logs, with the pooled t
+    interval at the row's variance moderated by ``prior`` (the rows of its
+    kind: bench/stats/moderated.py); a bootstrap of 3 units a side has nothing
+    to resample.
     """
     log_base, log_new = np.log(np.asarray(base, dtype=np.float64)), np.log(np.asarray(new, dtype=np.float64))
-    if paired and int(TRIM * len(log_base)) > 0:
+    if not paired:
+        estimate = float(np.mean(log_new) - np.mean(log_base))
+        variance, dof = squeeze(*pooled_log_variance(log_base, log_new), prior)
+        se = math.sqrt(variance * (1 / len(log_base) + 1 / len(log_new)))
+        return _interval(estimate, se, dof, alpha)
+    diffs = log_new - log_base
+    estimate = float(_trimmed_mean(diffs))
+    se, dof = _yuen_se(diffs)
+    if int(TRIM * len(diffs)) > 0:
         # Yuen's interval alone: a percentile bootstrap of a trimmed mean of 10 units puts its far quantiles on
         # resamples that draw the odd pair two or three times, more than the trim removes.
-        estimate = float(_trimmed_mean(log_new - log_base))
-        low, high = _student_interval((log_new - log_base,), estimate, alpha)
-        return math.exp(estimate), math.exp(low), math.exp(high)
-    if paired:
-        data, statistic = (log_new - log_base,), _trimmed_mean
-        estimate = float(_trimmed_mean(log_new - log_base))
-    else:
-        data, statistic = (log_new, log_base), _mean_difference
-        estimate = float(np.mean(log_new) - np.mean(log_base))
+        return _interval(estimate, se, dof, alpha)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a degenerate resample distribution is a valid, zero-width interval here
         result = bootstrap(
-            data,
-            statistic,
+            (diffs,),
+            _trimmed_mean,
             n_resamples=BOOTSTRAP_RESAMPLES,
             confidence_level=1 - alpha,
             method="percentile",
@@ -193,44 +238,52 @@ def ratio_interval(
     low, high = result.confidence_interval
     if math.isnan(low) or math.isnan(high):  # all resamples equal: no spread
         low = high = estimate
-    t_low, t_high = _student_interval(data, estimate, alpha)
-    return math.exp(estimate), math.exp(min(low, t_low)), math.exp(max(high, t_high))
+    student = _interval(estimate, se, dof, alpha)
+    low, high = math.exp(min(low, math.log(student.low))), math.exp(max(high, math.log(student.high)))
+    # The standard error the (possibly widened) interval stands for: what its power is computed from.
+    return Interval(math.exp(estimate), low, high, se_of_interval(low, high, dof, alpha), dof)
+
+
+def pooled_log_variance(log_base: np.ndarray, log_new: np.ndarray) -> tuple[float, float]:
+    """(variance, degrees of freedom) of the log unit values within the two sides, pooled."""
+    dof = len(log_base) + len(log_new) - 2
+    if dof < 1:
+        return math.nan, 0.0
+    squares = np.sum((log_base - log_base.mean()) ** 2) + np.sum((log_new - log_new.mean()) ** 2)
+    return float(squares / dof), float(dof)
+
+
+def _interval(estimate: float, se: float, dof: float, alpha: float) -> Interval:
+    if not se > 0:  # identical units: no spread
+        return Interval(math.exp(estimate), math.exp(estimate), math.exp(estimate), 0.0, dof)
+    half = float(t.ppf(1 - alpha / 2, dof)) * se
+    return Interval(math.exp(estimate), math.exp(estimate - half), math.exp(estimate + half), se, dof)
 
 
 def _trimmed_mean(values: np.ndarray, axis: int = -1) -> np.ndarray:
     return trim_mean(values, TRIM, axis=axis)
 
 
-def _student_interval(data: tuple[np.ndarray, ...], estimate: float, alpha: float) -> tuple[float, float]:
-    """The t interval of a trimmed mean log ratio (paired: Yuen's, one sample of differences; with nothing
-    trimmed, Student's) or of a difference of mean logs (unpaired: Welch's). It holds its coverage at a few
-    units, where the percentile bootstrap does not."""
-    if len(data) == 1:
-        (diffs,) = data
-        n = len(diffs)
-        cut = int(TRIM * n)  # as trim_mean cuts
-        kept = n - 2 * cut
-        ordered = np.sort(diffs)
-        winsorized = np.clip(ordered, ordered[cut], ordered[n - cut - 1])
-        se, dof = math.sqrt((n - 1) * np.var(winsorized, ddof=1) / (kept * (kept - 1))), kept - 1
-    else:
-        shares = [np.var(side, ddof=1) / len(side) for side in data]
-        se = math.sqrt(sum(shares))
-        dof = sum(shares) ** 2 / sum(v**2 / (len(side) - 1) for v, side in zip(shares, data, strict=True)) if se else 1
-    if not se > 0:  # identical units: no spread to widen by
-        return estimate, estimate
-    half = float(t.ppf(1 - alpha / 2, dof)) * se
-    return estimate - half, estimate + half
+def _yuen_se(diffs: np.ndarray) -> tuple[float, float]:
+    """(standard error, degrees of freedom) of the trimmed mean of the pairs' log ratios: Yuen's, from the
+    winsorized variance, with h - 1 degrees of freedom for the h pairs kept (with nothing trimmed, Student's).
+    It holds its coverage at a few units, where the percentile bootstrap does not."""
+    n = len(diffs)
+    cut = int(TRIM * n)  # as trim_mean cuts
+    kept = n - 2 * cut
+    ordered = np.sort(diffs)
+    winsorized = np.clip(ordered, ordered[cut], ordered[n - cut - 1])
+    return math.sqrt((n - 1) * np.var(winsorized, ddof=1) / (kept * (kept - 1))), kept - 1
 
 
-def verdict_of(low: float, high: float, threshold: float) -> str:
-    if low > 1 + threshold:
-        return REGRESSION
-    if high < 1 / (1 + threshold):
-        return IMPROVEMENT
-    if low >= 1 / (1 + threshold) and high <= 1 + threshold:
-        return SAME
-    return INCONCLUSIVE
+def row_units(base: RowSamples, new: RowSamples, paired: bool) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(BASE's unit values, NEW's, paired): in round order when both have the same rounds and ``paired``."""
+    base_units, new_units = unit_medians(base), unit_medians(new)
+    paired = paired and base_units.keys() == new_units.keys()
+    if paired:
+        rounds = sorted(base_units)
+        return np.array([base_units[r] for r in rounds]), np.array([new_units[r] for r in rounds]), True
+    return np.array(list(base_units.values())), np.array(list(new_units.values())), False
 
 
 def compare_samples(
@@ -241,25 +294,38 @@ def compare_samples(
     alpha: float,
     rng: np.random.Generator,
     paired: bool = False,
+    prior: Prior = NO_PRIOR,
 ) -> RowComparison:
+    """One row judged; ``prior``: the moderated variance's prior of the row's kind (unpaired rows only)."""
     base_median, new_median = float(np.median(base.values)), float(np.median(new.values))
-    base_units, new_units = unit_medians(base), unit_medians(new)
-    paired = paired and base_units.keys() == new_units.keys()
-    if paired:
-        rounds = sorted(base_units)
-        base_values, new_values = [base_units[r] for r in rounds], [new_units[r] for r in rounds]
-    else:
-        base_values, new_values = list(base_units.values()), list(new_units.values())
+    base_values, new_values, paired = row_units(base, new, paired)
     units = min(len(base_values), len(new_values))
     if units < MIN_UNITS:
         ratio = float(np.exp(np.mean(np.log(new_values)) - np.mean(np.log(base_values))))
         nan = math.nan
         return RowComparison(key, base_median, new_median, ratio, nan, nan, units, paired, nan, INCONCLUSIVE)
-    ratio, low, high = ratio_interval(np.array(base_values), np.array(new_values), paired, alpha, rng)
-    # The lower bound sits ratio/low below the estimate; a slowdown is flagged once that bound passes 1 + t.
-    detectable = (1 + threshold) * ratio / low - 1
-    verdict = verdict_of(low, high, threshold)
+    interval = log_interval(base_values, new_values, paired, alpha, rng, prior)
+    ratio, low, high = interval.ratio, interval.low, interval.high
+    detectable = detectable_80(interval.se, interval.dof, alpha, threshold)
+    verdict = verdict_of(ratio, low, high, threshold)
     return RowComparison(key, base_median, new_median, ratio, low, high, units, paired, detectable, verdict)
+
+
+def kind_of(key: Key) -> tuple[str, str]:
+    """The rows whose process-level variances are pooled: one workload on one device."""
+    return key[0], key[5]
+
+
+def kind_priors(
+    keys: list[Key], base: dict[Key, RowSamples], new: dict[Key, RowSamples], paired: bool
+) -> dict[tuple[str, str], Prior]:
+    """Per kind, the prior of the moderated variance fitted over its unpaired rows' pooled log variances."""
+    by_kind: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for key in keys:
+        base_values, new_values, is_paired = row_units(base[key], new[key], paired)
+        if not is_paired and min(len(base_values), len(new_values)) >= MIN_UNITS:
+            by_kind.setdefault(kind_of(key), []).append(pooled_log_variance(np.log(base_values), np.log(new_values)))
+    return {kind: fit_prior(*map(np.array, zip(*rows, strict=True))) for kind, rows in by_kind.items()}
 
 
 def _environment_changes(base: pd.DataFrame, new: pd.DataFrame) -> list[str]:
@@ -323,7 +389,7 @@ def family_alpha_per_row(alpha: float, counted_rows: int) -> float:
 def compare_reports(
     base_csv: Path | str,
     new_csv: Path | str,
-    threshold: float = 0.10,
+    threshold: float = DEFAULT_THRESHOLD,
     alpha: float = DEFAULT_ALPHA,
     seed: int = 0,
     paired: bool = False,
@@ -334,7 +400,7 @@ def compare_reports(
     ``only``: judge just these rows (the family ``alpha`` is spread over is then theirs).
     """
     if not threshold >= 0:
-        raise ValueError(f"threshold must be >= 0 (a fraction: 0.10 = 10%), got {threshold}")
+        raise ValueError(f"threshold must be >= 0 (a fraction: 0.03 = 3%), got {threshold}")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
     base, new = read_report(base_csv), read_report(new_csv)
@@ -347,7 +413,13 @@ def compare_reports(
     rng = np.random.default_rng(seed)  # a fixed seed: the same two reports always give the same table
     in_both = [k for k in base_keys if k in set(new_keys) and (only is None or k in set(only))]
     row_alpha = family_alpha_per_row(alpha, sum(k[0] != LIMIT_WORKLOAD for k in in_both))
-    rows = [compare_samples(k, base_samples[k], new_samples[k], threshold, row_alpha, rng, paired) for k in in_both]
+    priors = kind_priors(in_both, base_samples, new_samples, paired)
+    rows = [
+        compare_samples(
+            k, base_samples[k], new_samples[k], threshold, row_alpha, rng, paired, priors.get(kind_of(k), NO_PRIOR)
+        )
+        for k in in_both
+    ]
     return Comparison(
         row_alpha=row_alpha,
         rows=rows,
@@ -355,27 +427,46 @@ def compare_reports(
         only_in_new=[k for k in new_keys if k not in set(base_keys)],
         environment_changes=_environment_changes(base, new),
         machine_differences=_machine_differences(base, new),
+        earlier_schema=earlier_schema(base, new),
     )
 
 
 def _machine_differences(base: pd.DataFrame, new: pd.DataFrame) -> list[str]:
     """The machine facts that differ, over the devices both reports measured (a GPU fact of a device only one
-    report has is no difference: its rows are simply not compared)."""
+    report has is no difference: its rows are simply not compared). A fact one report's earlier schema did not
+    record (or recorded with another meaning) cannot differ: it is named by ``earlier_schema`` instead."""
     shared = set(base.device.astype(str)) & set(new.device.astype(str))
     if not shared:
         before, after = (", ".join(sorted(set(report.device.astype(str)))) for report in (base, new))
         return [f"device: {before} -> {after}"]
-    return column_differences(base[base.device.isin(shared)], new[new.device.isin(shared)], MACHINE_COLUMNS)
+    base, new = base[base.device.isin(shared)], new[new.device.isin(shared)]
+    checkable = tuple(c for c in MACHINE_COLUMNS if _earlier(base[c]) == _earlier(new[c]))
+    return column_differences(base, new, checkable)
+
+
+def _earlier(column: pd.Series) -> bool:
+    return bool(column.map(is_earlier_schema_value).any())
+
+
+def earlier_schema(base: pd.DataFrame, new: pd.DataFrame) -> list[str]:
+    """For each report of an earlier schema: the machine facts it lacks, which the comparison cannot check."""
+    found = []
+    for name, frame in (("BASE", base), ("NEW", new)):
+        lacking = [c for c in MACHINE_COLUMNS if _earlier(frame[c])]
+        if lacking:
+            found.append(f"{name} is a report of an earlier schema and lacks {', '.join(lacking)}")
+    return found
 
 
 def comparison_table(comparison: Comparison, threshold: float, alpha: float, title: str = "") -> Table:
     confidence = f"{100 * (1 - alpha):g}% family-wise ({100 * (1 - comparison.row_alpha):.2f}% per row)"
     table = Table(
         title=(title or "NEW / BASE per unit (a round; an A/B run's rounds are processes, paired)") + "; "
-        f"{confidence} interval: REGRESSION when above {1 + threshold:.2f}, "
-        f"SAME when within [{1 / (1 + threshold):.3f}, {1 + threshold:.2f}]"
+        f"{confidence} interval: REGRESSION when it lies above 1 and the ratio above {1 + threshold:.3f}, "
+        f"SAME when it lies within [{1 / (1 + threshold):.3f}, {1 + threshold:.3f}]; "
+        "detectable_80: the slowdown the row flags with probability 80 % at its noise"
     )
-    numeric = ("base µs", "new µs", "ratio", f"{confidence} CI", "units", "detectable")
+    numeric = ("base µs", "new µs", "ratio", f"{confidence} CI", "units", "detectable_80")
     for name in (*KEY_COLUMNS, *numeric, "verdict"):
         table.add_column(name, justify="right" if name in numeric else "left")
     styles = {REGRESSION: "bold red", IMPROVEMENT: "green", INCONCLUSIVE: "yellow", SAME: ""}
@@ -387,7 +478,7 @@ def comparison_table(comparison: Comparison, threshold: float, alpha: float, tit
             f"{r.ratio:.3f}",
             "-" if math.isnan(r.ci_low) else f"{r.ci_low:.3f}-{r.ci_high:.3f}",
             f"{r.units}{' pairs' if r.paired else ''}",
-            "-" if math.isnan(r.detectable) else f">= {100 * r.detectable:.0f}%",
+            "-" if math.isnan(r.detectable_80) else f"{100 * r.detectable_80:.0f}%",
             f"[{styles[r.verdict]}]{r.verdict}[/]" if styles[r.verdict] else r.verdict,
         )
     return table
@@ -396,11 +487,12 @@ def comparison_table(comparison: Comparison, threshold: float, alpha: float, tit
 def main(
     base: str,
     new: str,
-    threshold: float = 0.10,
+    threshold: float = DEFAULT_THRESHOLD,
     alpha: float = DEFAULT_ALPHA,
     console: Console | None = None,
     allow_different_machines: bool = False,
     paired: bool = False,
+    force: bool = False,
 ) -> int:
     console = console or Console(width=None if Console().is_terminal else 200)
     try:
@@ -408,7 +500,7 @@ def main(
     except (ReportError, ValueError) as error:
         console.print(f"[red bold]compare: {error}[/]", highlight=False)
         return EXIT_NOT_A_REPORT
-    return print_comparison(comparison, float(threshold), float(alpha), console, allow_different_machines)
+    return print_comparison(comparison, float(threshold), float(alpha), console, allow_different_machines, force=force)
 
 
 def print_comparison(
@@ -419,8 +511,27 @@ def print_comparison(
     allow_different_machines: bool = False,
     title: str = "",
     summary: bool = True,
+    force: bool = False,
 ) -> int:
-    """Print the table and (``summary``) what it found; the exit code (regressions count, limit rows do not)."""
+    """Print the table and (``summary``) what it found; the exit code (regressions count, limit rows do not).
+
+    ``force``: compare a report of an earlier schema anyway (its missing facts are printed as a warning).
+    """
+    if comparison.earlier_schema and not force:
+        console.print(
+            "[red bold]compare: the machines cannot be told apart[/] - "
+            + "; ".join(comparison.earlier_schema)
+            + ".\nBefore schema 6 a report recorded no hardware facts, and its machine id was /etc/machine-id's "
+            "alone, which every VM made from one image shares: a Zen 4 and a Zen 5 VM read as one machine. "
+            "Measure both on this checkout, or `invoke bench.compare --force BASE NEW` to compare them anyway.",
+            highlight=False,
+        )
+        return EXIT_MACHINES_DIFFER
+    if comparison.earlier_schema:
+        console.print(
+            "[red bold]WARNING: forced[/]: " + "; ".join(comparison.earlier_schema) + " (not checked)",
+            highlight=False,
+        )
     if comparison.machine_differences and not allow_different_machines:
         console.print(
             "[red bold]compare: the two reports come from different machines or runtimes[/] - differing: "

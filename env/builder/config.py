@@ -42,17 +42,20 @@ def cxx_opt_flags() -> list[str]:
     return OPT_FLAGS + (["-march=native"] if march_native_requested() else [])
 
 
-# A deliberate slowdown of the torch op's CPU entry points (csrc/torch/injected_slowdown.h), in whole
-# percent of each call's period: how the comparisons' detection rates are measured
-# (bench/experiments/ab_measure.py builds its slowed trees with it). 0 or unset: no slowdown, no code.
+# A deliberate slowdown of the torch op's CPU entry points (csrc/torch/slowdown.h), in whole percent of
+# each call's period: how the comparisons' detection rates are measured (the experiments build their slowed
+# trees with it). 0 or unset: no slowdown, no code.
 SLOWDOWN_VARIABLE = "FUSEDBENCH_SLOWDOWN_PERCENT"
+MAX_SLOWDOWN_PERCENT = 1000  # the header's static_assert bound
 
 
 def slowdown_percent() -> int:
-    """$FUSEDBENCH_SLOWDOWN_PERCENT as an integer >= 0 (0 when unset); ValueError naming it otherwise."""
+    """$FUSEDBENCH_SLOWDOWN_PERCENT as an integer percent (0 when unset); ValueError naming it otherwise."""
     text = os.environ.get(SLOWDOWN_VARIABLE, "").strip() or "0"
-    if not text.isdigit():
-        raise ValueError(f"{SLOWDOWN_VARIABLE} must be a whole percent >= 0 (like 10), got {text!r}")
+    if not text.isdigit() or int(text) > MAX_SLOWDOWN_PERCENT:
+        raise ValueError(
+            f"{SLOWDOWN_VARIABLE} must be an integer percent in 0..{MAX_SLOWDOWN_PERCENT} (like 10), got {text!r}"
+        )
     return int(text)
 
 

@@ -316,7 +316,7 @@ def _settings(mode: str) -> dict[str, Any]:
         },
         "cxx_flags": cxx_opt_flags(),
         "march_native": march_native_requested(),
-        "slowdown_percent": slowdown_percent(),  # nonzero only in an experiment's build (injected_slowdown.h)
+        "slowdown_percent": slowdown_percent(),  # nonzero only in an experiment's build (csrc/torch/slowdown.h)
         # Passed explicitly as -D_GLIBCXX_USE_CXX11_ABI (env/builder/config.py).
         "cxx11_abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
         # Pinned in environment.lock.yml; every CUDA build uses it (env/builder/config.py).

@@ -1,4 +1,7 @@
-"""The slowdown switch of bench.experiments.ab_measure: the builder sets it, the wait it compiles in is sized."""
+"""bench.experiments.ab_measure: its options, the slowed impl compiling, and its rejudging of recorded runs.
+
+The switch itself (the builder's definition and the header's wait) is tested in tests/env/test_slowdown_switch.py.
+"""
 
 from __future__ import annotations
 
@@ -10,70 +13,7 @@ import pytest
 import torch.utils.cpp_extension as cpp_extension
 
 from bench.experiments.ab_measure import parse_percents
-from env.builder.config import SLOWDOWN_VARIABLE, slowdown_defines, torch_cxx_flags
 from env.paths import REPO_ROOT, csrc_dir
-
-# A call that spins INSIDE_US inside, wrapped in the injected wait; prints how long the call took in all,
-# over the time inside, for calls made back to back (the gap between them counts as the call's period too).
-_PROGRAM = r"""
-#include <chrono>
-#include <cstdio>
-#include "injected_slowdown.h"
-using Clock = std::chrono::steady_clock;
-static void call(std::chrono::microseconds inside) {
-  FUSED_NORM_INJECTED_WAIT();
-  const auto until = Clock::now() + inside;
-  while (Clock::now() < until) {
-  }
-}
-int main() {
-  const std::chrono::microseconds inside{2000};
-  double smallest = 1e9;
-  for (int i = 0; i < 20; ++i) {
-    const auto start = Clock::now();
-    call(inside);
-    const double ratio = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / inside.count();
-    smallest = ratio < smallest ? ratio : smallest;
-  }
-  std::printf("%.4f\n", smallest);
-}
-"""
-
-
-def _smallest_ratio(tmp_path, *defines: str) -> float:
-    source = tmp_path / "wait.cpp"
-    source.write_text(_PROGRAM)
-    exe = tmp_path / "wait"
-    include = f"-I{csrc_dir() / 'torch'}"
-    subprocess.run(["c++", "-std=c++17", "-O2", include, *defines, str(source), "-o", str(exe)], check=True)
-    return float(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout)
-
-
-@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler (c++) on PATH")
-def test_the_switch_makes_every_call_at_least_that_percent_slower(tmp_path):
-    # The wait runs until now + share x (inside + gap): a lower bound that no load on the machine can break.
-    assert _smallest_ratio(tmp_path, "-DFUSED_NORM_SLOWDOWN_PERCENT=30") >= 1.30
-
-
-@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler (c++) on PATH")
-def test_without_the_switch_the_wait_is_not_compiled_in():
-    header = (csrc_dir() / "torch" / "injected_slowdown.h").read_text()
-    assert "#define FUSED_NORM_INJECTED_WAIT() static_cast<void>(0)" in header
-    impl = (csrc_dir() / "torch" / "torch_cpu_impl.cpp").read_text()
-    assert impl.count("FUSED_NORM_INJECTED_WAIT();") == 2  # both CPU entry points
-
-
-def test_the_builder_sets_the_definition_from_the_variable(monkeypatch):
-    monkeypatch.delenv(SLOWDOWN_VARIABLE, raising=False)
-    assert slowdown_defines() == [] and not any("SLOWDOWN" in f for f in torch_cxx_flags())
-    monkeypatch.setenv(SLOWDOWN_VARIABLE, "0")
-    assert slowdown_defines() == []
-    monkeypatch.setenv(SLOWDOWN_VARIABLE, "15")
-    assert "-DFUSED_NORM_SLOWDOWN_PERCENT=15" in torch_cxx_flags()
-    for bad in ("-5", "ten", "1.5"):
-        monkeypatch.setenv(SLOWDOWN_VARIABLE, bad)
-        with pytest.raises(ValueError, match=SLOWDOWN_VARIABLE):
-            slowdown_defines()
 
 
 def test_slowdowns_are_whole_percents():

@@ -368,8 +368,10 @@ def test_each_process_times_a_variant_for_the_process_budget_unless_the_run_set_
 def test_an_incompatible_ref_is_skipped_with_the_reason():
     with pytest.raises(ab.Skipped, match="speaks protocol 1"):
         ab.check_compatible({"protocol": 1, "schema_version": SCHEMA_VERSION}, "a" * 40)
-    with pytest.raises(ab.Skipped, match=f"writes report schema {SCHEMA_VERSION - 1}"):
-        ab.check_compatible({"protocol": PROTOCOL, "schema_version": SCHEMA_VERSION - 1}, "a" * 40)
+    with pytest.raises(ab.Skipped, match=f"writes report schema {SCHEMA_VERSION + 1}, this checkout reads 4, 5, 6"):
+        ab.check_compatible({"protocol": PROTOCOL, "schema_version": SCHEMA_VERSION + 1}, "a" * 40)
+    # A REF of an earlier schema this checkout reads (migrated) takes part: both sides run on this machine.
+    ab.check_compatible({"protocol": PROTOCOL, "schema_version": SCHEMA_VERSION - 1}, "a" * 40)
 
 
 # --- the real two-build path (slow) ---------------------------------------------------------
@@ -482,7 +484,7 @@ def test_a_ref_of_another_report_schema_is_skipped_with_the_reason(repo, tmp_pat
         scratch.git("checkout", "--quiet", repo["slow"], cwd=root)
     result, text = _run(repo, other, tmp_path)
     assert result.code == 0 and result.new_csv is None
-    assert f"writes report schema {SCHEMA_VERSION + 1}, this checkout reads {SCHEMA_VERSION}" in text
+    assert f"writes report schema {SCHEMA_VERSION + 1}, this checkout reads 4, 5, {SCHEMA_VERSION}" in text
     assert f"schema {SCHEMA_VERSION + 1}" in (result.folder / "compare.txt").read_text()
 
 
@@ -492,3 +494,51 @@ def test_a_ref_that_is_not_a_commit_is_a_clear_error(tmp_path):
         ab.run_ab("no-such-branch", options, Console(file=io.StringIO()), new=ab.Tree(REPO_ROOT))
     with pytest.raises(ab.AbError, match="must name a commit"):
         ab.run_ab("--help", options, Console(file=io.StringIO()), new=ab.Tree(REPO_ROOT))
+
+
+class _VariantsThatWaitForTurns:
+    """A worker's side whose job runs three variants, each waiting for its turn first, and takes any Exception of
+    one variant as that variant's failure (as bench/run.py does)."""
+
+    def __init__(self, *args) -> None:
+        self.jobs = [0]
+        self.settings = type("Settings", (), {"rounds": 1})()
+
+    def job(self, round_index: int, index: int, turns) -> dict:
+        for _ in range(3):
+            try:
+                turns.begin()
+            except Exception:  # noqa: BLE001 - the benchmark's own rule for one variant's failure
+                continue
+        return {"seconds": 0.0}
+
+
+def test_quit_sent_while_a_worker_waits_for_its_turn_ends_it_at_once(monkeypatch):
+    # Worker.close() sends "quit" to a worker that may be blocked waiting for its turn; it must leave then, not
+    # take "quit" as one variant's failure and wait again until the driver's deadline.
+    import json
+    import os
+    import threading
+
+    from bench.processes import worker as ab_worker
+
+    monkeypatch.setattr(ab_worker, "_Side", _VariantsThatWaitForTurns)
+    monkeypatch.setattr("bench.measure.turns.move_to_timing_cpu", lambda: None)
+    to_worker_r, to_worker_w = os.pipe()
+    from_worker_r, from_worker_w = os.pipe()
+    requests, writer = os.fdopen(to_worker_r), os.fdopen(to_worker_w, "w")
+    replies, reader = os.fdopen(from_worker_w, "w"), os.fdopen(from_worker_r)
+    served = threading.Thread(target=ab_worker.serve, args=(requests, replies), daemon=True)
+    served.start()
+    assert json.loads(reader.readline())["protocol"] == PROTOCOL
+    for request in ({"do": "plan", "options": {}}, {"do": "job", "round": 0, "index": 0, "turns": True}):
+        writer.write(json.dumps(request) + "\n")
+        writer.flush()
+        reader.readline()  # the plan's reply; then the job's first {"turn": "waiting"}
+    writer.write(json.dumps({"do": "quit"}) + "\n")
+    writer.flush()
+    served.join(timeout=5)
+    alive = served.is_alive()
+    writer.close()  # an EOF unblocks a worker that kept waiting, so the thread ends either way
+    served.join(timeout=5)
+    assert not alive, "the worker took 'quit' for a failed variant and waited for its turn again"

@@ -24,6 +24,7 @@ from bench.stats.compare import (
     ratio_interval,
     verdict_of,
 )
+from bench.stats.verdicts import DEFAULT_THRESHOLD
 from env.paths import REPO_ROOT
 from tests.helpers.bench_synthetic import lognormal, make_key, synthetic_report
 
@@ -60,18 +61,18 @@ def test_report_compared_with_itself_is_clean(tmp_path, rng):
     csv = synthetic_report(tmp_path / "a.csv", {make_key(): lognormal(rng, 3.0, 500, sigma=0.5)})
     code, text = _run(csv, csv)
     assert code == 0 and "1.000" in text
-    # Paired, every pair's ratio is 1: the interval is the point, and the smallest change it could flag is the
-    # threshold.
+    # Paired, every pair's ratio is 1: the interval is the point, and the change it would catch is the
+    # threshold (a zero-width interval flags any estimate past it).
     (row,) = compare_reports(csv, csv, paired=True).rows
     assert (
         row.verdict == SAME
         and row.ci_low == row.ci_high == pytest.approx(1.0)
-        and row.detectable == pytest.approx(0.10)
+        and row.detectable_80 == pytest.approx(DEFAULT_THRESHOLD)
     )
     # Unpaired, the rounds' own spread (sigma 0.5 over 500 samples a round) widens it, around 1; with a few
     # rounds a side the t interval may reach past a bound, which is INCONCLUSIVE, never a verdict of change.
     (row,) = compare_reports(csv, csv).rows
-    assert row.verdict in (SAME, INCONCLUSIVE) and row.ci_low < 1.0 < row.ci_high and row.detectable > 0.10
+    assert row.verdict in (SAME, INCONCLUSIVE) and row.ci_low < 1.0 < row.ci_high and row.detectable_80 > 0.03
 
 
 def test_30_percent_slowdown_with_many_samples_is_a_regression(tmp_path, rng):
@@ -121,7 +122,9 @@ def test_pairing_cancels_what_the_two_sides_of_a_pair_shared(tmp_path, rng):
     (paired,) = compare_reports(base, new, paired=True).rows
     (unpaired,) = compare_reports(base, new).rows
     assert paired.paired and paired.units == 6 and paired.verdict == REGRESSION and 1.17 < paired.ratio < 1.23
-    assert not unpaired.paired and unpaired.verdict == INCONCLUSIVE and unpaired.detectable > paired.detectable + 0.2
+    assert (
+        not unpaired.paired and unpaired.verdict == INCONCLUSIVE and unpaired.detectable_80 > paired.detectable_80 + 0.2
+    )
 
 
 def test_reports_with_different_rounds_are_compared_unpaired(tmp_path, rng):
@@ -146,7 +149,7 @@ def test_speedup_is_an_improvement_not_a_regression(tmp_path, rng):
     base = synthetic_report(tmp_path / "a.csv", {key: lognormal(rng, 10.0, 1500)})
     new = synthetic_report(tmp_path / "b.csv", {key: lognormal(rng, 6.0, 1500)})
     (row,) = compare_reports(base, new).rows
-    assert row.verdict == IMPROVEMENT and row.ci_high < 1 / 1.1
+    assert row.verdict == IMPROVEMENT and row.ci_high < 1 / 1.1 and row.ratio < 1 / (1 + DEFAULT_THRESHOLD)
     assert _run(base, new)[0] == 0
 
 
@@ -155,15 +158,14 @@ def test_small_change_within_threshold_is_same_and_a_lower_threshold_flags_it(tm
     base = synthetic_report(tmp_path / "a.csv", {key: lognormal(rng, 10.0, 6000, sigma=0.02)})
     new = synthetic_report(tmp_path / "b.csv", {key: lognormal(rng, 10.5, 6000, sigma=0.02)})
     (default,) = compare_reports(base, new).rows
-    assert default.verdict == SAME and 1.04 < default.ci_low <= default.ci_high < 1.06  # clearly 5 %, < the 10 %
-    (row,) = compare_reports(base, new, threshold=0.03).rows
-    assert row.verdict == REGRESSION
-    # A bound inside the interval leaves it straddling. The bound is taken from the interval itself: a
-    # fixed 1.05 sits inside only most of the time (the interval is about 0.005 wide around 1.05, and
-    # fell wholly on one side of it for 9 of 300 seeds).
-    middle = (default.ci_low + default.ci_high) / 2
-    (row,) = compare_reports(base, new, threshold=middle - 1).rows
-    assert row.verdict == INCONCLUSIVE
+    assert default.verdict == REGRESSION and 1.04 < default.ci_low <= default.ci_high < 1.06  # clearly 5 % > 3 %
+    (row,) = compare_reports(base, new, threshold=0.10).rows
+    assert row.verdict == SAME  # significant, but the whole interval within 10 %: it does not matter
+    # Significant, the estimate short of the threshold, the interval reaching past it: INCONCLUSIVE. The
+    # threshold is taken from the interval itself (between the estimate and the upper bound).
+    between = (default.ratio + default.ci_high) / 2
+    (row,) = compare_reports(base, new, threshold=between - 1).rows
+    assert row.verdict == INCONCLUSIVE and row.ci_low > 1
 
 
 def test_rows_in_only_one_report_are_listed(tmp_path, rng):
@@ -229,9 +231,10 @@ def test_four_pairs_of_identical_code_with_one_noisy_stretch_are_not_a_regressio
     # 1.12-1.35 and a false REGRESSION; their t interval reaches below 1.10.
     base = np.array([2000.0, 2100.0, 1950.0, 2050.0])
     ratios = np.array([1.10, 1.37, 1.16, 1.32])
-    ratio, low, high = ratio_interval(base, base * ratios, paired=True, alpha=0.05, rng=rng)
+    row_alpha = family_alpha_per_row(0.05, 31)  # as a quick A/B run judges each of its rows
+    ratio, low, high = ratio_interval(base, base * ratios, paired=True, alpha=row_alpha, rng=rng)
     assert ratio == pytest.approx(np.exp(np.mean(np.log(ratios))))
-    assert low < 1.10 < high and verdict_of(low, high, 0.10) == INCONCLUSIVE
+    assert low < 1.0 < high and verdict_of(ratio, low, high, 0.10) == INCONCLUSIVE
 
 
 def test_paired_interval_is_the_spread_of_the_pair_ratios(rng):
@@ -257,7 +260,7 @@ def test_ten_pairs_are_trimmed_so_one_odd_pair_does_not_hide_a_ten_percent_slowd
     row_alpha = family_alpha_per_row(0.05, 31)
     ratio, low, high = ratio_interval(base, slowed, paired=True, alpha=row_alpha, rng=rng)
     assert ratio == pytest.approx(1.10 * np.exp(scipy.stats.trim_mean(ODD_PAIR_LOG_RATIOS, 0.1)))
-    assert verdict_of(low, high, 0.05) == REGRESSION
+    assert verdict_of(ratio, low, high, 0.05) == REGRESSION
     # The untrimmed mean's t interval of the same pairs reaches below 1.05: the odd pair alone hid it.
     logs = np.log(slowed / base)
     half = scipy.stats.t.ppf(1 - row_alpha / 2, 9) * logs.std(ddof=1) / np.sqrt(10)
@@ -301,3 +304,16 @@ def test_alpha_is_family_wise_over_the_rows_a_comparison_counts():
 
     assert family_alpha_per_row(0.05, 31) == pytest.approx(0.05 / 31)
     assert family_alpha_per_row(0.05, 0) == 0.05  # no counted row: nothing to divide
+
+
+def test_the_task_options_say_what_alpha_and_threshold_are():
+    # alpha is family-wise over the counted rows, and an A/B run has no bootstrap: its help says so.
+    for task in (tasks.compare, tasks.bench):
+        assert "family-wise" in tasks.ALPHA_HELP and "bootstrap" not in tasks.ALPHA_HELP
+        assert "1 + threshold" in task.help["threshold"]
+    assert "alpha" in tasks.compare.help and tasks.compare.help["alpha"] == tasks.ALPHA_HELP
+    import inspect
+
+    for task in (tasks.compare, tasks.bench):
+        default = inspect.signature(task.body).parameters["threshold"].default
+        assert float(default) == DEFAULT_THRESHOLD

@@ -6,11 +6,13 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 from invoke import Context, Exit
 from rich.console import Console
 
 import tasks
+from bench.measure.hardware import HARDWARE_COLUMNS
 from bench.report.schema import SCHEMA_VERSION
 from bench.stats.compare import EXIT_MACHINES_DIFFER, MACHINE_COLUMNS, compare_reports, main
 from env.paths import REPO_ROOT
@@ -29,6 +31,16 @@ HERE = {
     "cpu_boost": "on",
     "cpu_freq_range_mhz": "1500-3700",
     "gpu_policy": "",
+    "cpu_vendor": "AuthenticAMD",
+    "cpu_family": "25",
+    "cpu_model_number": "17",
+    "cpu_stepping": "1",
+    "cpu_microcode": "0x1000065",
+    "cpu_caches": "L1d 32K, L1i 32K, L2 1024K, L3 32768K",
+    "cpu_flags_hash": "fb86c92f4654060a",
+    "hypervisor": "Google Compute Engine",
+    "memory_gib": "24",
+    "gpu_model": "",
 }
 
 
@@ -116,6 +128,14 @@ def test_reports_over_different_device_sets_compare_on_the_devices_they_share(tm
         {"cpu_epp": "balance_power"},
         {"cpu_boost": "off"},
         {"cpu_freq_range_mhz": "1500-2200"},
+        {"cpu_family": "26"},
+        {"cpu_model_number": "2"},
+        {"cpu_stepping": "0"},
+        {"cpu_microcode": "0xb002110"},
+        {"cpu_caches": "L1d 48K, L1i 32K, L2 1024K, L3 32768K"},
+        {"cpu_flags_hash": "0123456789abcdef"},
+        {"hypervisor": "none"},
+        {"memory_gib": "16"},
     ],
 )
 def test_a_differing_machine_fact_is_refused_and_named(tmp_path, rng, there):
@@ -158,12 +178,50 @@ def test_same_machine_has_no_warning(tmp_path, rng):
     assert code == 0 and "WARNING" not in text and "git_commit: synthetic -> abc" in text
 
 
-@pytest.mark.parametrize("version", [SCHEMA_VERSION - 1, SCHEMA_VERSION + 1])
-def test_a_report_of_another_schema_version_is_a_clear_error(tmp_path, rng, version):
+@pytest.mark.parametrize("version", [3, SCHEMA_VERSION + 1])
+def test_a_report_of_a_schema_this_code_does_not_read_is_a_clear_error(tmp_path, rng, version):
     good = synthetic_report(tmp_path / "good.csv", {make_key(): lognormal(rng, 5, 30)})
     old = synthetic_report(tmp_path / "old.csv", {make_key(): lognormal(rng, 5, 30)}, schema_version=version)
     code, text = _run(old, good)
-    assert code == 2 and f"report schema version [{version}]" in text and f"reads version {SCHEMA_VERSION}" in text
+    assert code == 2 and f"report schema version [{version}]" in text and "reads versions 4, 5, 6" in text
+
+
+def _as_earlier_schema(csv, version: int):
+    """The report rewritten as schema ``version`` wrote it: without the columns later schemas added."""
+    frame = pd.read_csv(csv, dtype=str)
+    added = [*(HARDWARE_COLUMNS if version < 6 else ())]
+    if version < 5:
+        added += ["machine_id", "cpu_governor", "cpu_epp", "cpu_boost", "cpu_freq_range_mhz", "cpu_cur_mhz"]
+        added += ["gpu_policy", "gpu_clocks"]
+    frame = frame.drop(columns=added)
+    frame["schema_version"] = version
+    frame.to_csv(csv, index=False)
+    return csv
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_a_report_of_an_earlier_schema_is_refused_unless_forced(tmp_path, rng, version):
+    base, new = _pair(tmp_path, rng, {}, slower=1.5)
+    _as_earlier_schema(base, version)
+    code, text = _run(base, new)
+    assert code == EXIT_MACHINES_DIFFER and "cannot be told apart" in text and "--force" in text
+    assert "BASE is a report of an earlier schema and lacks machine_id" in text and "cpu_family" in text
+    assert "rows compared" not in text
+    code, text = _run(base, new, force=True)
+    assert code == 1 and "WARNING: forced" in text and "1 rows compared, 1 regression(s)" in text
+    # The facts both record are still compared: a forced comparison is refused on those.
+    base, other = _pair(tmp_path, rng, {"cpu_model": "Intel Xeon"})
+    _as_earlier_schema(base, version)
+    code, text = _run(base, other, force=True)
+    assert code == EXIT_MACHINES_DIFFER and "cpu_model: AMD EPYC 9B14 -> Intel Xeon" in text
+
+
+def test_two_reports_of_one_earlier_schema_compare_their_machine_ids(tmp_path, rng):
+    base, new = _pair(tmp_path, rng, {"machine_id": "77e0b1c2d3f4a5b6"})
+    _as_earlier_schema(base, 5), _as_earlier_schema(new, 5)
+    assert compare_reports(base, new).machine_differences == [
+        "machine_id: schema 5: 3f2a9c0d1e4b5a6c -> schema 5: 77e0b1c2d3f4a5b6"
+    ]
 
 
 def test_cli_refuses_then_allows(tmp_path, rng, capsys):

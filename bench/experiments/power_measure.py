@@ -1,0 +1,216 @@
+"""The measured points of the power curves: runs of each comparison against commits made slower on purpose.
+
+    python -m bench.experiments.power_measure [--kinds quick,full,separate] [--slowdowns 0,2,3,5,10,20]
+        [--runs 10] [--out reports/power_curves] [--reuse]
+
+This checkout is copied into a scratch repository as commit "clean"; for each
+slowdown P a commit on top of it turns the build-time switch to P
+(csrc/torch/slowdown.h: every call of the torch op busy-waits P % of its
+period). Every tree is built once, at once, and reused. Then, interleaved so
+that a stopped measurement still covers every point:
+  * quick   `bench --quick --against clean` from the slowed tree (P = 0: clean
+            against itself, an A/A run);
+  * full    the same without --quick (12 pairs over the full grid);
+  * separate  a full report of clean and one of the slowed tree, made apart in
+            3 processes each, compared unpaired as `bench.compare` does (P = 0:
+            two reports of clean).
+Each run appends a line to ``measured_runs.csv`` (its op rows' verdicts,
+ratios and intervals, the other rows flagged, wall time, load), and the
+per-point summary is rewritten into ``measured.csv``, which
+bench/experiments/power_curves.py draws as measured points. The op rows'
+ratios in the slowed runs are the injection's delivered slowdown: the
+calibration check (``delivered`` in the summary) reads them against the asked P.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+
+from bench.ab import driver as ab
+from bench.ab import scratch
+from bench.experiments.ab_measure import Workspace, build_all, prepare
+from bench.plan.options import BenchOptions
+from bench.stats import compare
+from env.paths import REPO_ROOT
+
+SWITCH = "csrc/torch/slowdown.h"
+SWITCH_DEFAULT = "#define FUSED_NORM_SLOWDOWN_PERCENT 0\n"
+OP_BASELINE = "fused"
+KINDS = {"quick": "quick A/B", "full": "full A/B", "separate": "separate full reports, 3 processes"}
+FIELDS = (
+    "comparison",
+    "slowdown_pct",
+    "run",
+    "exit",
+    "op_rows",
+    "op_rows_flagged",
+    "other_rows_flagged",
+    "op_rows_intervals",
+    "wall_s",
+    "load_before",
+    "load_after",
+    "started_utc",
+    "folder",
+)
+
+
+def _load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def add_switch_commit(workspace: Workspace, clean: str, percent: int) -> str:
+    """A commit on top of clean that turns the slowdown switch to ``percent``, checked out apart; its tree's name."""
+    name = f"switch{percent}"
+    header = scratch.git("show", f"{clean}:{SWITCH}", cwd=workspace.repo) + "\n"
+    if SWITCH_DEFAULT not in header:
+        raise SystemExit(f"{SWITCH} no longer defaults the switch to 0 - update bench/experiments/power_measure.py")
+    text = header.replace(SWITCH_DEFAULT, f"#define FUSED_NORM_SLOWDOWN_PERCENT {percent}\n")
+    scratch.git("checkout", "--quiet", "-B", name, clean, cwd=workspace.repo)
+    try:
+        sha = scratch.commit_change(workspace.repo, SWITCH, text, f"fused op {percent}% slower")
+    finally:
+        scratch.git("checkout", "--quiet", "--detach", clean, cwd=workspace.repo)
+    scratch.checkout(sha, workspace.tree(name).root, workspace.repo)
+    return name
+
+
+def _line(comparison: compare.Comparison, kind: str, percent: int, run: int, code: int, started: float) -> dict:
+    rows = [r for r in comparison.rows if r.key[0] != compare.LIMIT_WORKLOAD]
+    op_rows = [r for r in rows if r.key[3] == OP_BASELINE and r.key[0] == "op"]
+    return {
+        "comparison": KINDS[kind],
+        "slowdown_pct": percent,
+        "run": run,
+        "exit": code,
+        "op_rows": len(op_rows),
+        "op_rows_flagged": sum(r.verdict == compare.REGRESSION for r in op_rows),
+        "other_rows_flagged": sum(r.verdict == compare.REGRESSION for r in rows if r not in op_rows),
+        "op_rows_intervals": "; ".join(
+            f"{r.key[4]} {r.key[1]} {r.ratio:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] {r.verdict}" for r in op_rows
+        ),
+        "wall_s": round(time.perf_counter() - started),
+    }
+
+
+def one_ab(workspace: Workspace, kind: str, percent: int, run: int, clean: str, trees: dict) -> dict:
+    started = time.perf_counter()
+    options = BenchOptions(quick=kind == "quick", out_dir=workspace.runs)
+    new = workspace.tree("clean") if percent == 0 else workspace.tree(trees[percent])
+    ref = "HEAD" if percent == 0 else clean
+    result = ab.run_ab(ref, options, Console(file=io.StringIO(), width=250), new=new, ref_cache=workspace.ref_cache)
+    return {**_line(result.comparison, kind, percent, run, result.code, started), "folder": str(result.folder)}
+
+
+def full_report(workspace: Workspace, tree: ab.Tree, folder: Path) -> Path:
+    """A full report of ``tree`` in 3 fresh processes, as a plain full `invoke bench` makes it."""
+    from bench.run import FULL_RUN_PROCESSES
+
+    console = Console(file=io.StringIO(), width=250)
+    options = BenchOptions(quick=False, out_dir=workspace.runs)
+    measured = ab.measure_processes({"RUN": tree}, options, FULL_RUN_PROCESSES, folder, console)
+    if measured.csv["RUN"] is None:
+        raise SystemExit(f"a full report of {tree.root} measured nothing (logs under {folder})")
+    return measured.csv["RUN"]
+
+
+def one_separate(workspace: Workspace, percent: int, run: int, trees: dict) -> dict:
+    started = time.perf_counter()
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    folder = workspace.runs / "separate" / f"{stamp}-{percent}"
+    base = full_report(workspace, workspace.tree("clean"), folder / "base")
+    new_tree = workspace.tree("clean") if percent == 0 else workspace.tree(trees[percent])
+    new = full_report(workspace, new_tree, folder / "new")
+    comparison = compare.compare_reports(base, new)
+    code = 1 if comparison.regressions else 0
+    return {**_line(comparison, "separate", percent, run, code, started), "folder": str(folder)}
+
+
+def append(out: Path, line: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "measured_runs.csv"
+    new = not path.exists()
+    with open(path, "a", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        if new:
+            writer.writeheader()
+        writer.writerow(line)
+    summarise(pd.read_csv(path)).to_csv(out / "measured.csv", index=False, float_format="%.4f")
+
+
+def summarise(runs: pd.DataFrame) -> pd.DataFrame:
+    """One line per (comparison, slowdown): the columns power_curves.py reads, plus the delivered slowdown."""
+    lines = []
+    for (name, percent), group in runs.groupby(["comparison", "slowdown_pct"], sort=False):
+        ratios = [float(part.split()[2]) for text in group.op_rows_intervals.dropna() for part in text.split("; ")]
+        lines.append(
+            {
+                "comparison": name,
+                "slowdown_pct": percent,
+                "source": "measured",
+                "runs": len(group),
+                "p_regression_op_row": group.op_rows_flagged.sum() / max(1, group.op_rows.sum()),
+                "p_every_op_row": float((group.op_rows_flagged == group.op_rows).mean()),
+                "p_false_alarm_run": float((group.other_rows_flagged > 0).mean()),
+                "delivered_median": float(np.median(ratios)) if ratios else np.nan,
+                "delivered_range": f"{min(ratios):.3f}-{max(ratios):.3f}" if ratios else "",
+            }
+        )
+    return pd.DataFrame(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kinds", default="quick,full,separate", help="a comma list of quick, full, separate")
+    parser.add_argument("--slowdowns", default="0,2,3,5,10,20", help="true slowdowns in percent, a comma list")
+    parser.add_argument("--runs", type=int, default=10, help="runs per point (default 10)")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "power_curves")
+    parser.add_argument("--workspace", type=Path, default=REPO_ROOT / "build" / "power_measure")
+    parser.add_argument("--reuse", action="store_true", help="resume in an existing workspace (its commit and builds)")
+    args = parser.parse_args(argv)
+    kinds = [k for k in args.kinds.split(",") if k]
+    if not kinds or set(kinds) - set(KINDS):
+        parser.error(f"--kinds must be a comma list of {', '.join(KINDS)}, got {args.kinds!r}")
+    percents = [int(p) for p in args.slowdowns.split(",") if p.strip()]
+    if not percents or min(percents) < 0:
+        parser.error(f"--slowdowns must be integer percents >= 0, got {args.slowdowns!r}")
+    if args.runs < 1:
+        parser.error(f"--runs must be >= 1, got {args.runs}")
+    console = Console(width=200)
+    workspace = Workspace(args.workspace.resolve())
+    clean = prepare(workspace, args.reuse, console)
+    trees = {p: add_switch_commit(workspace, clean, p) for p in percents if p}
+    build_all(workspace, clean, list(trees.values()), console)
+    done: dict[tuple[str, int], int] = {}
+    if args.reuse and (args.out / "measured_runs.csv").exists():
+        recorded = pd.read_csv(args.out / "measured_runs.csv")
+        done = {(k, int(p)): len(g) for (k, p), g in recorded.groupby(["comparison", "slowdown_pct"])}
+    for run in range(args.runs):
+        for percent in percents:
+            for kind in kinds:
+                if done.get((KINDS[kind], percent), 0) > run:
+                    continue
+                load, started_utc = _load(), datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                if kind == "separate":
+                    line = one_separate(workspace, percent, run + 1, trees)
+                else:
+                    line = one_ab(workspace, kind, percent, run + 1, clean, trees)
+                line.update(load_before=load, load_after=_load(), started_utc=started_utc)
+                append(args.out, line)
+                console.print(
+                    f"{KINDS[kind]} at {percent}% run {run + 1}: op rows flagged {line['op_rows_flagged']}/"
+                    f"{line['op_rows']}, other rows {line['other_rows_flagged']}, {line['wall_s']} s",
+                    highlight=False,
+                )
+
+
+if __name__ == "__main__":
+    main()

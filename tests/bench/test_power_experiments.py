@@ -1,0 +1,101 @@
+"""bench/experiments (power curves) and bench/stats/design.py: their calibration reads the committed measurements,
+their simulation judges with the product's rules, and the docs' table is the code's."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench.experiments import calibration, power_curves, power_measure
+from bench.stats import design
+from env.paths import REPO_ROOT
+
+
+@pytest.fixture
+def rng(generator):
+    return np.random.default_rng(int(generator.initial_seed()))
+
+
+def test_the_docs_carry_the_design_table_the_code_computes():
+    # The docs once quoted "12 pairs trimmed to 8" (the code keeps 10) and the untrimmed t at 10 pairs.
+    docs = "\n".join(line.strip() for line in (REPO_ROOT / "docs" / "comparisons.md").read_text().splitlines())
+    assert design.table() in docs  # (indented there: it sits in a list item)
+    assert [design.kept_pairs(n) for n in (4, 10, 12, 20)] == [4, 8, 10, 16]
+    from bench.ab import driver as ab
+
+    assert design.FIRST_STAGE_SHARE == pytest.approx(1 - ab.CONFIRM_ALPHA_SHARE)
+
+
+def test_the_pair_spreads_come_from_the_recorded_a_a_intervals():
+    spreads = calibration.pair_spreads([power_curves.SAME_CPU_RESULTS])
+    assert len(spreads) == 25  # 5 A/A runs, 5 op rows each
+    # Recomputed by hand for A/A run 1's allocating call at 1x8x512: 1.010 [0.963, 1.058].
+    q = __import__("scipy.stats").stats.t.ppf(1 - 0.04 / 64, 7)
+    first = (math.log(1.058) - math.log(0.963)) / (2 * q) * math.sqrt(56 / 9)
+    assert spreads[0] == pytest.approx(first) and 0.005 < np.median(spreads) < 0.1
+
+
+def test_a_full_reports_noise_is_fitted_over_its_counted_rows():
+    noise = calibration.report_noise(power_curves.FULL_REPORT)
+    assert noise.units == 3 and noise.rows == len(noise.variances) > 50 and noise.prior.dof > 0
+
+
+def test_the_simulated_quick_ab_holds_its_false_alarms_and_gains_power_with_the_slowdown(rng):
+    spreads = calibration.pair_spreads([power_curves.SAME_CPU_RESULTS])
+    quick = power_curves.AbDesign("quick A/B", 10, 32, 4)
+    none = power_curves.simulate_ab(quick, spreads, 0.0, 60, rng)
+    assert none["p_regression_op_row"] <= 0.02 and none["p_false_alarm_run"] <= 0.1
+    large = power_curves.simulate_ab(quick, spreads, 0.20, 30, rng)
+    assert large["p_regression_op_row"] >= 0.95
+
+
+def test_the_simulated_separate_reports_keep_their_coverage(rng):
+    noise = calibration.report_noise(power_curves.FULL_REPORT)
+    kinds, op_rows = power_curves._counted_kinds(power_curves.FULL_REPORT)
+    found = power_curves.simulate_separate(noise, kinds, op_rows, 0.0, 40, rng)
+    assert found["coverage_95_per_row"] == pytest.approx(0.95, abs=0.02)
+    assert found["p_false_alarm_run"] <= 0.15 and found["p_regression_op_row"] <= 0.02
+
+
+def test_measured_runs_are_summarised_per_point_with_the_delivered_slowdown():
+    runs = pd.DataFrame(
+        [
+            {
+                "comparison": "quick A/B",
+                "slowdown_pct": 10,
+                "op_rows": 4,
+                "op_rows_flagged": 4,
+                "other_rows_flagged": 0,
+                "op_rows_intervals": "call 1x8x512 1.102 [1.05, 1.15] REGRESSION; "
+                "out 1x8x512 1.098 [1.04, 1.16] REGRESSION",
+            },
+            {
+                "comparison": "quick A/B",
+                "slowdown_pct": 10,
+                "op_rows": 4,
+                "op_rows_flagged": 2,
+                "other_rows_flagged": 1,
+                "op_rows_intervals": "call 8x128x1024 1.094 [0.99, 1.2] INCONCLUSIVE",
+            },
+        ]
+    )
+    (line,) = power_measure.summarise(runs).to_dict("records")
+    assert line["p_regression_op_row"] == 0.75 and line["p_every_op_row"] == 0.5 and line["p_false_alarm_run"] == 0.5
+    assert line["delivered_median"] == pytest.approx(1.098) and line["delivered_range"] == "1.094-1.102"
+
+
+def test_a_a_pairs_of_separate_reports_count_false_alarms_and_coverage(tmp_path, rng):
+    from bench.experiments import aa_reports
+    from tests.helpers.bench_synthetic import lognormal, make_key, synthetic_report
+
+    keys = [make_key(shape=s, baseline=b) for s in ("1x8x512", "8x128x1024") for b in ("unfused", "fused", "native")]
+    reports = [
+        synthetic_report(tmp_path / f"r{i}.csv", {k: lognormal(rng, 10.0 * (j + 1), 900) for j, k in enumerate(keys)})
+        for i in range(4)
+    ]
+    pairs = aa_reports.judge_all(reports)
+    assert len(pairs) == 6 and set(pairs.rows) == {6}
+    assert pairs.false_regressions.sum() == 0 and pairs.covered_95.sum() >= 0.8 * 36
