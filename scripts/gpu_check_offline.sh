@@ -96,7 +96,7 @@ split_wheel() {
 }
 
 ort_gpu_parts() {
-  local dir=$1 python=$2 spec version pyver download platform wheel sha
+  local dir=$1 python=$2 spec pyver download platform wheel sha
   spec=$(pinned "$ORT_GPU_PACKAGE")
   [[ -n $spec ]] || die "$ORT_GPU_PACKAGE is not pinned in requirements/cuda.txt"
   pyver=${FUSEDBENCH_GPU_PYTHON:-3.12}
@@ -170,8 +170,8 @@ plan() {
       printf '  %d. carry %s %s-parts/part-%02d: scripts/gpu_check_offline.sh receive %s %d\n' \
         $((i + 1)) "$rel" "$rel" "$i" "$rel" "$i"
     else
-      printf '  %d. carry %s %s-parts/part-%02d: scripts/gpu_check_offline.sh receive %s %d && scripts/gpu_check_offline.sh run %s $OUT/gpu-check [gpu-check options]\n' \
-        $((i + 1)) "$rel" "$rel" "$i" "$rel" "$i" "$rel"
+      printf '  %d. carry %s %s-parts/part-%02d: scripts/gpu_check_offline.sh receive %s %d && scripts/gpu_check_offline.sh run %s %s/gpu-check [gpu-check options]\n' \
+        $((i + 1)) "$rel" "$rel" "$i" "$rel" "$i" "$rel" "\$OUT"
     fi
   done
 }
@@ -194,7 +194,7 @@ receive() {
   [[ $# -eq 2 ]] || die "usage: $0 receive DIR K"
   local dir=$1 k=$2 count part want
   count=$(manifest_value "$dir" parts)
-  [[ $k =~ ^[0-9]+$ ]] && ((k < count)) || die "receive: K must be 0..$((count - 1)), got $k"
+  if ! [[ $k =~ ^[0-9]+$ ]] || ((k >= count)); then die "receive: K must be 0..$((count - 1)), got $k"; fi
   part=$(printf '%s-parts/part-%02d' "$dir" "$k")
   [[ -f $part ]] || die "receive: $part was not carried with this call (carry it beside $dir)"
   if ((k == 0)); then rm -rf "$stage"; fi
