@@ -3,7 +3,10 @@
 Steps (each one's outcome goes to <out>/summary.json; a failed step does not stop the later ones):
   1. build the torch op library (with its CUDA kernels), the ONNX Runtime library and the CUDA
      compile check against this machine's own torch - a build must match the torch that loads it;
-  2. the GPU tests (`pytest -m gpu`, in --test-jobs processes);
+  2. the GPU tests (`pytest -m gpu`, in --test-jobs processes), then ONNX Runtime's CUDA tests
+     (bench/gpu_check_ort.py: the custom route with IO binding on device memory, both ops' models by each
+     route with the fused node in the optimised graph) where ORT's CUDA provider runs, else skipped
+     with the reason, which summary.json's "ort_cuda" also gives for the ORT bench rows and serving;
   3. the benchmark: `invoke bench --device cuda --baseline all` (the same harness, report, plot and
      targets as on the CPU), its report written under <out>/reports;
   4. the kernel tests that reach every kernel variant and alignment path once more under
@@ -32,6 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.gpu_check_ort import ORT_CUDA_SELECTION, ORT_CUDA_TEST_FILES, ort_cuda_items
 from env.builder.toolkit import find_cuda_toolkit
 from env.paths import REPO_ROOT, build_dir
 
@@ -128,7 +132,19 @@ def run_pytest(args: GpuCheckOptions, name: str, pytest_args: list[str], prefix:
 
 def step_gpu_tests(args: GpuCheckOptions) -> dict:
     jobs = ["-n", str(args.test_jobs)] if args.test_jobs > 1 else []
-    return run_pytest(args, "gpu_tests", ["-m", "gpu", *jobs, "tests"])
+    # ONNX Runtime's CUDA tests are a step of their own (step_ort_cuda), which says why when it cannot run.
+    return run_pytest(args, "gpu_tests", ["-m", "gpu", "-k", f"not ({ORT_CUDA_SELECTION})", *jobs, "tests"])
+
+
+def step_ort_cuda(args: GpuCheckOptions, cuda: bool) -> tuple[dict, dict]:
+    """The ORT-on-CUDA tests where ORT's CUDA provider runs here; and every ORT-on-CUDA item's reason, if skipped."""
+    items = ort_cuda_items(cuda)
+    reason = items["ort_cuda_tests"]
+    if reason is not None:
+        step = {"status": f"skipped ({reason})"}
+    else:
+        step = run_pytest(args, "ort_cuda_tests", ["-m", "gpu", "-k", ORT_CUDA_SELECTION, *ORT_CUDA_TEST_FILES])
+    return step, {item: why or "runs" for item, why in items.items()}
 
 
 def step_sanitizer(args: GpuCheckOptions, cuda: bool) -> dict:
@@ -211,6 +227,8 @@ def main(args: GpuCheckOptions) -> int:
     if not args.no_tests:
         summary["steps"]["gpu_tests"] = step_gpu_tests(args)
         log(f"gpu tests: {summary['steps']['gpu_tests']['status']}")
+        summary["steps"]["ort_cuda_tests"], summary["ort_cuda"] = step_ort_cuda(args, cuda)
+        log(f"ort cuda tests: {summary['steps']['ort_cuda_tests']['status']}")
     summary["steps"]["bench"] = {"status": "skipped (--no-bench)"} if args.no_bench else step_bench(args, cuda)
     log(f"bench: {summary['steps']['bench']['status']}")
     if not args.no_tests:

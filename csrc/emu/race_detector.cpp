@@ -36,8 +36,10 @@ using Knowledge = std::unordered_map<uint32_t, uint32_t>;  // thread -> clock, b
 struct ThreadClock {
   uint32_t clock = 1;
   uint32_t warp[kWarp] = {};  // what it knows of each lane of its warp
-  bool fenced = false;        // a __threadfence() arms its atomics as releases
   std::unique_ptr<Knowledge> foreign;
+  // What its last __threadfence() orders: everything the thread knew when it
+  // reached the fence, and nothing after. Its later atomics release this.
+  std::unique_ptr<Knowledge> fenced;
 };
 
 struct State {
@@ -237,30 +239,31 @@ void collective(int warp, unsigned lanes) {
   }
 }
 
-void fence(int t) { st.threads[t].fenced = true; }
+void fence(int t) {
+  ThreadClock& tc = st.threads[t];
+  // Everything the thread knows now: its own accesses so far, what barriers,
+  // its warp's collectives and earlier acquires ordered before them.
+  auto known = std::make_unique<Knowledge>();
+  (*known)[st.base + static_cast<uint32_t>(t)] = tc.clock;
+  for (int u = 0; u < st.n; ++u) {
+    if (st.floor[u] != 0) (*known)[st.base + u] = std::max((*known)[st.base + u], st.floor[u]);
+  }
+  const int first = t / kWarp * kWarp;
+  for (int l = 0; l < kWarp && first + l < st.n; ++l) {
+    if (tc.warp[l] != 0) (*known)[st.base + first + l] = std::max((*known)[st.base + first + l], tc.warp[l]);
+  }
+  if (tc.foreign) join(*known, *tc.foreign);
+  tc.fenced = std::move(known);
+  ++tc.clock;  // what the thread does after the fence is not ordered by it
+}
 
 void atomic(int t, uintptr_t address) {
   ThreadClock& tc = st.threads[t];
   Knowledge& object = st.released[address];
   if (!object.empty()) join(foreign_of(tc), object);
-  if (!tc.fenced) return;
-  // Release: everything this thread knows is ordered before whoever acquires `address` later.
-  const uint32_t me = st.base + static_cast<uint32_t>(t);
-  uint32_t& own = object[me];
-  own = std::max(own, tc.clock);
-  for (int u = 0; u < st.n; ++u) {
-    if (st.floor[u] == 0) continue;
-    uint32_t& c = object[st.base + u];
-    c = std::max(c, st.floor[u]);
-  }
-  const int first = t / kWarp * kWarp;
-  for (int l = 0; l < kWarp && first + l < st.n; ++l) {
-    if (tc.warp[l] == 0) continue;
-    uint32_t& c = object[st.base + first + l];
-    c = std::max(c, tc.warp[l]);
-  }
-  if (tc.foreign) join(object, *tc.foreign);
-  ++tc.clock;
+  // Release: what the thread's last fence ordered is ordered before whoever acquires `address` later.
+  // A fence followed by any later atomic is a release pattern, so the snapshot stays until the next fence.
+  if (tc.fenced) join(object, *tc.fenced);
 }
 
 }  // namespace races

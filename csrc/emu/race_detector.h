@@ -1,7 +1,7 @@
 // Happens-before race detector of the SIMT emulator (used by simt.cpp only).
 //
 // A data race is two accesses to the same bytes from different CUDA threads,
-// at least one a write, that no barrier, warp collective or fence-and-atomic
+// at least one a write, that no barrier, __syncwarp() or fence-and-atomic
 // orders. The detector keeps, for every 2-byte granule of memory a kernel
 // touched during the launch, the last write and the reads since it, each as
 // (thread, that thread's clock, code address), and decides whether each new
@@ -10,10 +10,13 @@
 //   * __syncthreads(): every access a live thread made before arriving is
 //     ordered before every access after the barrier (one "floor" clock per
 //     thread of the block: its clock at its last barrier);
-//   * warp collectives (__syncwarp, shuffles, votes): the lanes that meet
-//     join their knowledge of their warp's lanes (a 32-entry vector clock);
-//   * __threadfence() then an atomic on p publishes what the thread knows on
-//     p; any later atomic on p (by any thread of any block) acquires it.
+//   * __syncwarp(): the lanes that meet join their knowledge of their warp's
+//     lanes (a 32-entry vector clock). Shuffles and votes exchange registers
+//     and order no memory access (CUDA documents memory ordering for
+//     __syncwarp only);
+//   * __threadfence() then an atomic on p publishes on p what the thread knew
+//     at the fence (not what it did between the fence and the atomic); any
+//     later atomic on p (by any thread of any block) acquires it.
 // The verdict does not depend on the order the threads ran in. Blocks never
 // synchronise with each other except through such atomics, so global memory
 // written by one block and read by another without them is a race too.
@@ -55,8 +58,9 @@ const Conflict* access(int t, uintptr_t address, size_t size, bool write, bool s
 
 // Thread `t` leaves a barrier that every thread in `arrived` (count n) reached.
 void barrier(const int* arrived, int n);
-// Lanes `lanes` (a bit mask) of warp `warp` complete a collective together.
+// Lanes `lanes` (a bit mask) of warp `warp` complete a __syncwarp() together.
 void collective(int warp, unsigned lanes);
+// Thread `t` passes __threadfence(): its later atomics release what it knows now.
 void fence(int t);
 void atomic(int t, uintptr_t address);
 

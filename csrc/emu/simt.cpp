@@ -115,6 +115,7 @@ struct Fiber {
   int warp = 0;
   int lane = 0;
   State state = State::kRunnable;
+  BarrierSite barrier{"", 0};  // the __syncthreads() it waits at
   // The warp collective it waits at.
   Collective kind = Collective::kShuffle;
   unsigned mask = 0;
@@ -151,7 +152,8 @@ struct Runtime {
   uint64_t runnable[kMaxThreadsPerBlock / 64] = {};
   unsigned waiting_at_warp[kMaxWarps] = {};  // lanes parked at a collective, per warp
   int at_barrier = 0;
-  int barrier_count = 0;  // threads that arrived with a true predicate (__syncthreads_count)
+  int first_at_barrier = -1;  // the thread that opened the barrier now filling: all others must be at its site
+  int barrier_count = 0;      // threads that arrived with a true predicate (__syncthreads_count)
   Fiber* running = nullptr;
   void* scheduler_sp = nullptr;
 #if !SIMT_ASM_SWITCH
@@ -201,6 +203,12 @@ std::string format(const char* fmt, ...) {
   vsnprintf(buf, sizeof buf, fmt, args);
   va_end(args);
   return buf;
+}
+
+// "dir/file.cu" -> "file.cu", as the race reports name files.
+const char* base_name(const char* path) {
+  const char* slash = std::strrchr(path, '/');
+  return slash == nullptr ? path : slash + 1;
 }
 
 std::string thread_name(const Fiber& f) {
@@ -471,7 +479,9 @@ void complete_if_ready(int warp, unsigned mask, Collective kind) {
     const Fiber& lane = rt.fibers[base + __builtin_ctz(m)];
     if (lane.payload != 0) ballot |= 1u << lane.lane;
   }
-  if (rt.detect_races) races::collective(warp, present);
+  // Only __syncwarp() orders memory among the lanes that meet; a shuffle or a
+  // vote exchanges registers and orders no memory access.
+  if (rt.detect_races && kind == Collective::kSyncWarp) races::collective(warp, present);
   for (unsigned m = present; m; m &= m - 1) {
     Fiber& lane = rt.fibers[base + __builtin_ctz(m)];
     if (kind == Collective::kBallot) {
@@ -740,7 +750,7 @@ std::string thread_of(uint32_t thread) {
   } else {
     what = format(
         "data race in %s on %s memory at %p (%s): %s by %s at %s and %s by %s at %s, with no barrier, "
-        "warp collective or fence between them",
+        "__syncwarp() or fence between them",
         rt.kernel, c.shared ? "shared" : "global", reinterpret_cast<void*>(c.address), where_.c_str(),
         c.earlier.write ? "write" : "read", thread_of(c.earlier.thread).c_str(), source_line(c.earlier.pc).c_str(),
         c.later.write ? "write" : "read", thread_of(c.later.thread).c_str(), source_line(c.later.pc).c_str());
@@ -808,8 +818,27 @@ void check_alignment(const void* p, size_t alignment, const char* op) {
   }
 }
 
-int sync_threads(int predicate, int* arrived) {
+int sync_threads(BarrierSite site, int predicate, int* arrived) {
   Fiber& f = *rt.running;
+  if (rt.at_barrier == 0) {
+    rt.first_at_barrier = f.linear;
+  } else {
+    // Every waiting thread is at the first one's site (the first thread elsewhere fails here).
+    const Fiber* waiting = &rt.fibers[rt.first_at_barrier];
+    if (waiting->barrier.line != site.line || std::strcmp(waiting->barrier.file, site.file) != 0) {
+      const dim3 b = f.index.block_idx;
+      record_error(cudaErrorLaunchFailure,
+                   format("barriers at different lines in %s, block (%u,%u,%u): %s reaches __syncthreads() at %s:%d "
+                          "while %s waits at __syncthreads() at %s:%d; the threads of a block must all reach the "
+                          "same barrier (on the GPU: a hang or a wrong result)",
+                          rt.kernel, b.x, b.y, b.z, thread_name(f).c_str(), base_name(site.file), site.line,
+                          thread_name(*waiting).c_str(), base_name(waiting->barrier.file), waiting->barrier.line));
+      f.state = State::kDone;
+      switch_to_scheduler(/*exiting=*/true);
+      std::abort();
+    }
+  }
+  f.barrier = site;
   f.state = State::kAtBarrier;
   rt.barrier_count += predicate != 0;
   ++rt.at_barrier;

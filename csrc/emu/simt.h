@@ -13,7 +13,9 @@
 //   * __syncthreads(): a barrier of the block's threads that have not
 //     exited (since Volta, an exited thread no longer counts); a barrier
 //     that a live thread never reaches ends the launch with an error naming
-//     the kernel, block and threads, instead of hanging;
+//     the kernel, block and threads, instead of hanging, and so do threads
+//     of one block at __syncthreads() calls of different source lines (the
+//     two branches of an `if`), naming both lines;
 //   * __shfl_*_sync / __ballot_sync / __any_sync / __all_sync / __syncwarp: a
 //     lane waits until every lane of the mask that has not exited is at the
 //     same collective, and reads the others' values as they were at that
@@ -36,8 +38,10 @@
 //   * half / bfloat16 conversions: CUDA's own cuda_fp16.h / cuda_bf16.h,
 //     whose conversion functions are host-callable.
 //   * atomics and fences: trivially atomic, since one thread runs at a time;
-//     for the race detector, a __threadfence() before an atomic makes it a
-//     release and every atomic an acquire of its address.
+//     for the race detector, an atomic after a __threadfence() releases what
+//     the thread did before the fence (not after it), and every atomic
+//     acquires what was released at its address. Shuffles and votes order
+//     no memory access; only __syncwarp() does among the lanes that meet.
 // Scheduling (set_order): a thread yields at barriers, warp collectives and
 // exit; the orders pick the next thread differently (lowest first, in turn,
 // highest first, seeded random), and the stress order also yields at every
@@ -91,9 +95,16 @@ void check_alignment(const void* p, size_t alignment, const char* op);
 enum class Collective : int { kShuffle, kShuffleXor, kShuffleDown, kShuffleUp, kBallot, kSyncWarp, kAny, kAll };
 uint64_t warp_collective(Collective kind, unsigned mask, uint64_t payload, int src_lane);
 
+// Where a kernel calls __syncthreads() (file and line of the call).
+struct BarrierSite {
+  const char* file;
+  int line;
+};
+
 // Barrier of the block's live threads; returns how many arrived with a non-zero
-// predicate, and in `arrived` (if given) how many arrived.
-int sync_threads(int predicate, int* arrived = nullptr);
+// predicate, and in `arrived` (if given) how many arrived. Threads waiting at
+// another site end the launch with an error naming both sites.
+int sync_threads(BarrierSite site, int predicate, int* arrived = nullptr);
 
 // Release-acquire edges for the race detector: a fence arms the thread's next
 // atomics as releases; an atomic on `p` acquires what earlier releases on `p` published.
@@ -216,13 +227,21 @@ inline int segment_lane(int lane, int target, int width) {
 
 // --- barriers and warp collectives ------------------------------------------------------
 
-inline void __syncthreads() { ::simt::sync_threads(0); }
-inline int __syncthreads_count(int predicate) { return ::simt::sync_threads(predicate); }
-inline int __syncthreads_and(int predicate) {
+// Each call passes its own source line (the default arguments are evaluated
+// at the call): CUDA allows __syncthreads() in conditional code only where
+// the whole block takes the same branch, so threads of one block waiting at
+// barriers of different lines is an error, not one barrier.
+#define SIMT_CALL_SITE const char *file = __builtin_FILE(), int line = __builtin_LINE()
+inline void __syncthreads(SIMT_CALL_SITE) { ::simt::sync_threads({file, line}, 0); }
+inline int __syncthreads_count(int predicate, SIMT_CALL_SITE) { return ::simt::sync_threads({file, line}, predicate); }
+inline int __syncthreads_and(int predicate, SIMT_CALL_SITE) {
   int arrived = 0;
-  return ::simt::sync_threads(predicate, &arrived) == arrived;
+  return ::simt::sync_threads({file, line}, predicate, &arrived) == arrived;
 }
-inline int __syncthreads_or(int predicate) { return ::simt::sync_threads(predicate) != 0; }
+inline int __syncthreads_or(int predicate, SIMT_CALL_SITE) {
+  return ::simt::sync_threads({file, line}, predicate) != 0;
+}
+#undef SIMT_CALL_SITE
 
 // One emulated thread runs at a time and yields only at the points above, so
 // memory is sequentially consistent and every read-modify-write is atomic. The
@@ -328,45 +347,50 @@ inline int __all_sync(unsigned mask, int predicate) {
 }
 
 // --- cache-hint loads and stores: plain accesses with the hardware's alignment rule -----
+// Always inlined: the access is then the kernel's own instruction, so a race
+// report's line table leads from it to the kernel's source line (an
+// out-of-line copy, which a large kernel file at -O1 gets, has only this
+// header's line to show).
+#define SIMT_INLINE __attribute__((always_inline)) inline
 
 template <typename T>
-T __ldg(const T* p) {
+SIMT_INLINE T __ldg(const T* p) {
   return ::simt::load(p, "__ldg");
 }
 template <typename T>
-T __ldca(const T* p) {
+SIMT_INLINE T __ldca(const T* p) {
   return ::simt::load(p, "__ldca");
 }
 template <typename T>
-T __ldcg(const T* p) {
+SIMT_INLINE T __ldcg(const T* p) {
   return ::simt::load(p, "__ldcg");
 }
 template <typename T>
-T __ldcs(const T* p) {
+SIMT_INLINE T __ldcs(const T* p) {
   return ::simt::load(p, "__ldcs");
 }
 template <typename T>
-T __ldlu(const T* p) {
+SIMT_INLINE T __ldlu(const T* p) {
   return ::simt::load(p, "__ldlu");
 }
 template <typename T>
-T __ldcv(const T* p) {
+SIMT_INLINE T __ldcv(const T* p) {
   return ::simt::load(p, "__ldcv");
 }
 template <typename T>
-void __stwb(T* p, T v) {
+SIMT_INLINE void __stwb(T* p, T v) {
   ::simt::store(p, v, "__stwb");
 }
 template <typename T>
-void __stcg(T* p, T v) {
+SIMT_INLINE void __stcg(T* p, T v) {
   ::simt::store(p, v, "__stcg");
 }
 template <typename T>
-void __stcs(T* p, T v) {
+SIMT_INLINE void __stcs(T* p, T v) {
   ::simt::store(p, v, "__stcs");
 }
 template <typename T>
-void __stwt(T* p, T v) {
+SIMT_INLINE void __stwt(T* p, T v) {
   ::simt::store(p, v, "__stwt");
 }
 

@@ -41,6 +41,7 @@ from tests.helpers.kernel_faults import (
     HALF_WARP_SHUFFLE_MASK,
     LANE_EXITS_BEFORE_THE_REDUCTION,
     ROW_TAIL_OVERREAD,
+    ROWS_SHARED_BY_TWO_WARPS,
     SHARED_SLOTS_REUSED,
     Fault,
     FaultPatternError,
@@ -65,7 +66,7 @@ def kernels() -> EmulatedKernels:
 
 # The faults the fast tier's tests use; the others' copies are compiled for the slow tier only (a fresh checkout
 # compiles each copy, 5-10 s on 2 cores, before the content cache has it).
-FAST_FAULTS = [FAULTS[0], SHARED_SLOTS_REUSED]
+FAST_FAULTS = [FAULTS[0], SHARED_SLOTS_REUSED, ROWS_SHARED_BY_TWO_WARPS]
 
 
 def _build_faults(faults: list[Fault], directory) -> dict[str, EmulatedKernels]:
@@ -183,6 +184,22 @@ def test_the_race_detector_names_the_racing_lines_in_every_order(faulted, genera
             assert ("data race" in problem and write in problem) or "uninitialised shared memory" in problem, problem
 
 
+@pytest.mark.parametrize("kind", SCHEDULE_KINDS)
+def test_a_global_race_names_the_kernels_line_not_the_cache_hint_helpers(faulted, generator, kind):
+    # Two warps of a block write one row's y through store_streaming's __stcs: the report names that line of the
+    # kernels, not the emulator's __stcs in simt.h (which an out-of-line copy of the helper would show).
+    store = source_line("__stcs(reinterpret_cast<word_t<P>*>(p), w);")
+    cases = [Case(torch.float32, 9, 512, None, 1), Case(torch.bfloat16, 9, 72, None, 1)]  # warp_rows, 16 and 2 bytes
+    for order in schedules(kind, generator):
+        for case, expected in zip(cases, expected_launches(cases), strict=True):
+            problems, _ = check_case(faulted[ROWS_SHARED_BY_TWO_WARPS.name], case, order, generator, expected)
+            assert problems, f"[{order}] {case}: not reported"
+            problem = problems[0]
+            assert "data race in fused_norm::cuda_kernels::warp_rows_kernel<" in problem, problem
+            assert "on global memory" in problem and "of kernel argument 3)" in problem, problem  # y
+            assert problem.count(f"at {store} (") == 2 and "simt.h" not in problem, problem
+
+
 @pytest.mark.slow  # a fault copy of its own to compile (see FAST_FAULTS)
 def test_a_barrier_not_every_thread_reaches_is_reported(all_faulted, generator):
     case = Case(torch.float32, 2, 1000)  # block_rows_kernel, 64 threads (250 vectors of 4)
@@ -260,7 +277,7 @@ def run_probe(probe, problems: list[tuple[int, int, int, int]]) -> subprocess.Co
 def test_a_fault_whose_pattern_is_gone_fails_loudly():
     # After a kernel rewrite that moves the code, the fault must not quietly build an unchanged copy.
     source = core_cuda_sources()[0].read_text()
-    for fault in FAULTS + EMULATOR_CHECKS + [ROW_TAIL_OVERREAD]:
+    for fault in FAULTS + EMULATOR_CHECKS + [ROW_TAIL_OVERREAD, ROWS_SHARED_BY_TWO_WARPS]:
         assert fault.apply(source) != source
     with pytest.raises(FaultPatternError, match="block barrier removed.*matches 0 times"):
         FAULTS[0].apply(source.replace("__syncthreads();", "__syncthreads_count(1);"))

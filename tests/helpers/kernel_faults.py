@@ -146,6 +146,15 @@ SHARED_SLOTS_REUSED = Fault(
     matches=2,
 )
 
+# A race on global memory: warps 0 and 1 (2 and 3) of a warp_rows block both normalise the block's first (third)
+# row, so both write its y through the cache-hint stores, and the other rows stay unwritten.
+ROWS_SHARED_BY_TWO_WARPS = Fault(
+    "two warps of a block take the same row",
+    r"(const int64_t first = static_cast<int64_t>\(blockIdx\.x\) \* kWarpRowsPerBlock \+ )threadIdx\.x / kWarpSize;",
+    r"\1threadIdx.x / kWarpSize / 2 * 2;",
+    "never written",
+)
+
 # For the AddressSanitizer probe: the warp kernel loads one vector past the row's end.
 ROW_TAIL_OVERREAD = Fault(
     "vector load past the row's end",
