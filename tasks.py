@@ -506,9 +506,18 @@ def gpu_check(
         raise Exit("gpu-check: a step failed (listed above; <out>/summary.json has the details)", code=1)
 
 
+@task(pre=[build])
+@cli.fails_with("dist", *_BUILD_ERRORS)
+def dist(c):
+    """Build the wheel (torch op + ORT library) and the C++ package for ORT hosts into dist/."""
+    from env.dist import dist as build_dist
+
+    print(build_dist())
+
+
 # --- namespace: flat single tasks, one collection per group ---------------------------
 ns = Collection()
-for _task in (build, toolchain, test, export, align, lint, cuda_check, gpu_check):
+for _task in (build, toolchain, test, export, align, lint, cuda_check, gpu_check, dist):
     ns.add_task(_task)
 _bench = Collection(
     "bench",
