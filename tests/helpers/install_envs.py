@@ -19,8 +19,9 @@ from packaging.utils import canonicalize_name
 
 from env.lock.lockfile import requirements_path
 
-# The runtime the wheel leaves to the user (setup.py's extras); the lock installs the GPU build's package.
-ORT_PACKAGE = "onnxruntime-gpu"
+# What a deploying team installs beside the wheel: the packages ops imports at run time.
+# onnxruntime is left to the user by the wheel (setup.py's extras); the lock pins the GPU build's package.
+RUNTIME_ROOTS = ("torch", "numpy", "onnx", "onnxscript", "onnxruntime-gpu")
 
 
 def runtime_closure(roots: list[str]) -> set[str]:
@@ -55,7 +56,7 @@ def pinned_lines(names: set[str], variant: str = "cpu") -> str:
 
 
 def wheel_requirements(wheel: Path) -> list[str]:
-    """Names the wheel's Requires-Dist lists outside any extra."""
+    """The wheel's Requires-Dist entries outside any extra, as written."""
     import zipfile
 
     with zipfile.ZipFile(wheel) as archive:
@@ -65,7 +66,7 @@ def wheel_requirements(wheel: Path) -> list[str]:
         if line.startswith("Requires-Dist:"):
             requirement = Requirement(line.split(":", 1)[1].strip())
             if requirement.marker is None:
-                names.append(requirement.name)
+                names.append(str(requirement))
     return names
 
 
@@ -94,7 +95,7 @@ def fresh_venv(folder: Path) -> Path:
 def install_runtime(python: Path, wheel: Path, work: Path) -> None:
     """The lock's runtime pins (hashed, no resolution), then the wheel with no index."""
     requirements = work / "runtime-requirements.txt"
-    requirements.write_text(pinned_lines(runtime_closure([*wheel_requirements(wheel), ORT_PACKAGE])))
+    requirements.write_text(pinned_lines(runtime_closure(list(RUNTIME_ROOTS))))
     pins = run(
         [str(python), "-m", "pip", "install", "-q", "--require-hashes", "--no-deps", "-r", str(requirements)], work
     )

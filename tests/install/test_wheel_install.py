@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from env.dist import build_wheel, check_wheel_contents
-from tests.helpers.install_envs import fresh_venv, install_runtime, run
+from env.lock.lockfile import read_pins, requirements_path
+from tests.helpers.install_envs import RUNTIME_ROOTS, fresh_venv, install_runtime, run, wheel_requirements
 
 pytestmark = pytest.mark.slow  # a wheel build and an environment of about 1 GB: minutes on 2 cores
 
@@ -41,6 +42,14 @@ def test_the_wheel_holds_every_subpackage_and_both_libraries(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert not [n for n in names if n.startswith("env/")]
     assert wheel.name.endswith("-cp311-abi3-linux_x86_64.whl")
+
+
+def test_the_wheel_pins_the_torch_it_was_built_against(wheel):
+    requirements = wheel_requirements(wheel)
+    torch_pin = read_pins(requirements_path("cpu"))["torch"].version.split("+")[0]
+    assert f"torch=={torch_pin}" in requirements, requirements
+    # Everything else it needs at run time is among the packages the fresh environment gets.
+    assert {r.split(">")[0].split("=")[0] for r in requirements} <= set(RUNTIME_ROOTS), requirements
 
 
 def test_installed_package_runs_ops_export_and_ort_from_outside_the_tree(installed, tmp_path):
