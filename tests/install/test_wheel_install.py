@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from env.dist import build_wheel, check_wheel_contents
+from env.dist import audit_wheel, build_wheel, check_wheel_contents
 from env.lock.lockfile import read_pins, requirements_path
 from tests.helpers.install_envs import RUNTIME_ROOTS, fresh_venv, install_runtime, run, wheel_requirements
 
@@ -42,6 +42,14 @@ def test_the_wheel_holds_every_subpackage_and_both_libraries(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert not [n for n in names if n.startswith("env/")]
     assert wheel.name.endswith("-cp311-abi3-linux_x86_64.whl")
+
+
+def test_auditwheel_finds_a_plain_linux_wheel_that_needs_torchs_libraries(wheel):
+    # torch's libraries are external by design (never vendored), so no manylinux policy can hold.
+    audit = audit_wheel(wheel)
+    assert audit.policy == "linux_x86_64", audit.report
+    assert "libc10.so" in audit.external["ops/_C.abi3.so"], audit.external
+    assert "ops/libfused_norm_ort.so" not in audit.external  # the ORT library needs nothing of torch
 
 
 def test_the_wheel_pins_the_torch_it_was_built_against(wheel):
