@@ -183,14 +183,20 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST} \
 
 COPY --from=ort-headers --chown=fusedbench:fusedbench ${FUSEDBENCH_CACHE} ${FUSEDBENCH_CACHE}
 
-# 2. The sources, then both builds as the runtime user, so the toolchain
+# 2. The sources, then the builds as the runtime user, so the toolchain
 # record (build/toolchain.json, build/*/build.log) is baked into the image
-# and `bench`'s own pre-build finds everything up to date. The delivery (AOT)
-# build first; the JIT build last because `invoke bench` runs it.
+# and `bench`'s own pre-build finds everything up to date. Then the delivery:
+# `invoke dist` builds the wheel (and the C++ package) and the environment
+# installs that wheel (as root, who created it), so the image and pip users run
+# the same artifact; `python -P` (the sources not on sys.path) imports the installed one.
 COPY --chown=fusedbench:fusedbench . .
 # Numeric, so `docker run --user`, Kubernetes' runAsNonRoot and the host agree.
 USER ${FUSEDBENCH_UID}
-RUN invoke build --aot && invoke build && invoke env.check
+RUN invoke build && invoke dist && invoke env.check
+USER 0
+RUN pip install --no-index dist/fusedbench-*.whl \
+    && python -P -c 'import ops; print("installed ops:", ops.__file__, ops.ort_library_path())'
+USER ${FUSEDBENCH_UID}
 
 # The git commit, for the labels. Declared after the last RUN: a build argument
 # is part of every later RUN step's cache key, and the commit changes each time.

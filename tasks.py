@@ -588,9 +588,18 @@ def bench_set_base(c, sha="HEAD"):
         raise Exit(f"bench.set-base: {error}", code=2) from None
 
 
+@task(pre=[build])
+@cli.fails_with("dist", *_BUILD_ERRORS)
+def dist(c):
+    """Build the wheel (torch op + ORT library) and the C++ package for ORT hosts into dist/."""
+    from env.dist import dist as build_dist
+
+    print(build_dist())
+
+
 # --- namespace: flat single tasks, one collection per group ---------------------------
 ns = Collection()
-for _task in (build, toolchain, test, export, align, lint, cuda_check, gpu_check):
+for _task in (build, toolchain, test, export, align, lint, cuda_check, gpu_check, dist):
     ns.add_task(_task)
 _bench = Collection(
     "bench",

@@ -1,8 +1,8 @@
 """Find and load the compiled libraries, and explain why when that fails.
 
-Search order for the torch op library:
-  1. $FUSEDBENCH_TORCH_LIBRARY (an explicit path);
-  2. ops/_C*.so beside this package (an installed AOT build: ``pip install .``);
+Search order for each library (torch op, ONNX Runtime custom ops):
+  1. $FUSEDBENCH_TORCH_LIBRARY / $FUSEDBENCH_ORT_LIBRARY (an explicit path);
+  2. inside this package: ops/_C*.so and ops/libfused_norm_ort.so (an installed wheel);
   3. the library named by the last ``invoke build`` in build/toolchain.json.
 """
 
@@ -14,9 +14,11 @@ from pathlib import Path
 
 import torch
 
-from env.paths import toolchain_record_path
+from ops._paths import PACKAGE_DIR as _PACKAGE_DIR
+from ops._paths import toolchain_record_path
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+# The ONNX Runtime custom-op library's file name, in the wheel and in build/ort.
+ORT_LIBRARY_NAME = "libfused_norm_ort.so"
 
 
 class LibraryNotBuiltError(ImportError):
@@ -54,10 +56,13 @@ def torch_library_path() -> Path:
 
 
 def ort_library_path() -> Path:
-    """Path of the ONNX Runtime custom-op library (domain ``myops``) built by ``invoke build``."""
+    """Path of the ONNX Runtime custom-op library (domain ``myops``): the installed one, else ``invoke build``'s."""
     explicit = os.environ.get("FUSEDBENCH_ORT_LIBRARY")
     if explicit:
         return Path(explicit)
+    packaged = _PACKAGE_DIR / ORT_LIBRARY_NAME
+    if packaged.is_file():
+        return packaged
     recorded = _recorded_artifact("ort_library")
     if recorded is not None and recorded.exists():
         return recorded
@@ -76,8 +81,8 @@ def load_torch_library() -> Path:
         torch.ops.load_library(str(path))
     except OSError as error:
         # Typical: "undefined symbol: _ZN3c10..." after torch was upgraded.
-        from env.builder.toolchain import explain_load_failure
+        from ops._diagnosis import explain_load_failure
 
-        record = path.with_name("toolchain.json") if path.parent == _PACKAGE_DIR else None
+        record = _PACKAGE_DIR / "toolchain.json" if path.parent == _PACKAGE_DIR else toolchain_record_path()
         raise LibraryLoadError(explain_load_failure(path, error, record)) from error
     return path

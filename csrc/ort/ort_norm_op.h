@@ -34,14 +34,10 @@
 #include <vector>
 
 #include "core/fused_norm.h"
+#include "ort/include/fused_norm_ort/fused_norm_ort.h"  // the names hosts see: domain, ops, attribute
 #include "ort_debug_dump.h"
 
 namespace fused_norm_ort {
-
-inline constexpr const char* kDomain = "myops";
-inline constexpr const char* kOpName = "fused_norm";
-inline constexpr const char* kAddOpName = "fused_add_norm";
-inline constexpr const char* kEpsilonAttribute = "epsilon";
 
 // One validated call: the core's operands, and where ORT allocated Y (a
 // device provider launches on the device that holds Y).

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from env.paths import REPO_ROOT
 
 # The highest API version probed; far above any ORT 1.x release.
 _PROBE_LIMIT = 1000
@@ -113,55 +114,26 @@ def _major_minor(version: str) -> tuple[int | None, int | None]:
         return None, None
 
 
-_CUDA_PROBE = r"""
-import json
-import onnxruntime as ort
-from onnx import TensorProto, helper
-graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "cuda_probe",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
-model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
-session = ort.InferenceSession(model.SerializeToString(),
-                               providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
-print(json.dumps({"providers": session.get_providers(), "version": ort.__version__}))
-"""
-
-
 @lru_cache(maxsize=1)
 def cuda_provider_status() -> tuple[bool, str]:
     """Whether onnxruntime's CUDA execution provider really runs here, and why not.
 
-    Asks the question the way a user would - a one-node session that requests
-    CUDA - in a child process, and reads ORT's own load error from its stderr.
+    Runs the op package's probe (ops/ort/cuda_probe.py) as a script: the same
+    question sessions ask, answered before the op library is built.
     """
-    import onnxruntime
-
-    available = onnxruntime.get_available_providers()
-    if "CUDAExecutionProvider" not in available:
-        return False, f"this onnxruntime build has no CUDA execution provider (available: {', '.join(available)})"
-    probe = subprocess.run(
-        [sys.executable, "-c", _CUDA_PROBE], capture_output=True, text=True, timeout=300, check=False
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "ops" / "ort" / "cuda_probe.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
-    lines = probe.stdout.strip().splitlines()
-    if probe.returncode != 0 or not lines:
-        return False, f"a CUDA session could not be created: {_last_error(probe.stderr) or 'unknown error'}"
-    facts = json.loads(lines[-1])
-    if "CUDAExecutionProvider" in facts["providers"]:
-        return True, f"onnxruntime {facts['version']} creates CUDAExecutionProvider sessions"
-    reason = _last_error(probe.stderr) or "no reason logged"
-    return False, (
-        f"CUDAExecutionProvider is listed by onnxruntime {facts['version']} but a session requesting it fell back "
-        f"to {', '.join(facts['providers'])}: {reason}"
-    )
-
-
-def _last_error(stderr: str) -> str | None:
-    """The informative part of ORT's log: the dlopen error if there is one, else the last error line."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", stderr)
-    if match := re.search(r"with error: (.+)", text):
-        return match.group(1).strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else None
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+        return False, f"the CUDA probe failed: {tail[0]}"
+    usable, why = json.loads(lines[-1])
+    return bool(usable), str(why)
 
 
 __all__ = ["RuntimeApi", "cuda_provider_status", "onnxruntime_capi_dir", "runtime_api", "runtime_library"]

@@ -1,8 +1,8 @@
 """The toolchain record: what a build was compiled with, and what differs now.
 
 ``invoke build`` calls :func:`collect` before compiling and stores the result
-as ``build/toolchain.json`` (see :mod:`env.builder`). ``import ops`` calls
-:func:`explain_load_failure` when the built library does not load, so that an
+as ``build/toolchain.json`` (see :mod:`env.builder`). ``import ops`` reads it
+when the built library does not load (ops/_diagnosis.py), so that an
 "undefined symbol" after an upgrade becomes "torch 2.13.0 -> 2.14.1: rebuild".
 Fields that ``torch.utils.collect_env`` already knows come from it.
 """
@@ -24,17 +24,6 @@ from env.builder.cxx_runtime import compiler_default_runtime
 from env.builder.toolkit import find_cuda_toolkit
 from env.files import write_text_atomic
 from env.paths import toolchain_record_path
-
-# Facts that decide whether a built library can load into the running process:
-# (dotted key in the record, what to say about it).
-LOAD_CRITICAL_FACTS = (
-    ("torch.version", "torch version"),
-    ("torch.git_version", "torch build (git commit)"),
-    ("torch.cxx11_abi", "torch's _GLIBCXX_USE_CXX11_ABI"),
-    ("torch.cuda", "torch's CUDA version"),
-    ("python.version", "Python version"),
-    ("compiler.version", "C++ compiler"),
-)
 
 
 def _run_first_line(cmd: list[str]) -> str | None:
@@ -251,34 +240,6 @@ def _get(record: dict[str, Any], dotted: str) -> Any:
             return None
         node = node[part]
     return node
-
-
-def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """Human-readable lines for each load-critical fact that changed since the build."""
-    lines = []
-    for key, label in LOAD_CRITICAL_FACTS:
-        before, now = _get(recorded, key), _get(current, key)
-        if before != now:
-            lines.append(f"{label}: built with {before!r}, running {now!r}")
-    return lines
-
-
-def explain_load_failure(library: Path, error: BaseException, record_path: Path | None = None) -> str:
-    """Message for a library that failed to load: the differing facts and how to rebuild."""
-    record_path = record_path or toolchain_record_path()
-    head = f"could not load {library}: {error}"
-    rebuild = "Rebuild it for this environment: `invoke build` (or `invoke build --aot`)."
-    if not record_path.exists():
-        return f"{head}\nNo toolchain record at {record_path}, so the cause cannot be narrowed down. {rebuild}"
-    recorded = read_record(record_path)
-    diffs = differences(recorded, runtime_facts())
-    if not diffs:
-        return (
-            f"{head}\nThe toolchain recorded in {record_path} matches the running one "
-            f"(torch, ABI flag, compiler, Python), so the library itself is broken or stale. {rebuild}"
-        )
-    listed = "\n".join(f"  - {d}" for d in diffs)
-    return f"{head}\nThe library was built with a different toolchain ({record_path}):\n{listed}\n{rebuild}"
 
 
 def read_record(path: Path | None = None) -> dict[str, Any]:

@@ -28,8 +28,8 @@ import numpy as np
 import onnx
 import torch
 
-from env.files import atomic_path
-from env.paths import build_dir
+from ops._files import atomic_path
+from ops._paths import build_dir
 from ops.alignment.layers import block_output_names, torch_block_outputs, with_extra_outputs
 from ops.alignment.metrics import Comparison, compare
 from ops.dtypes import BY_NAME, dtype_name, parse_dtypes

@@ -35,8 +35,8 @@ import torch
 from torch import Tensor, nn
 
 import ops  # noqa: F401  (loads the op library: torch.ops.myops.fused_norm must exist to be translated)
-from env.files import atomic_path
-from env.paths import build_dir
+from ops._files import atomic_path
+from ops._paths import build_dir
 from ops.norms import Norm
 from ops.onnx.checks import CheckReport, ExportCheckError, check_export, norm_paths_of
 from ops.onnx.routes import (

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from env.files import atomic_path
+from ops._files import atomic_path
 
 _OPTIMIZATION_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -142,7 +142,7 @@ def _check_provider_used(session: ort.InferenceSession, config: OrtConfig) -> No
     wanted = _PROVIDERS[config.provider][0]
     if wanted in session.get_providers():
         return
-    from env.builder.ort_runtime import cuda_provider_status
+    from ops.ort.cuda_probe import cuda_provider_status
 
     reason = cuda_provider_status()[1] if wanted == "CUDAExecutionProvider" else "no reason known"
     raise ProviderUnavailableError(

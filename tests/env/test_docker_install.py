@@ -91,7 +91,9 @@ def test_dockerfile_installs_the_variants_pins_through_create_env():
     assert re.search(r"^ARG VARIANT=cuda$", text, re.MULTILINE)
     assert re.search(r"^ENV .*\n(?:\s+.*\n)*?\s+FUSEDBENCH_TORCH_VARIANT=\$\{VARIANT\} \\$", text, re.MULTILINE)
     assert re.search(r"^\s+&& scripts/create_env\.sh \\$", text, re.M)
-    assert not re.search(r"^(RUN|\s+&&).*\bpip\b", text, re.M)  # no second install path
+    # No second install path for the pins: pip's one other use installs the project's own wheel, without an index.
+    pip_lines = re.findall(r"^(?:RUN|\s+&&).*\bpip\b.*$", text, re.M)
+    assert pip_lines == ["RUN pip install --no-index dist/fusedbench-*.whl \\"], pip_lines
     # The environment layer gets the pins, the scripts and the lock reader only.
     copies = re.findall(
         r"^COPY (?!--)(.+) \S+$",

@@ -27,6 +27,7 @@ def test_task_names_follow_one_scheme():
     assert listed == {
         "align",
         "build",
+        "dist",
         "cuda-check",
         "export",
         "gpu-check",
