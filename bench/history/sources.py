@@ -55,15 +55,17 @@ class RowJudgement:
     verdict: str
 
 
-def judge_units(previous: np.ndarray, new: np.ndarray, threshold: float, alpha: float, seed: int = 0) -> RowJudgement:
-    """The project's interval statistics on two rows' units (one median per round); an A/B run's pairing is not
-    known across two reports, so they are judged unpaired."""
+def judge_units(
+    previous: np.ndarray, new: np.ndarray, threshold: float, alpha: float, seed: int = 0, paired: bool = False
+) -> RowJudgement:
+    """The project's interval statistics on two rows' units (one median per round). Two reports of a history are
+    judged unpaired; the two sides of one A/B run are ``paired`` (unit k of each ran side by side)."""
     if min(len(previous), len(new)) < MIN_UNITS:
         return RowJudgement(math.nan, math.nan, math.nan, min(len(previous), len(new)), INSUFFICIENT)
     # Each unit enters as a one-sample round: the comparison takes each round's median, which is the unit itself.
     base = RowSamples(np.asarray(previous, dtype=np.float64), np.arange(len(previous), dtype=np.int16))
     later = RowSamples(np.asarray(new, dtype=np.float64), np.arange(len(new), dtype=np.int16))
-    result = compare_samples((), base, later, threshold, alpha, np.random.default_rng(seed))
+    result = compare_samples((), base, later, threshold, alpha, np.random.default_rng(seed), paired=paired)
     return RowJudgement(result.ratio, result.ci_low, result.ci_high, result.units, result.verdict)
 
 
