@@ -62,7 +62,7 @@ def overview(
             body.append(cells)
         parts.append(table(headers + [f"vs {p}" for p in peers], body, "headline"))
         chart_id = f"headline-{index}"
-        parts.append(f'<div class="chart" id="{chart_id}"></div>')
+        parts.append(f'<div class="chart" id="{chart_id}"></div><div class="facts-panel" id="{chart_id}-facts"></div>')
         if "unfused/call" in peers:
             lines = [line for line in head.to_dict("records") if "unfused/call" in line["peers"]]
             charts.append(
@@ -155,6 +155,7 @@ def row_page(key: tuple, series: list[dict], judged: pd.DataFrame, changes: pd.D
         "<p>Median per call (µs) of each run, with the 95 % interval of its units' geometric mean where the run kept "
         "its samples. Hover a point for its run; click it to open that report.</p>",
         '<div class="chart" id="row-chart"></div>',
+        '<div class="facts-panel" id="row-chart-facts">hover a point: its run shows here</div>',
     ]
     if not changes.empty:
         body = [

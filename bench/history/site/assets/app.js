@@ -1,14 +1,12 @@
-// The site's one script: draws the charts a page's JSON block describes. Every text from a report is
-// escaped before Plotly sees it (Plotly reads a small HTML-like markup in labels), and nothing here
-// fetches anything: the data is in the page, the library beside it.
+// The site's one script: draws the charts a page's JSON block describes. Nothing here fetches
+// anything: the data is in the page, the library beside it. Plotly reads a small HTML-like markup in
+// its labels, so a report's text never goes into one as markup: trace names are escaped (&, <, >, the
+// entities Plotly turns back into characters), and a point's facts show in the page's own facts panel
+// through textContent, while Plotly's hover label shows only the numbers.
 (function () {
   "use strict";
   function esc(text) {
-    return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
-      .replace(/"/g, "&quot;").replace(/'/g, "&#39;");
-  }
-  function hover(lines) {
-    return lines.map(esc).join("<br>");
+    return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
   }
   var block = document.getElementById("page-data");
   var data = block ? JSON.parse(block.textContent) : { charts: [] };
@@ -18,7 +16,7 @@
     var traces = chart.traces.map(function (s) {
       var trace = {
         name: esc(s.name), x: s.x, y: s.y, customdata: s.links,
-        hovertext: s.hover.map(hover), hoverinfo: "text",
+        hovertemplate: chart.kind === "bar" ? "%{y:.3f}x<extra></extra>" : "%{y:.3f} µs<extra></extra>",
       };
       if (chart.kind === "bar") {
         trace.type = "bar";
@@ -41,6 +39,14 @@
     };
     Plotly.newPlot(element, traces, layout, { displaylogo: false, responsive: true, staticPlot: false })
       .then(function () { element.setAttribute("data-drawn", "1"); });
+    var facts = document.getElementById(chart.id + "-facts");
+    element.on("plotly_hover", function (event) {
+      var point = event.points && event.points[0];
+      if (facts && point) {
+        facts.textContent = chart.traces[point.curveNumber].hover[point.pointIndex].join("\n");
+        facts.setAttribute("data-link", point.customdata || "");
+      }
+    });
     element.on("plotly_click", function (event) {
       var point = event.points && event.points[0];
       if (point && point.customdata) { window.location.href = point.customdata; }
