@@ -12,7 +12,7 @@ and a static dashboard (``--site``). The modules, in the order data flows:
   labels.py       machine names the reports' columns cannot tell apart
   store.py        the DuckDB tables and the incremental ingest
   regressions.py  each report against the previous one of its machine and run options
-  changepoints.py level shifts over each row's series of medians (PELT)
+  changepoints.py level shifts over each row's series of medians (binary segmentation)
   export.py       Parquet, partitioned by machine
   site/           the static dashboard
   cli.py          what the invoke task runs

@@ -91,7 +91,9 @@ def _print_changes(con, changes, console: Console) -> None:
         console.print("level shifts: none at or beyond the threshold")
         return
     labels = dict(con.execute("SELECT machine_key, label FROM machines").fetchall())
-    table = Table(title="level shifts in a row's medians (PELT over the runs of one machine and run options)")
+    table = Table(
+        title="level shifts in a row's medians (binary segmentation over the runs of one machine and run options)"
+    )
     for name in ("machine", "row", "from commit", "size", "points"):
         table.add_column(name)
     for c in changes.itertuples():

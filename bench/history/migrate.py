@@ -9,14 +9,15 @@ where it renames or adds columns the store keeps, an entry in the lists below.
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 from collections.abc import Callable
-
-import pandas as pd
 
 from bench.history.sources import KEY_COLUMNS
 
 NOT_RECORDED = "not recorded"
 CURRENT = 5  # the version every step leads to
+TIME_FORMAT = "%Y%m%dT%H%M%SZ"  # timestamp_utc, as bench writes it
 
 # Facts of the run (one value per report) the store keeps in its runs table.
 RUN_TEXT = ("timestamp_utc", "host", "git_commit", "torch", "onnxruntime", "onnx", "compiler", "cxx11_abi")
@@ -55,51 +56,74 @@ class MigrationError(ValueError):
     """A report the store cannot take (the message says why)."""
 
 
-def _from_4(frame: pd.DataFrame) -> pd.DataFrame:
+Row = dict[str, object]  # one CSV row: column -> cell (text as read; numbers once migrated)
+
+
+def _from_4(rows: list[Row]) -> list[Row]:
     added = ("machine_id", "cpu_governor", "cpu_epp", "cpu_boost", "cpu_freq_range_mhz", "cpu_cur_mhz", "gpu_policy")
-    return frame.assign(**{c: NOT_RECORDED for c in added if c not in frame.columns})
+    return [{**{c: NOT_RECORDED for c in added}, **row} for row in rows]
 
 
 # version -> the step to version + 1
-_STEPS: dict[int, Callable[[pd.DataFrame], pd.DataFrame]] = {4: _from_4}
+_STEPS: dict[int, Callable[[list[Row]], list[Row]]] = {4: _from_4}
 READABLE = (*sorted(_STEPS), CURRENT)
 
 
-def migrate(frame: pd.DataFrame, version: int) -> pd.DataFrame:
-    """A report's rows of schema ``version`` as the store's columns (STORE_COLUMNS), checked; MigrationError if not."""
+def migrate(rows: list[Row], version: int) -> list[Row]:
+    """A report's rows of schema ``version`` (text cells, as the CSV holds them) as the store's columns, numbers
+    parsed and checked; MigrationError if the report cannot be taken.
+
+    Plain dicts rather than a DataFrame: a report has a few dozen rows, and a
+    frame's per-column operations would cost more than the whole ingest of it.
+    """
     if version not in READABLE:
         raise MigrationError(f"schema version {version}: the history reads versions {', '.join(map(str, READABLE))}")
     while version != CURRENT:
-        frame, version = _STEPS[version](frame), version + 1
-    missing = [c for c in STORE_COLUMNS if c not in frame.columns]
+        rows, version = _STEPS[version](rows), version + 1
+    if not rows:
+        raise MigrationError("no rows")
+    missing = [c for c in STORE_COLUMNS if c not in rows[0]]
     if missing:
         raise MigrationError(f"schema {CURRENT} columns missing: {', '.join(missing)}")
-    frame = frame[list(STORE_COLUMNS)].copy()
-    for column in ROW_NUMBERS:
-        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")
-    for column in (*KEY_COLUMNS, *ROW_TEXT, *RUN_TEXT, *MACHINE_TEXT, *OPTION_TEXT):
-        frame[column] = frame[column].astype("string").fillna("")
-    _check(frame)
-    for column in INTEGER_COLUMNS:
-        frame[column] = frame[column].astype("int64")
-    return frame
+    migrated = [_row(row) for row in rows]
+    _check(migrated)
+    return migrated
 
 
-def _check(frame: pd.DataFrame) -> None:
-    if frame.empty:
-        raise MigrationError("no rows")
-    for column in KEY_COLUMNS:
-        if (frame[column] == "").any():
-            raise MigrationError(f"a row has no {column}")
-    medians = frame["median_us"]
-    if medians.isna().any() or (medians <= 0).any():
-        raise MigrationError("median_us must be a positive number in every row")
-    for column in INTEGER_COLUMNS:
-        if frame[column].isna().any():
-            raise MigrationError(f"{column} must be an integer in every row")
-    duplicated = frame.duplicated(list(KEY_COLUMNS))
-    if duplicated.any():
-        raise MigrationError(f"more than one row for key {frame.loc[duplicated, list(KEY_COLUMNS)].iloc[0].tolist()}")
+def _number(text) -> float:
+    try:
+        return float(text) if text not in (None, "") else math.nan
+    except ValueError:
+        return math.nan
+
+
+def _row(row: Row) -> Row:
+    out = {c: ("" if row[c] is None else str(row[c])) for c in STORE_COLUMNS if c not in ROW_NUMBERS}
+    out.update({c: _number(row[c]) for c in ROW_NUMBERS})
+    return out
+
+
+def _check(rows: list[Row]) -> None:
+    keys = set()
+    for row in rows:
+        for column in KEY_COLUMNS:
+            if not row[column]:
+                raise MigrationError(f"a row has no {column}")
+        if not row["median_us"] > 0:  # NaN fails too
+            raise MigrationError("median_us must be a positive number in every row")
+        for column in INTEGER_COLUMNS:
+            value = row[column]
+            if math.isnan(value) or value != int(value):
+                raise MigrationError(f"{column} must be an integer in every row")
+        key = tuple(row[c] for c in KEY_COLUMNS)
+        if key in keys:
+            raise MigrationError(f"more than one row for key {list(key)}")
+        keys.add(key)
     for column in ("timestamp_utc", "git_commit"):
-        if frame[column].nunique() != 1 or (frame[column] == "").any():
+        values = {row[column] for row in rows}
+        if len(values) != 1 or "" in values:
             raise MigrationError(f"{column} must hold one value for the whole report")
+    try:
+        dt.datetime.strptime(rows[0]["timestamp_utc"], TIME_FORMAT)
+    except ValueError as error:
+        raise MigrationError(f"timestamp_utc must be a UTC time like 20261204T120531Z: {error}") from error

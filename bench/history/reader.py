@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from bench.history.migrate import MigrationError, migrate
 from bench.history.sources import KEY_COLUMNS, SAMPLES_SUFFIX
@@ -31,8 +30,8 @@ AB_FILE = "pooled.csv"
 class ParsedReport:
     path: Path
     report_id: str  # content hash of the CSV and its samples
-    rows: pd.DataFrame  # STORE_COLUMNS
-    units: pd.DataFrame  # KEY_COLUMNS + round + unit_us; empty when the report kept no samples
+    rows: list[dict]  # STORE_COLUMNS (migrate.py)
+    units: list[tuple]  # (*KEY_COLUMNS, round, unit_us); empty when the report kept no samples
     schema_version: int
     ab_run: str  # the A/B run's folder for a side of one, else ""
     ab_side: str  # "base" | "new" | ""
@@ -75,14 +74,17 @@ def find_csvs(root: Path) -> list[Path]:
 def read_report(csv_path: Path, report_id: str | None = None) -> ParsedReport | InvalidReport:
     report_id = report_id or content_hash(csv_path)
     try:
-        frame = pd.read_csv(csv_path, dtype={c: "string" for c in KEY_COLUMNS}, keep_default_na=True)
-        versions = pd.to_numeric(frame["schema_version"], errors="coerce").dropna().astype(int).unique()
-        if len(versions) != 1:
-            raise MigrationError(f"schema_version must hold one number for the whole report, found {list(versions)}")
-        version = int(versions[0])
-        rows = migrate(frame, version)
+        with open(csv_path, newline="", encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle))
+        versions = {row.get("schema_version") for row in rows}
+        if len(versions) != 1 or not str(next(iter(versions))).strip().isdigit():
+            raise MigrationError(
+                f"schema_version must hold one number for the whole report, found {sorted(map(str, versions))}"
+            )
+        version = int(next(iter(versions)))
+        rows = migrate(rows, version)
         units = read_units(csv_path, rows)
-    except (MigrationError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as error:
+    except (MigrationError, csv.Error, UnicodeDecodeError, OSError) as error:
         return InvalidReport(csv_path, report_id, str(error))
     except (KeyError, ValueError, TypeError) as error:
         return InvalidReport(csv_path, report_id, f"{type(error).__name__}: {error}")
@@ -90,16 +92,15 @@ def read_report(csv_path: Path, report_id: str | None = None) -> ParsedReport | 
     return ParsedReport(csv_path, report_id, rows, units, version, str(csv_path.parent.parent) if side else "", side)
 
 
-def read_units(csv_path: Path, rows: pd.DataFrame) -> pd.DataFrame:
-    """The median of each round of each row from the samples sidecar; an empty frame when there is none.
+def read_units(csv_path: Path, rows: list[dict]) -> list[tuple]:
+    """(*key, round, unit_us): the median of each round of each row, from the samples sidecar; [] without one.
 
     The sidecar's layout is the same in every schema version the history reads
     (keys, counts, samples_us, rounds). Rows it lacks simply have no units.
     """
-    columns = [*KEY_COLUMNS, "round", "unit_us"]
     path = samples_path(csv_path)
     if not path.is_file():
-        return pd.DataFrame(columns=columns)
+        return []
     try:
         with np.load(path, allow_pickle=False) as data:
             keys, counts, flat, rounds = data["keys"], data["counts"], data["samples_us"], data["rounds"]
@@ -107,14 +108,14 @@ def read_units(csv_path: Path, rows: pd.DataFrame) -> pd.DataFrame:
         raise MigrationError(f"{path.name}: not a samples file ({error})") from error
     if len(flat) != int(np.sum(counts)) or len(rounds) != len(flat):
         raise MigrationError(f"{path.name}: sample counts do not add up")
-    known = set(map(tuple, rows[list(KEY_COLUMNS)].astype(str).values.tolist()))
+    known = {tuple(row[c] for c in KEY_COLUMNS) for row in rows}
     bounds = np.concatenate([[0], np.cumsum(counts)])
-    records = []
+    units = []
     for i, key in enumerate(keys):
         key = tuple(str(v) for v in key)
         if key not in known:
             continue
         values, row_rounds = flat[bounds[i] : bounds[i + 1]], rounds[bounds[i] : bounds[i + 1]]
         for r in np.unique(row_rounds):
-            records.append((*key, int(r), float(np.median(values[row_rounds == r]))))
-    return pd.DataFrame.from_records(records, columns=columns)
+            units.append((*key, int(r), float(np.median(values[row_rounds == r]))))
+    return units

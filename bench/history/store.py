@@ -24,7 +24,7 @@ import pandas as pd
 
 from bench.history import commits
 from bench.history.labels import Labels, fallback_label
-from bench.history.migrate import ROW_NUMBERS, ROW_TEXT
+from bench.history.migrate import INTEGER_COLUMNS, ROW_NUMBERS, ROW_TEXT, TIME_FORMAT
 from bench.history.reader import InvalidReport, ParsedReport, content_hash, find_csvs, is_report, read_report
 from bench.history.sources import KEY_COLUMNS
 
@@ -127,59 +127,59 @@ def _key(values: Iterable[str]) -> str:
     return hashlib.sha1("\x1f".join(values).encode()).hexdigest()[:12]
 
 
-def _one(frame: pd.DataFrame, column: str) -> str:
+def _one(rows: list[dict], column: str) -> str:
     """A run-level fact: its one value, or the distinct values joined (a report that mixes them says so)."""
-    return ",".join(sorted(set(frame[column].astype(str))))
+    values = {str(row[column]) if column not in INTEGER_COLUMNS else str(int(row[column])) for row in rows}
+    return ",".join(sorted(values))
 
 
 def _insert(con: duckdb.DuckDBPyConnection, reports: list[ParsedReport], labels: Labels) -> None:
     machines, options, runs, rows, units = {}, {}, [], [], []
     for report in reports:
-        frame = report.rows
-        gpus = sorted(d for d in set(frame["device"]) if d != "cpu")
-        cpu_model = _one(frame, "cpu_model")
+        gpus = sorted({row["device"] for row in report.rows} - {"cpu"})
+        cpu_model = _one(report.rows, "cpu_model")
         machine = {
             "label": labels.label_of(report.path) or fallback_label(cpu_model, gpus),
-            "machine_id": _one(frame, "machine_id"),
+            "machine_id": _one(report.rows, "machine_id"),
             "cpu_model": cpu_model,
             "gpus": ", ".join(gpus),
         }
         machine_key = _key(machine.values())
         machines[machine_key] = machine
-        option = {c: _one(frame, c) for c in OPTION_FACTS}
+        option = {c: _one(report.rows, c) for c in OPTION_FACTS}
         options_key = _key(option.values())
         options[options_key] = option
-        sha, dirty = commits.split_commit(_one(frame, "git_commit"))
-        started = pd.to_datetime(_one(frame, "timestamp_utc"), format="%Y%m%dT%H%M%SZ", errors="coerce")
+        sha, dirty = commits.split_commit(_one(report.rows, "git_commit"))
         runs.append(
             {
                 "report_id": report.report_id,
                 "path": str(report.path),
                 "schema_version": report.schema_version,
-                "started_at": started,
+                "started_at": pd.to_datetime(_one(report.rows, "timestamp_utc"), format=TIME_FORMAT),
                 "machine_key": machine_key,
                 "options_key": options_key,
                 "sha": sha,
                 "dirty": dirty,
-                **{c: _one(frame, c) for c in RUN_FACTS},
+                **{c: _one(report.rows, c) for c in RUN_FACTS},
                 "ab_run": report.ab_run,
                 "ab_side": report.ab_side,
-                "has_units": not report.units.empty,
+                "has_units": bool(report.units),
             }
         )
-        rows.append(frame[[*KEY_COLUMNS, *ROW_NUMBERS, *ROW_TEXT]].assign(report_id=report.report_id))
-        if not report.units.empty:
-            units.append(report.units.assign(report_id=report.report_id))
+        rows.extend({"report_id": report.report_id, **row} for row in report.rows)
+        units.extend((report.report_id, *unit) for unit in report.units)
     _append(con, "machines", pd.DataFrame([{"machine_key": k, **v} for k, v in machines.items()]), "machine_key")
     _append(con, "options", pd.DataFrame([{"options_key": k, **v} for k, v in options.items()]), "options_key")
-    runs_frame = pd.DataFrame(runs)
-    if runs_frame["started_at"].isna().any():
-        bad = runs_frame.loc[runs_frame["started_at"].isna(), "path"].iloc[0]
-        raise ValueError(f"{bad}: timestamp_utc is not a UTC time like 20261204T120531Z")
+    runs_frame = pd.DataFrame(runs)  # timestamps were checked by migrate
     _append(con, "runs", runs_frame, None)
-    _append(con, "rows", pd.concat(rows, ignore_index=True), None)
+    _append(con, "rows", pd.DataFrame.from_records(rows), None)
     if units:
-        _append(con, "units", pd.concat(units, ignore_index=True), None)
+        _append(
+            con,
+            "units",
+            pd.DataFrame.from_records(units, columns=["report_id", *KEY_COLUMNS, "round", "unit_us"]),
+            None,
+        )
     _add_commits(con, set(runs_frame["sha"]))
 
 

@@ -111,6 +111,8 @@ def test_schema_4_and_the_committed_reports_load_through_the_migration(history_d
         (lambda f: f.drop(columns=["cpu_model"]), "columns missing: cpu_model"),
         (lambda f: pd.concat([f, f.iloc[:1]]), "more than one row for key"),
         (lambda f: f.assign(git_commit=["a", "b"] * (len(f) // 2) + ["a"] * (len(f) % 2)), "git_commit must hold"),
+        (lambda f: f.assign(timestamp_utc="yesterday"), "timestamp_utc must be a UTC time"),
+        (lambda f: f.assign(n=2.5), "n must be an integer"),
     ],
 )
 def test_an_invalid_report_is_listed_with_its_reason_and_nothing_else_is_lost(history_dir, spoil, reason):
