@@ -24,6 +24,10 @@ from bench.history.sources import INSUFFICIENT, KEY_COLUMNS, judge_units, row_al
 
 ASSETS = Path(__file__).parent / "assets"
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+# Runs per series on a row's chart and in its table, per machine on the machines page: the latest ones. A page
+# then stays under a few MB at any length of history; the store and its Parquet export keep every run.
+MAX_POINTS = 1000
+MAX_LISTED = 300
 
 
 def build_site(con: duckdb.DuckDBPyConnection, out: Path, threshold: float, changes: pd.DataFrame) -> Path:
@@ -37,7 +41,7 @@ def build_site(con: duckdb.DuckDBPyConnection, out: Path, threshold: float, chan
         shutil.copy(ASSETS / asset, out / "assets" / asset)
 
     runs = data.runs(con)
-    by_id = runs.set_index("report_id", drop=False)
+    by_id = {r["report_id"]: r for r in runs.to_dict("records")}  # report_id -> its run's facts
     labels = dict(zip(runs.machine_key, runs.label, strict=False))
     options = {r.options_key: data.options_text({"threads": r.threads, "torch": r.torch}) for r in runs.itertuples()}
     keys = data.row_keys(con)
@@ -50,19 +54,19 @@ def build_site(con: duckdb.DuckDBPyConnection, out: Path, threshold: float, chan
     changes = changes.assign(label=changes["machine_key"].map(labels)) if len(changes) else changes.assign(label=[])
 
     _write_rows(con, out, keys, by_id, options, judged, changes)
-    _write_reports(con, out, runs, judged, row_links)
+    _write_reports(con, out, by_id, judged, row_links)
     _write_ab(con, out, by_id, row_links, threshold)
-    (out / "machines.html").write_text(pages.machines_page(data.machines(con), runs), encoding="utf-8")
+    (out / "machines.html").write_text(pages.machines_page(data.machines(con), runs, MAX_LISTED), encoding="utf-8")
     machines = []
     for r in data.latest_headline_runs(con).itertuples():
-        run = by_id.loc[r.report_id]
+        run = by_id[r.report_id]
         machines.append(
             {
                 "machine_key": r.machine_key,
                 "label": run["label"],
                 "options": options[r.options_key],
                 "subject": run["subject"],
-                "run": run.to_dict(),
+                "run": run,
                 "headline": data.headline(con, r.report_id),
                 "targets": data.targets(con, r.report_id),
             }
@@ -92,7 +96,8 @@ def _write_rows(con, out: Path, keys, by_id, options, judged: pd.DataFrame, chan
     for key, group in points.groupby(list(KEY_COLUMNS), sort=False):
         series = []
         for (_, options_key), s in group.groupby(["machine_key", "options_key"], sort=False):
-            run_of = [by_id.loc[i] for i in s.report_id]
+            s = s.iloc[-MAX_POINTS:]  # the latest runs: a page's size stays bounded however long the history
+            run_of = [by_id[i] for i in s.report_id]
             has_interval = s.units.ge(2).any()
             series.append(
                 {
@@ -111,17 +116,17 @@ def _write_rows(con, out: Path, keys, by_id, options, judged: pd.DataFrame, chan
         html = pages.row_page(
             key,
             series,
-            judged_by_key.get(key, judged.iloc[:0]),
+            judged_by_key.get(key, judged.iloc[:0]).iloc[-MAX_LISTED:],
             changes_by_key.get(key, changes.iloc[:0]),
         )
         (out / "rows" / f"{data.row_slug(key)}.html").write_text(html, encoding="utf-8")
 
 
-def _write_reports(con, out: Path, runs: pd.DataFrame, judged: pd.DataFrame, row_links) -> None:
+def _write_reports(con, out: Path, by_id: dict, judged: pd.DataFrame, row_links) -> None:
     judged_by_report = dict(iter(judged.groupby("report_id", sort=False)))
     rows = con.execute("SELECT * FROM rows").df()
     for report_id, report_rows in rows.groupby("report_id", sort=False):
-        run = runs[runs.report_id == report_id].iloc[0].to_dict()
+        run = by_id[report_id]
         report_rows = report_rows.sort_values(list(KEY_COLUMNS))
         html = pages.report_page(run, report_rows, judged_by_report.get(report_id, judged.iloc[:0]), row_links)
         (out / "reports" / f"{report_id}.html").write_text(html, encoding="utf-8")
@@ -155,7 +160,7 @@ def _write_ab(con, out: Path, by_id, row_links, threshold: float) -> None:
                 }
             )
         slug = data.ab_slug(ab.ab_run)
-        base, new = by_id.loc[ab.base_id].to_dict(), by_id.loc[ab.new_id].to_dict()
+        base, new = by_id[ab.base_id], by_id[ab.new_id]
         (out / "ab" / f"{slug}.html").write_text(
             pages.ab_page(ab.ab_run, base, new, lines, row_links), encoding="utf-8"
         )

@@ -261,10 +261,12 @@ def ab_index(entries: list[tuple[str, str, str]]) -> str:
     return page("A/B runs", f'<ul class="ab">{items}</ul>')
 
 
-def machines_page(machines: pd.DataFrame, runs: pd.DataFrame) -> str:
+def machines_page(machines: pd.DataFrame, runs: pd.DataFrame, listed: int) -> str:
     parts = []
     for m in machines.itertuples():
         mine = runs[runs.machine_key == m.machine_key]
+        older = max(0, len(mine) - listed)
+        mine = mine.iloc[-listed:]
         facts = table(
             ["fact", "value"],
             [
@@ -286,6 +288,7 @@ def machines_page(machines: pd.DataFrame, runs: pd.DataFrame) -> str:
         ]
         parts.append(
             f'<section class="machine" data-machine="{esc(m.machine_key)}"><h2>{esc(m.label)}</h2>{facts}'
+            + (f"<p>the latest {listed} runs; {older} older ones are in the store</p>" if older else "")
             + table(["run", "commit", "subject", "threads", "host", "file"], body, "runs")
             + "</section>"
         )
