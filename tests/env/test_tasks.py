@@ -38,6 +38,7 @@ def test_task_names_follow_one_scheme():
         "bench.ab-measure",
         "bench.ab-spread",
         "bench.compare",
+        "bench.history",
         "bench.offset-sweep",
         "bench.thread-sweep",
         "bench.targets",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-CHROMIUM = os.environ.get("FUSEDBENCH_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -30,7 +30,7 @@ FLAGS = [
 def require_chromium() -> str:
     if Path(CHROMIUM).is_file() or shutil.which(CHROMIUM):
         return CHROMIUM
-    message = f"no Chromium at {CHROMIUM} (apt-get install chromium; FUSEDBENCH_CHROMIUM names another)"
+    message = f"no Chromium at {CHROMIUM} (apt-get install chromium)"
     if os.environ.get("CI") == "true":
         pytest.fail(message)
     pytest.skip(message)
