@@ -122,3 +122,25 @@ def test_change_points_false_alarm_rate_on_aa_series(request):
 
 def test_short_series_are_not_tested():
     assert find_changes(np.array([1.0, 1.0, 2.0, 2.0, 2.0]), 0.1) == []
+
+
+def test_a_report_ingested_late_becomes_the_previous_of_the_next_and_both_are_judged_again(tmp_path, request):
+    paths = write_history(aa_history(seed_of(request), commits=3), tmp_path / "all")
+    late = [p for p in paths if p.name.startswith("20261101T01")]  # commit 1 of each machine
+    assert len(late) == 2
+    held = tmp_path / "later"
+    held.mkdir()
+    for path in late:
+        for part in (path, path.with_name(path.stem + ".samples.npz")):
+            part.rename(held / f"{path.parent.name}-{part.name}")
+    con = connect(":memory:")
+    ingest(con, [tmp_path / "all"], Labels({}))
+    assert judge_history(con) == 2 * 21  # commit 2 against commit 0, per machine
+    ingest(con, [tmp_path / "all", held], Labels({}))
+    assert judge_history(con) == 2 * 2 * 21  # commit 1 against 0, and commit 2 again, now against 1
+    previous = con.execute(
+        "SELECT DISTINCT p.sha, n.sha FROM judgements j JOIN runs n ON n.report_id = j.report_id "
+        "JOIN runs p ON p.report_id = j.previous_id"
+    ).fetchall()
+    assert sorted(previous) == sorted([(sha_of(0), sha_of(1)), (sha_of(1), sha_of(2))])
+    assert con.execute("SELECT count(*) FROM judgements").fetchone()[0] == 2 * 2 * 21

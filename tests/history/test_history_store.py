@@ -175,3 +175,22 @@ def test_parquet_export_is_partitioned_by_machine_and_reads_back_whole(history_d
     ).fetchall()
     assert [(k, pytest.approx(v)) for k, v in direct] == medians
     assert (target / "commits.parquet").is_file()
+
+
+def test_commit_subjects_and_dates_come_from_git():
+    import subprocess
+
+    from bench.history.commits import describe, split_commit
+
+    sha, subject, date = (
+        subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "log", "-1", "--format=%H%n%s%n%cI"], capture_output=True, text=True
+        )
+        .stdout.strip()
+        .split("\n")
+    )
+    found = describe([sha, "0" * 40, "<b>not a sha</b>"])
+    assert list(found) == [sha]
+    assert found[sha][0] == subject
+    assert pd.Timestamp(found[sha][1]) == pd.Timestamp(date)
+    assert split_commit(sha + "-dirty") == (sha, True) and split_commit(sha) == (sha, False)
