@@ -1,9 +1,11 @@
 """Chromium, driven by Playwright, over a site on disk: the network blocked, console errors and page errors kept.
 
 The browser is the distribution's Chromium (/usr/bin/chromium: Debian's
-package, which .ci/run installs); Playwright's own browser build is not
-downloaded. Where it is missing the browser tests skip with that reason,
-except under CI (CI=true), where they fail: CI installs it.
+package, which .ci/run installs), else a Google Chrome on the PATH (GitHub's
+Ubuntu runners carry one; Ubuntu's chromium package is a snap wrapper);
+Playwright's own browser build is not downloaded. Where neither is found the
+browser tests skip with that reason, except under CI (CI=true), where they
+fail: CI installs Chromium.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = "/usr/bin/chromium"
+CHROME = "google-chrome"
 FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -28,9 +31,11 @@ FLAGS = [
 
 
 def require_chromium() -> str:
-    if Path(CHROMIUM).is_file() or shutil.which(CHROMIUM):
+    if Path(CHROMIUM).is_file():
         return CHROMIUM
-    message = f"no Chromium at {CHROMIUM} (apt-get install chromium)"
+    if chrome := shutil.which(CHROME):
+        return chrome
+    message = f"no Chromium at {CHROMIUM} and no {CHROME} on the PATH (apt-get install chromium)"
     if os.environ.get("CI") == "true":
         pytest.fail(message)
     pytest.skip(message)
