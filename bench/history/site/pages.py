@@ -39,11 +39,25 @@ def overview(
         "dtype and device of that run (peer median / fused median: above 1, fused is faster), the fused rows' share "
         "of the copy, and the declared targets. Ratios are read within one run, never across machines.</p>"
     )
+    summary = []
+    for index, m in enumerate(machines):
+        met = sum(t[1] is True for t in m["targets"])
+        missed = sum(t[1] is False for t in m["targets"])
+        summary.append(
+            [
+                cell(f'<a href="#machine-{index}">{esc(m["label"])}</a>'),
+                cell(esc(m["options"])),
+                cell(esc(str(m["run"]["started_at"]))),
+                cell(f"{met} met, {missed} missed", cls="missed" if missed else "met"),
+            ]
+        )
+    parts.append(table(["machine", "options", "latest run", "targets"], summary, "summary"))
     for index, m in enumerate(machines):
         run = m["run"]
         head = m["headline"]
         parts.append(
-            f'<section class="machine" data-machine="{esc(m["machine_key"])}" data-report="{esc(run["report_id"])}">'
+            f'<section class="machine" id="machine-{index}" data-machine="{esc(m["machine_key"])}" '
+            f'data-report="{esc(run["report_id"])}">'
             f"<h2>{esc(m['label'])} <small>({esc(m['options'])})</small></h2>"
             f'<p>latest run <a href="reports/{esc(run["report_id"])}.html">{esc(str(run["started_at"]))}</a>, '
             f"commit <code>{esc(commit_text(run['sha'], run['dirty']))}</code> {esc(m['subject'])}</p>"
@@ -62,7 +76,9 @@ def overview(
             body.append(cells)
         parts.append(table(headers + [f"vs {p}" for p in peers], body, "headline"))
         chart_id = f"headline-{index}"
-        parts.append(f'<div class="chart" id="{chart_id}"></div><div class="facts-panel" id="{chart_id}-facts"></div>')
+        parts.append(
+            f'<div class="chart bars" id="{chart_id}"></div><div class="facts-panel" id="{chart_id}-facts"></div>'
+        )
         if "unfused/call" in peers:
             lines = [line for line in head.to_dict("records") if "unfused/call" in line["peers"]]
             charts.append(
