@@ -37,7 +37,9 @@ def overview(
     parts.append(
         "<p>Each machine's latest run of the fused op: its median against every other baseline at the same shape, "
         "dtype and device of that run (peer median / fused median: above 1, fused is faster), the fused rows' share "
-        "of the copy, and the declared targets. Ratios are read within one run, never across machines.</p>"
+        "of the copy, and the declared targets judged on that one run's rows (a run of 16-bit rows only answers "
+        "few of them; <code>invoke bench.targets</code> judges several runs of a machine together). Ratios are read "
+        "within one run, never across machines.</p>"
     )
     summary = []
     for index, m in enumerate(machines):
