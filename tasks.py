@@ -597,6 +597,55 @@ def dist(c):
     print(build_dist())
 
 
+# --- bench.history: every report in one store, judged over commits and machines ---------------
+
+
+@task(
+    name="history",
+    iterable=["from_"],
+    help={
+        "from_": "another folder of reports to ingest besides <repo>/reports (repeatable: CI artifacts of runners)",
+        "db": "the store (default <repo>/build/history.duckdb; rebuildable, never committed)",
+        "check": "exit 1 when the latest report of a machine and run options holds a REGRESSION",
+        "site": "write the static dashboard into this folder (open DIR/index.html)",
+        "export_parquet": "write the tables as Parquet into this folder, partitioned by machine",
+        "labels": "machine labels CSV (folder,label,evidence; default <repo>/reports/history/machine_labels.csv)",
+        "threshold": THRESHOLD_HELP,
+        "alpha": ALPHA_HELP,
+    },
+)
+def bench_history(
+    c,
+    from_=None,
+    db="",
+    check=False,
+    site="",
+    export_parquet="",
+    labels="",
+    threshold=DEFAULT_THRESHOLD,
+    alpha=DEFAULT_ALPHA,
+):
+    """Ingest every report into one store; judge each against its machine's previous; --site, --check."""
+    from pathlib import Path
+
+    threshold, alpha = cli.fraction("--threshold", threshold), cli.fraction("--alpha", alpha)
+    from bench.history.cli import HistoryOptions, main
+    from env.paths import REPO_ROOT
+
+    options = HistoryOptions(
+        roots=[REPO_ROOT / "reports", *(Path(f) for f in from_ or [])],
+        db=Path(db) if db else None,
+        check=check,
+        site=Path(site) if site else None,
+        export_parquet=Path(export_parquet) if export_parquet else None,
+        threshold=threshold,
+        alpha=alpha,
+        **({"labels": Path(labels)} if labels else {}),
+    )
+    if code := main(options):
+        raise Exit(code=code)
+
+
 # --- namespace: flat single tasks, one collection per group ---------------------------
 ns = Collection()
 for _task in (build, toolchain, test, export, align, lint, cuda_check, gpu_check, dist):
@@ -612,6 +661,7 @@ _bench = Collection(
     bench_thread_sweep,
     bench_gate,
     bench_set_base,
+    bench_history,
 )
 _bench.add_task(bench, name="run", default=True)  # `invoke bench` runs it
 ns.add_collection(_bench)

@@ -41,6 +41,7 @@ def test_task_names_follow_one_scheme():
         "bench.compare",
         "bench.gate",
         "bench.set-base",
+        "bench.history",
         "bench.offset-sweep",
         "bench.thread-sweep",
         "bench.targets",

@@ -1,0 +1,120 @@
+"""``invoke bench.history``: ingest, judge, print; optionally Parquet, a site, and the exit code of ``--check``.
+
+Exit codes: 0 done (and, with --check, no open regression); 1 --check found a
+REGRESSION in the latest report of a machine and run options; 2 bad input (a
+folder that does not exist, a bad labels file).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from bench.history.changepoints import all_changes
+from bench.history.export import export_parquet
+from bench.history.labels import DEFAULT_LABELS, Labels
+from bench.history.regressions import DEFAULT_ALPHA, DEFAULT_THRESHOLD, judge_history, open_regressions
+from bench.history.store import connect, ingest
+from env.paths import REPO_ROOT, build_dir
+
+EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
+
+
+@dataclass
+class HistoryOptions:
+    roots: list[Path] = field(default_factory=lambda: [REPO_ROOT / "reports"])
+    db: Path | None = None  # default build/history.duckdb
+    labels: Path | None = DEFAULT_LABELS
+    check: bool = False
+    site: Path | None = None
+    export_parquet: Path | None = None
+    threshold: float = DEFAULT_THRESHOLD
+    alpha: float = DEFAULT_ALPHA
+
+
+def default_db() -> Path:
+    return build_dir() / "history.duckdb"
+
+
+def main(options: HistoryOptions, console: Console | None = None) -> int:
+    console = console or Console(width=None if Console().is_terminal else 200)
+    missing = [str(r) for r in options.roots if not Path(r).is_dir()]
+    if missing:
+        console.print(f"[red bold]bench.history: no such folder: {escape(', '.join(missing))}[/]", highlight=False)
+        return EXIT_BAD_INPUT
+    try:
+        labels = Labels.read(options.labels)
+    except (ValueError, KeyError, OSError) as error:
+        console.print(f"[red bold]bench.history: {escape(str(error))}[/]", highlight=False)
+        return EXIT_BAD_INPUT
+    db = options.db or default_db()
+    con = connect(db)
+    try:
+        result = ingest(con, options.roots, labels)
+        judged = judge_history(con, options.threshold, options.alpha)
+        runs = con.execute("SELECT count(*) FROM runs").fetchone()[0]
+        console.print(
+            f"{db}: {runs} reports ({result.added} new, {result.already} already in), "
+            f"{judged} rows judged; {result.not_reports} CSVs that are not reports passed over",
+            highlight=False,
+        )
+        for bad in result.invalid:
+            console.print(
+                f"[yellow]skipped, not a valid report:[/] {escape(str(bad.path))}: {escape(bad.reason)}",
+                highlight=False,
+            )
+        changes = all_changes(con, options.threshold)
+        _print_changes(con, changes, console)
+        regressions = open_regressions(con)
+        _print_regressions(regressions, console)
+        if options.export_parquet:
+            written = export_parquet(con, options.export_parquet)
+            console.print(f"Parquet: {len(written)} tables under {options.export_parquet}", highlight=False)
+        if options.site:
+            from bench.history.site.build import build_site
+
+            index = build_site(con, options.site, options.threshold, changes)
+            console.print(f"site: {index}", highlight=False)
+    finally:
+        con.close()
+    if options.check and len(regressions):
+        return EXIT_REGRESSION
+    return EXIT_OK
+
+
+def _print_changes(con, changes, console: Console) -> None:
+    if changes.empty:
+        console.print("level shifts: none at or beyond the threshold")
+        return
+    labels = dict(con.execute("SELECT machine_key, label FROM machines").fetchall())
+    table = Table(
+        title="level shifts in a row's medians (binary segmentation over the runs of one machine and run options)"
+    )
+    for name in ("machine", "row", "from commit", "size", "points"):
+        table.add_column(name)
+    for c in changes.itertuples():
+        row = " ".join((c.workload, c.shape, c.dtype, c.baseline, c.variant, c.device))
+        commit = c.sha[:10] + ("-dirty" if c.dirty else "")
+        cells = (labels.get(c.machine_key, c.machine_key), row, commit, f"{c.size:.3f}x", str(c.points))
+        table.add_row(*map(escape, cells))
+    console.print(table)
+
+
+def _print_regressions(regressions, console: Console) -> None:
+    if regressions.empty:
+        console.print("open regressions (latest report of each machine and run options): none - OK")
+        return
+    table = Table(
+        title="[red bold]open regressions[/]: the latest report of a machine and run options against its previous"
+    )
+    for name in ("machine", "report", "row", "ratio", "interval", "units"):
+        table.add_column(name)
+    for r in regressions.itertuples():
+        row = " ".join((r.workload, r.shape, r.dtype, r.baseline, r.variant, r.device))
+        cells = (r.label, r.path, row, f"{r.ratio:.3f}", f"{r.ci_low:.3f}-{r.ci_high:.3f}", str(r.units))
+        table.add_row(*map(escape, cells))
+    console.print(table)

@@ -1,0 +1,146 @@
+"""The regression view: each report against the previous of its machine and options; change points; --check."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from bench.history.changepoints import find_changes
+from bench.history.cli import EXIT_OK, EXIT_REGRESSION, HistoryOptions, main
+from bench.history.labels import Labels
+from bench.history.regressions import judge_history, open_regressions
+from bench.history.sources import INSUFFICIENT, KEY_COLUMNS, REGRESSION
+from bench.history.store import connect, ingest
+from bench.history.synthetic import sha_of, write_history
+from tests.history.fixtures import REGRESSED_ROW, aa_history, regressed_history, seed_of
+
+
+def _store(history, tmp_path):
+    write_history(history, tmp_path / "reports")
+    con = connect(":memory:")
+    ingest(con, [tmp_path / "reports"], Labels({}))
+    judge_history(con)
+    return con
+
+
+def _check(tmp_path) -> tuple[int, str]:
+    console = Console(record=True, width=250)
+    options = HistoryOptions(roots=[tmp_path / "reports"], db=tmp_path / "h.duckdb", labels=None, check=True)
+    return main(options, console), console.export_text()
+
+
+def test_check_fails_on_an_injected_regression_and_names_it(tmp_path, request):
+    write_history(regressed_history(seed_of(request), commits=6, slowdown=1.3), tmp_path / "reports")
+    code, text = _check(tmp_path)
+    assert code == EXIT_REGRESSION, text
+    con = connect(tmp_path / "h.duckdb")
+    found = open_regressions(con)
+    assert set(map(tuple, found[list(KEY_COLUMNS)].values.tolist())) == {REGRESSED_ROW}
+    assert set(found["sha"]) == {sha_of(5)} and len(found) == 2  # the last commit, on both machines
+    assert "open regressions" in text and "8x128x1024" in text
+
+
+def test_check_passes_an_aa_history(tmp_path, request):
+    write_history(aa_history(seed_of(request), commits=6), tmp_path / "reports")
+    code, text = _check(tmp_path)
+    assert code == EXIT_OK, text
+    con = connect(tmp_path / "h.duckdb")
+    verdicts = dict(con.execute("SELECT verdict, count(*) FROM judgements GROUP BY 1").fetchall())
+    assert REGRESSION not in verdicts and INSUFFICIENT not in verdicts
+
+
+def test_each_row_is_judged_against_the_previous_report_of_its_machine_with_the_units_statistics(tmp_path, request):
+    con = _store(aa_history(seed_of(request), commits=3), tmp_path)
+    pairs = con.execute(
+        """SELECT j.ratio, j.units, j.ci_low, j.ci_high, pu.sha AS prev_sha, nu.sha AS new_sha,
+                  pm.label AS prev_label, nm.label AS new_label, j.report_id, j.previous_id, j.workload, j.shape,
+                  j.baseline, j.variant
+           FROM judgements j JOIN runs nu ON nu.report_id = j.report_id JOIN runs pu ON pu.report_id = j.previous_id
+           JOIN machines nm ON nm.machine_key = nu.machine_key JOIN machines pm ON pm.machine_key = pu.machine_key"""
+    ).df()
+    assert len(pairs) == 2 * 2 * 21  # 2 machines x 2 later commits x 21 rows
+    assert (pairs.prev_label == pairs.new_label).all()
+    assert {(p, n) for p, n in zip(pairs.prev_sha, pairs.new_sha, strict=True)} == {
+        (sha_of(0), sha_of(1)),
+        (sha_of(1), sha_of(2)),
+    }
+    for r in pairs.sample(5, random_state=0).itertuples():
+        units = {}
+        for side, report in (("new", r.report_id), ("prev", r.previous_id)):
+            units[side] = np.array(
+                [
+                    u[0]
+                    for u in con.execute(
+                        "SELECT unit_us FROM units WHERE report_id = ? AND workload = ? AND shape = ? AND baseline = ? "
+                        "AND variant = ?",
+                        [report, r.workload, r.shape, r.baseline, r.variant],
+                    ).fetchall()
+                ]
+            )
+        # the ratio of the units' geometric means, from float64 math here
+        expected = np.exp(np.log(units["new"]).mean() - np.log(units["prev"]).mean())
+        assert r.ratio == pytest.approx(expected, rel=1e-9)
+        assert r.units == 6 and r.ci_low <= r.ratio <= r.ci_high
+
+
+def test_reports_without_samples_get_insufficient_data_never_a_verdict(tmp_path, request):
+    con = _store(regressed_history(seed_of(request), commits=4, slowdown=1.5), tmp_path)
+    con.execute("DELETE FROM units")
+    con.execute("DELETE FROM judgements")
+    judge_history(con)
+    verdicts = con.execute("SELECT DISTINCT verdict FROM judgements").fetchall()
+    assert verdicts == [(INSUFFICIENT,)]
+    ratios = con.execute(
+        "SELECT median_ratio FROM judgements WHERE workload = 'op' AND shape = '8x128x1024' AND baseline = 'fused' "
+        "AND variant = 'call' AND report_id IN (SELECT report_id FROM runs WHERE sha = ?)",
+        [sha_of(3)],
+    ).fetchall()
+    assert all(1.3 < r[0] < 1.7 for r in ratios) and len(ratios) == 2
+    assert open_regressions(con).empty
+
+
+def test_a_step_in_the_medians_is_found_at_its_commit_with_its_size(request):
+    rng = np.random.default_rng(seed_of(request))
+    found = 0
+    for _ in range(50):
+        values = 100 * np.exp(rng.normal(0, 0.02, 14))
+        values[8:] *= 1.25
+        changes = find_changes(values, threshold=0.10)
+        if [c.index for c in changes] == [8]:
+            found += 1
+            assert changes[0].size == pytest.approx(1.25, rel=0.06)
+    assert found >= 48  # 25 % against 2 % noise: all but a rare draw
+
+
+def test_change_points_false_alarm_rate_on_aa_series(request):
+    rng = np.random.default_rng(seed_of(request))
+    series = [100 * np.exp(rng.normal(0, 0.03, 14)) for _ in range(200)]
+    alarms = sum(bool(find_changes(values, threshold=0.10)) for values in series)
+    assert alarms <= 4  # at most 2 % of identical-code series flag a shift of 10 % or more
+
+
+def test_short_series_are_not_tested():
+    assert find_changes(np.array([1.0, 1.0, 2.0, 2.0, 2.0]), 0.1) == []
+
+
+def test_a_report_ingested_late_becomes_the_previous_of_the_next_and_both_are_judged_again(tmp_path, request):
+    paths = write_history(aa_history(seed_of(request), commits=3), tmp_path / "all")
+    late = [p for p in paths if p.name.startswith("20261101T01")]  # commit 1 of each machine
+    assert len(late) == 2
+    held = tmp_path / "later"
+    held.mkdir()
+    for path in late:
+        for part in (path, path.with_name(path.stem + ".samples.npz")):
+            part.rename(held / f"{path.parent.name}-{part.name}")
+    con = connect(":memory:")
+    ingest(con, [tmp_path / "all"], Labels({}))
+    assert judge_history(con) == 2 * 21  # commit 2 against commit 0, per machine
+    ingest(con, [tmp_path / "all", held], Labels({}))
+    assert judge_history(con) == 2 * 2 * 21  # commit 1 against 0, and commit 2 again, now against 1
+    previous = con.execute(
+        "SELECT DISTINCT p.sha, n.sha FROM judgements j JOIN runs n ON n.report_id = j.report_id "
+        "JOIN runs p ON p.report_id = j.previous_id"
+    ).fetchall()
+    assert sorted(previous) == sorted([(sha_of(0), sha_of(1)), (sha_of(1), sha_of(2))])
+    assert con.execute("SELECT count(*) FROM judgements").fetchone()[0] == 2 * 2 * 21
