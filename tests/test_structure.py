@@ -22,7 +22,6 @@ from env.paths import REPO_ROOT
 
 PRODUCT = ("ops", "env", "bench")
 EXPERIMENTS = "bench.experiments"
-ENV_GROUND_FLOOR = ("env.paths", "env.files", "env.repo")
 # Floors within a top package, lowest first: a module may import its own floor and those below.
 # A module not named here is a floor of its own, matched by its longest listed prefix.
 FLOORS = {
@@ -46,10 +45,6 @@ FLOORS = {
 }
 # Top packages: ops sits on env's ground floor, bench on ops and all of env.
 PACKAGE_ORDER = ("env", "ops", "bench")
-# Imports of ops that reach above env's ground floor, each lazy (inside the function that needs it, so
-# `import ops` loads no tooling): the load-failure diagnosis and the CUDA provider's status still live in
-# env.builder. Each is listed with the module it reaches; the list may only shrink.
-OPS_TOOLING_IMPORTS = {("ops._library", "env.builder.toolchain"), ("ops.ort.session", "env.builder.ort_runtime")}
 
 
 @dataclass(frozen=True)
@@ -202,19 +197,16 @@ def test_no_module_reaches_another_modules_private_name():
     assert crossings == []
 
 
-def test_ops_imports_only_the_ground_floor_of_env():
-    above = []
+def test_ops_imports_no_env_and_no_bench_module():
+    # The installed wheel holds ops alone: env (the tooling, ground floor included) and bench are not in it.
+    outside = []
     for module, (found, _) in IMPORTS.items():
         if not module.startswith("ops"):
             continue
-        for imp in found:
-            if imp.target.startswith("bench"):
-                above.append(f"{module}:{imp.line} imports {imp.target}")
-            elif imp.target.startswith("env") and imp.target not in ENV_GROUND_FLOOR:
-                if (module, imp.target) in OPS_TOOLING_IMPORTS and imp.lazy:
-                    continue
-                above.append(f"{module}:{imp.line} imports {imp.target}")
-    assert above == []
+        outside += [
+            f"{module}:{imp.line} imports {imp.target}" for imp in found if imp.target.startswith(("env", "bench"))
+        ]
+    assert outside == []
 
 
 def test_every_import_points_down_a_floor():
@@ -223,7 +215,7 @@ def test_every_import_points_down_a_floor():
         if module.startswith(EXPERIMENTS):
             continue
         for imp in found:
-            if imp.target not in FILES or (module, imp.target) in OPS_TOOLING_IMPORTS:
+            if imp.target not in FILES:
                 continue
             if _floor(imp.target) > _floor(module):
                 upward.append(f"{module}:{imp.line} imports {imp.target}")

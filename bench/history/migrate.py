@@ -1,9 +1,10 @@
 """Every report schema the history reads, brought to the store's columns by one function: ``migrate``.
 
 A report CSV carries its ``schema_version`` in every row. Version 4 lacks the
-machine id and the power-policy columns that version 5 added; a step fills
-them with NOT_RECORDED, so a version-4 report joins the history without
-pretending to know them. A new version adds one step here (``_STEPS``) and,
+machine id and the power-policy columns that version 5 added, and version 5
+the hardware facts that version 6 added; each step fills them with
+NOT_RECORDED, so an earlier report joins the history without pretending to
+know them. A new version adds one step here (``_STEPS``) and,
 where it renames or adds columns the store keeps, an entry in the lists below.
 """
 
@@ -13,10 +14,10 @@ import datetime as dt
 import math
 from collections.abc import Callable
 
-from bench.history.sources import KEY_COLUMNS
+from bench.history.sources import HARDWARE_COLUMNS, KEY_COLUMNS
 
 NOT_RECORDED = "not recorded"
-CURRENT = 5  # the version every step leads to
+CURRENT = 6  # the version every step leads to
 TIME_FORMAT = "%Y%m%dT%H%M%SZ"  # timestamp_utc, as bench writes it
 
 # Facts of the run (one value per report) the store keeps in its runs table.
@@ -64,8 +65,14 @@ def _from_4(rows: list[Row]) -> list[Row]:
     return [{**{c: NOT_RECORDED for c in added}, **row} for row in rows]
 
 
+def _from_5(rows: list[Row]) -> list[Row]:
+    # Version 6 added the hardware facts that tell machines apart; its machine_id hashes them, so the id alone
+    # keeps machines apart in the store, and the facts themselves stay in the report.
+    return [{**{c: NOT_RECORDED for c in HARDWARE_COLUMNS}, **row} for row in rows]
+
+
 # version -> the step to version + 1
-_STEPS: dict[int, Callable[[list[Row]], list[Row]]] = {4: _from_4}
+_STEPS: dict[int, Callable[[list[Row]], list[Row]]] = {4: _from_4, 5: _from_5}
 READABLE = (*sorted(_STEPS), CURRENT)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bench.measure.hardware import HARDWARE_COLUMNS
 from bench.report.schema import KEY_COLUMNS, SAMPLES_SUFFIX, RowSamples
 from bench.report.targets import evaluate_targets
 from bench.stats.compare import (
@@ -27,6 +28,7 @@ from bench.stats.compare import (
 )
 
 __all__ = [
+    "HARDWARE_COLUMNS",
     "IMPROVEMENT",
     "INCONCLUSIVE",
     "INSUFFICIENT",
