@@ -84,6 +84,8 @@ def test(c, k="", args="", all_=False, slow_only=False, workers=""):
         "l2_flush": "CUDA: overwrite the L2 cache before each timed call of a case that fits in it (default: L2 warm)",
         "against": "a git ref: build it apart, measure it and this checkout interleaved in one run, compare "
         "(exit code as `bench.compare`; 4 when the A/B run cannot be set up)",
+        "allocator": "glibc's malloc policy: default (as a user's process has it; the headline and targets) or "
+        "fixed-mmap (every output of 128 KiB or more a fresh mapping: the page-fault study)",
     },
 )
 @cli.fails_with("bench", ValueError)
@@ -98,6 +100,7 @@ def bench(
     device=DEFAULT.device,
     l2_flush=False,
     against="",
+    allocator=DEFAULT.allocator,
 ):
     """Benchmark the baselines; write reports/<UTC time>-<host>.csv (+ samples, plot) and print a summary."""
     # Options are checked before bench.run is imported: that import loads the built library.
@@ -114,6 +117,7 @@ def bench(
         dtype=dtype,
         device=device,
         l2_flush=l2_flush,
+        allocator=allocator,
     )
     if against:
         from bench.ab import driver as ab

@@ -34,7 +34,7 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench.measure.allocator import fix_malloc_policy
+from bench.measure.allocator import check_policy, set_malloc_policy
 from bench.measure.environment import environment_columns, utc_timestamp
 from bench.plan.devices import device_label, resolve_devices
 from bench.plan.grid import GRIDS
@@ -49,6 +49,7 @@ FULL_RUN_PROCESSES = 3  # a full `invoke bench`: one round in each of this many 
 
 def validate(options: BenchOptions) -> tuple[list[Baseline], list[str]]:
     """The baselines and devices ``options`` name; ValueError (naming the option) for a bad name, dtype or device."""
+    check_policy(options.allocator)
     baselines = select(options.baseline)
     devices = resolve_devices(options.device)
     for device in devices:
@@ -68,8 +69,8 @@ def run_bench(options: BenchOptions, console: Console | None = None) -> Outcome:
 
 def _run_bench(options: BenchOptions, console: Console) -> Outcome:
     started = time.perf_counter()
-    # Before any case allocates: fresh outputs fault alike in every process (bench/measure/allocator.py).
-    fix_malloc_policy()
+    # Before any case allocates: the policy holds for every block the run allocates (bench/measure/allocator.py).
+    set_malloc_policy(options.allocator)
     threads = options.threads or default_threads()
     torch.set_num_threads(threads)
     baselines, devices = validate(options)  # before anything is measured: a bad name, dtype or device fails at once

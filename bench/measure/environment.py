@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import torch
 
-from bench.measure.allocator import cpu_allocator
+from bench.measure.allocator import cpu_allocator, malloc_policy
 from bench.measure.machine import cpu_power, machine_id, transparent_huge_pages
 from env.builder.toolchain import cpu_model, package_version
 from env.paths import toolchain_record_path
@@ -40,6 +40,7 @@ def environment_columns(threads: int, device: str, timestamp: str) -> dict[str, 
         "threads": threads,
         "device": device,
         "cpu_allocator": cpu_allocator(),
+        "malloc_policy": malloc_policy(),
         "thp": transparent_huge_pages(),
         "machine_id": machine_id(),
         **cpu_power().columns(),

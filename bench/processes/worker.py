@@ -49,9 +49,9 @@ class _Side:
     """The state of one run between requests: its jobs, settings, results and scratch folder."""
 
     def __init__(self, options: dict, page_offset: int = 0, workdir: str | None = None) -> None:
-        from bench.measure.allocator import fix_malloc_policy
+        from bench.measure.allocator import DEFAULT, set_malloc_policy
 
-        fix_malloc_policy()  # before the cases allocate: see bench/measure/allocator.py
+        set_malloc_policy(options.get("allocator", DEFAULT))  # before the cases allocate: bench/measure/allocator.py
         import torch
 
         from bench.measure.environment import environment_columns, utc_timestamp

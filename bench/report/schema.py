@@ -22,8 +22,8 @@ from env.files import atomic_path
 # 2: cpu_allocator column. 3: serving columns (clients ... errors). 4: device joins the key (one run
 # measures every device), timer and vs_launch_floor columns; copy_limit, minor_faults_per_call,
 # page_fault_share, thp columns; limit/copy/fresh_output rows. 5: machine_id and the power-policy columns
-# (cpu_governor ... gpu_clocks).
-SCHEMA_VERSION = 5
+# (cpu_governor ... gpu_clocks). 6: malloc_policy column.
+SCHEMA_VERSION = 6
 
 # (column, pandas dtype, meaning) - field order = column order. The one declaration
 # of the format: writing, reading, validation and the tests all use this table.
@@ -118,6 +118,12 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
         "CUDA rows (NVML): application clocks, power limit, persistence, compute mode, ECC; empty on CPU",
     ),
     ("gpu_clocks", "string", "CUDA rows (NVML): SM and memory clocks when the run started (a state, not compared)"),
+    (
+        "malloc_policy",
+        "string",
+        "default (glibc as a user's process has it, measured after warm-up) | fixed-mmap (every output of "
+        "128 KiB or more a fresh mapping: the page-fault study); bench/measure/allocator.py",
+    ),
     ("note", "string", "what else a reader needs (fused ORT nodes, compile mode, ...)"),
     # Serving rows (workload "serve", bench/serve): one row per configuration, samples = per-request latency.
     ("clients", "Int64", "serve: concurrent client threads; empty for other workloads"),
