@@ -86,6 +86,7 @@ def test(c, k="", args="", all_=False, slow_only=False, workers=""):
         "(exit code as `bench.compare`; 4 when the A/B run cannot be set up)",
         "allocator": "glibc's malloc policy: default (as a user's process has it; the headline and targets) or "
         "fixed-mmap (every output of 128 KiB or more a fresh mapping: the page-fault study)",
+        "verbose": "print the full table too (it is always written to <report>.summary.txt)",
     },
 )
 @cli.fails_with("bench", ValueError)
@@ -101,6 +102,7 @@ def bench(
     l2_flush=False,
     against="",
     allocator=DEFAULT.allocator,
+    verbose=False,
 ):
     """Benchmark the baselines; write reports/<UTC time>-<host>.csv (+ samples, plot) and print a summary."""
     # Options are checked before bench.run is imported: that import loads the built library.
@@ -124,7 +126,7 @@ def bench(
 
         if code := ab.main(against, options):
             raise Exit(code=code)
-    elif code := main(options):
+    elif code := main(options, verbose=verbose):
         raise Exit("bench: some baselines failed (listed above) - their rows are not in the report", code=code)
 
 

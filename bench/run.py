@@ -123,8 +123,8 @@ def _run_bench(options: BenchOptions, console: Console) -> Outcome:
     return record_results(results, settings, env, options.out_dir, started)
 
 
-def main(options: BenchOptions) -> int:
-    """Run, print the summary and where the files are; return the process exit code.
+def main(options: BenchOptions, verbose: bool = False) -> int:
+    """Run, print the summary (``verbose``: the full table too) and where the files are; return the exit code.
 
     A full run measures in FULL_RUN_PROCESSES fresh processes, one round each
     (bench/ab/driver.py, as an A/B run does): its rows then carry the spread between
@@ -136,9 +136,9 @@ def main(options: BenchOptions) -> int:
         from bench.ab.driver import run_in_processes
 
         validate(options)
-        return run_in_processes(options, FULL_RUN_PROCESSES)
+        return run_in_processes(options, FULL_RUN_PROCESSES, verbose)
 
     console = Console(width=None if Console().is_terminal else 200)  # logs and CI: wide enough for the table
     outcome = run_bench(options, console)
-    print_summary(outcome, console)
+    print_summary(outcome, console, verbose)
     return 1 if outcome.failures else 0

@@ -716,7 +716,7 @@ def _timestamp() -> str:
     return utc_timestamp()
 
 
-def run_in_processes(options: BenchOptions, processes: int) -> int:
+def run_in_processes(options: BenchOptions, processes: int, verbose: bool = False) -> int:
     """A plain run of this checkout in ``processes`` fresh processes, pooled into one report; prints the summary.
 
     Returns 1 when a baseline failed (as a plain run does), else 0.
@@ -749,7 +749,7 @@ def run_in_processes(options: BenchOptions, processes: int) -> int:
             write_plot(frame, paths.plot)
     failures = measured.failures["RUN"] or ([] if paths else ["nothing was measured"])
     outcome = Outcome(paths, frame, failures, measured.skipped["RUN"], time.perf_counter() - started)
-    print_summary(outcome, console)
+    print_summary(outcome, console, verbose)
     return 1 if outcome.failures else 0
 
 

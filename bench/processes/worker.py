@@ -115,7 +115,7 @@ class _Side:
 
         # No plot: a process's report is one unit of the pooled one, which the driver plots (2 s a process here).
         outcome = record_results(self.results, self.settings, self.env, Path(out_dir), self.started, plot=False)
-        print_summary(outcome, Console(file=sys.stderr, width=200))
+        print_summary(outcome, Console(file=sys.stderr, width=200), verbose=True)  # the log keeps the table
         if self.scratch is not None:
             self.scratch.cleanup()
         return {
