@@ -32,15 +32,15 @@ from pathlib import Path
 
 import torch
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench.measure.allocator import check_policy, set_malloc_policy
 from bench.measure.environment import environment_columns, utc_timestamp
 from bench.plan.devices import device_label, resolve_devices
 from bench.plan.grid import GRIDS
-from bench.plan.jobs import Job, plan_jobs
+from bench.plan.jobs import plan_jobs
 from bench.plan.options import BenchOptions, default_threads
 from bench.plan.registry import Baseline, select
+from bench.report.progress import RunProgress
 from bench.rounds import Outcome, Results, record_results, run_round, run_settings
 from ops.dtypes import parse_dtypes
 
@@ -109,17 +109,14 @@ def _run_bench(options: BenchOptions, console: Console) -> Outcome:
         ]
     with tempfile.TemporaryDirectory(prefix="fusedbench-") as tmp:
         jobs = plan_jobs(options, Path(tmp))
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=console, transient=True) as progress:
-            task = progress.add_task("", total=len(jobs) * settings.rounds)
+        with RunProgress(console, len(jobs) * settings.rounds) as progress:
             for round_index in range(settings.rounds):
-
-                def on_job(job: Job, round_index=round_index) -> None:
-                    progress.update(
-                        task, advance=1, description=f"round {round_index + 1}/{settings.rounds}: {job.label}"
-                    )
-
-                run_round(jobs, round_index, settings, results, on_job)
+                for job in jobs:  # one job at a time, so the progress knows when each ends
+                    label = f"round {round_index + 1}/{settings.rounds}: {job.label}"
+                    progress.start_job(label)
+                    began = time.perf_counter()
+                    run_round([job], round_index, settings, results)
+                    progress.finish_job(label, time.perf_counter() - began)
     return record_results(results, settings, env, options.out_dir, started)
 
 

@@ -9,7 +9,8 @@ the second one job at a time so the driver can alternate the two builds job by
 job:
 
   {"do": "fields"}                                   -> {"options": [BenchOptions field names]}
-  {"do": "plan", "options": {...}, "page_offset": b, "workdir": d} -> {"jobs": N, "rounds": R, "pid": p}
+  {"do": "plan", "options": {...}, "page_offset": b, "workdir": d} -> {"jobs": N, "rounds": R, "pid": p,
+                                                                      "labels": [the N jobs' labels]}
   {"do": "job", "round": r, "index": j}              -> {"seconds": s}
   {"do": "job", "round": r, "index": j, "turns": true}
       -> {"turn": "waiting"} once its untimed start is done (bench/measure/turns.py), then after each {"do": "go"}
@@ -167,7 +168,8 @@ def serve(requests: TextIO, replies: TextIO) -> None:
                 reply(_option_fields())
             elif what == "plan":
                 side = _Side(dict(request["options"]), int(request.get("page_offset", 0)), request.get("workdir"))
-                reply({"jobs": len(side.jobs), "rounds": side.settings.rounds, "pid": os.getpid()})
+                labels = [job.label for job in side.jobs]  # for the driver's progress display
+                reply({"jobs": len(side.jobs), "rounds": side.settings.rounds, "pid": os.getpid(), "labels": labels})
             elif side is None:
                 reply({"error": f"{what!r} before 'plan'"})
             elif what == "job":
