@@ -87,6 +87,8 @@ def test(c, k="", args="", all_=False, slow_only=False, workers=""):
         "allocator": "glibc's malloc policy: default (as a user's process has it; the headline and targets) or "
         "fixed-mmap (every output of 128 KiB or more a fresh mapping: the page-fault study)",
         "verbose": "print the full table too (it is always written to <report>.summary.txt)",
+        "precision": f"a row stops once the 95% interval of its median is within +- this share of it, in (0, 1) "
+        f"(default {DEFAULT.precision}); its time budget is then a cap",
     },
 )
 @cli.fails_with("bench", ValueError)
@@ -103,6 +105,7 @@ def bench(
     against="",
     allocator=DEFAULT.allocator,
     verbose=False,
+    precision=str(DEFAULT.precision),
 ):
     """Benchmark the baselines; write reports/<UTC time>-<host>.csv (+ samples, plot) and print a summary."""
     # Options are checked before bench.run is imported: that import loads the built library.
@@ -120,6 +123,7 @@ def bench(
         device=device,
         l2_flush=l2_flush,
         allocator=allocator,
+        precision=cli.fraction("--precision", precision),
     )
     if against:
         from bench.ab import driver as ab

@@ -82,7 +82,7 @@ def _run_bench(options: BenchOptions, console: Console) -> Outcome:
     # walks only what the run itself created, the earlier cases' garbage.
     gc.collect()
     gc.freeze()
-    env = environment_columns(threads, "cpu", utc_timestamp())  # "device" is set per row
+    env = environment_columns(threads, "cpu", utc_timestamp(), settings.config.precision)  # "device": per row
     names = [device_label(d) for d in devices]
     dtypes = {options.dtype or GRIDS[d].dtypes for d in devices}
     dtype_text = (

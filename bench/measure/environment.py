@@ -24,7 +24,7 @@ def utc_timestamp() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
-def environment_columns(threads: int, device: str, timestamp: str) -> dict[str, object]:
+def environment_columns(threads: int, device: str, timestamp: str, precision: float | None = None) -> dict[str, object]:
     record = _toolchain()
     abi = record.get("build", {}).get("cxx11_abi")
     return {
@@ -41,6 +41,7 @@ def environment_columns(threads: int, device: str, timestamp: str) -> dict[str, 
         "device": device,
         "cpu_allocator": cpu_allocator(),
         "malloc_policy": malloc_policy(),
+        "precision_target": float("nan") if precision is None else precision,
         "thp": transparent_huge_pages(),
         "machine_id": machine_id(),
         **cpu_power().columns(),

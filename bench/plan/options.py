@@ -39,6 +39,9 @@ class BenchOptions:
     # glibc's malloc policy (bench/measure/allocator.py): default, as a user's process has it, or fixed-mmap
     # (every large output a fresh mapping: the page-fault study)
     allocator: str = "default"
+    # A row stops once the 95 % interval of its median is within +- this share of it (bench/measure/precision.py);
+    # its time budget is then a cap
+    precision: float = 0.02
 
     @property
     def mode(self) -> str:

@@ -75,7 +75,7 @@ class _Side:
         threads = self.options.threads or default_threads()
         torch.set_num_threads(threads)
         self.settings = run_settings(self.options)
-        self.env = environment_columns(threads, "cpu", utc_timestamp())
+        self.env = environment_columns(threads, "cpu", utc_timestamp(), self.settings.config.precision)
         # The workdir holds the setup that is cached on disk (ONNX exports, Inductor's FX graph cache): the
         # driver gives every process of one build the same one, so the later processes find it there.
         self.scratch = None if workdir else tempfile.TemporaryDirectory(prefix="fusedbench-ab-")

@@ -22,7 +22,7 @@ from env.files import atomic_path
 # 2: cpu_allocator column. 3: serving columns (clients ... errors). 4: device joins the key (one run
 # measures every device), timer and vs_launch_floor columns; copy_limit, minor_faults_per_call,
 # page_fault_share, thp columns; limit/copy/fresh_output rows. 5: machine_id and the power-policy columns
-# (cpu_governor ... gpu_clocks). 6: malloc_policy column.
+# (cpu_governor ... gpu_clocks). 6: malloc_policy, median_lo_us/median_hi_us and precision_target columns.
 SCHEMA_VERSION = 6
 
 # (column, pandas dtype, meaning) - field order = column order. The one declaration
@@ -42,6 +42,17 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("mean_us", "float64", ""),
     ("std_us", "float64", ""),
     ("iqr_us", "float64", "p75 - p25"),
+    (
+        "median_lo_us",
+        "float64",
+        "95% interval of the median, lower end: moving-block bootstrap over the samples (bench/measure/precision.py)",
+    ),
+    ("median_hi_us", "float64", "95% interval of the median, upper end"),
+    (
+        "precision_target",
+        "float64",
+        "the run stopped a row once its interval was within +- this share of the median (NaN: fixed budget)",
+    ),
     ("rounds", "int64", "passes over the whole grid the samples are spread over"),
     ("block", "int64", "calls per timed sample (>1 only when a call is near the timer resolution)"),
     ("warmup", "int64", "untimed calls made before the first round's samples (fewer where they outlast the budget)"),

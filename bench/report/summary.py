@@ -3,7 +3,8 @@
 The screen (at most SCREEN_LINES lines): per device, thread count and dtype,
 the fused op against each baseline over the op shapes (the geometric mean and
 the range, from the report's medians) and its share of the copy; the targets'
-verdicts; the rows not to trust (other processes busy while they were timed);
+verdicts; the rows not to trust (their median's interval wider than the run
+asked, or other processes busy while they were timed);
 what was skipped or failed; where the files are. The full table, every
 target's detail and the page-fault rows go to ``<report>.summary.txt``
 (``--verbose`` prints them too).
@@ -171,12 +172,19 @@ def headline_lines(headline: Headline) -> list[str]:
 
 
 def untrusted_rows(frame) -> list[str]:
-    """Rows timed while other processes used more than BUSY_SHARE of the CPU: re-run them on a quiet machine."""
-    busy = frame[frame.other_cpu_share > BUSY_SHARE]
-    return [
-        f"{r.workload} {r.shape} {r.dtype} {r.baseline}/{r.variant}: other processes {100 * r.other_cpu_share:.0f}%"
-        for r in busy.itertuples()
-    ]
+    """Rows not to trust: their median's interval wider than the run asked (they hit the time cap first), or
+    timed while other processes used more than BUSY_SHARE of the CPU (re-run them on a quiet machine)."""
+    found = []
+    for r in frame.itertuples():
+        why = []
+        width = (r.median_hi_us - r.median_lo_us) / 2 / r.median_us if r.median_us > 0 else math.nan
+        if not math.isnan(r.precision_target) and width > r.precision_target:
+            why.append(f"interval +-{100 * width:.1f}% (asked +-{100 * r.precision_target:g}%)")
+        if r.other_cpu_share > BUSY_SHARE:
+            why.append(f"other processes {100 * r.other_cpu_share:.0f}%")
+        if why:
+            found.append(f"{r.workload} {r.shape} {r.dtype} {r.baseline}/{r.variant}: {', '.join(why)}")
+    return found
 
 
 def _listed(lines: list[str], limit: int) -> list[str]:
@@ -234,8 +242,8 @@ def screen_lines(outcome, full: Path | None) -> list[str]:
         untrusted = untrusted_rows(frame)
         if untrusted:
             lines.append(
-                f"[yellow]{len(untrusted)} row(s) not to trust[/] "
-                f"(other processes above {100 * BUSY_SHARE:.0f}% of the CPU: re-run on a quiet machine):"
+                f"[yellow]{len(untrusted)} row(s) not to trust[/] (interval wider than asked, or other processes "
+                f"above {100 * BUSY_SHARE:.0f}% of the CPU: re-run on a quiet machine):"
             )
             lines += _listed([f"  {line}" for line in untrusted], 3)
     if outcome.skipped:

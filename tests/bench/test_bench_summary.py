@@ -27,7 +27,7 @@ from bench.rounds import Outcome
 SHAPES = ("1x8x512", "4x64x768", "8x128x1024", "16x256x2048", "32x512x4096")  # the CPU grid's op shapes
 
 
-def _row(workload, shape, baseline, variant, median_us, threads, other_cpu_share, bytes_moved):
+def _row(workload, shape, baseline, variant, median_us, threads, other_cpu_share, bytes_moved, width):
     row = {name: {"string": "x", "int64": 1, "Int64": None, "float64": math.nan}[dtype] for name, dtype, _ in COLUMNS}
     row.update(
         schema_version=SCHEMA_VERSION,
@@ -44,6 +44,9 @@ def _row(workload, shape, baseline, variant, median_us, threads, other_cpu_share
         bytes_moved=bytes_moved,
         gbps=bytes_moved / median_us / 1e3,
         malloc_policy="default",
+        median_lo_us=median_us * (1 - width),
+        median_hi_us=median_us * (1 + width),
+        precision_target=0.02,
     )
     return row
 
@@ -74,7 +77,8 @@ def report(tmp_path):
             }
             for (workload, baseline, variant), median in variants.items():
                 busy = float(rng.uniform(0.2, 0.6)) if rng.random() < 0.33 else float(rng.uniform(0.0, 0.05))
-                rows.append(_row(workload, shape, baseline, variant, median, threads, busy, nbytes))
+                width = float(rng.uniform(0.021, 0.2)) if rng.random() < 0.25 else float(rng.uniform(0.002, 0.02))
+                rows.append(_row(workload, shape, baseline, variant, median, threads, busy, nbytes, width))
         frame = to_frame(add_ratios(to_frame(rows)))
         samples = {row_key(r): RowSamples.single_round([r["median_us"]]) for r in frame.to_dict("records")}
         paths = write_report(tmp_path / f"20260101T00000{threads}Z-host.csv", frame, samples)
@@ -118,8 +122,10 @@ def test_the_summary_fits_one_screen_and_its_headline_numbers_are_the_reports(re
         }
         low, high = min(share, key=share.get), max(share, key=share.get)
         assert f"{share[low]:.0f}% ({low}) to {share[high]:.0f}% ({high})" in block
-    busy = int((report.frame.other_cpu_share > 0.10).sum())
-    assert f"{busy} row(s) not to trust" in text
+    frame = report.frame
+    wide = (frame.median_hi_us - frame.median_lo_us) / 2 / frame.median_us > frame.precision_target
+    untrusted = int((wide | (frame.other_cpu_share > 0.10)).sum())
+    assert f"{untrusted} row(s) not to trust" in text
     assert "targets:" in text and "7 failure(s)" in text and "3 skipped" in text
     assert str(report.paths.csv) in text and str(summary_path(report.paths.csv)) in text
 
