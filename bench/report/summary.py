@@ -23,7 +23,7 @@ from rich.table import Table
 
 from bench.measure.machine import BUSY_SHARE
 from bench.report.metrics import PAGE_FAULT_BOUND, fault_cost_us, page_fault_bound
-from bench.report.targets import evaluate_targets
+from bench.report.targets import VERDICT_MARKUP, evaluate_targets
 from env.files import write_text_atomic
 
 SCREEN_LINES = 30  # the terminal summary fits one screen
@@ -192,7 +192,7 @@ def _listed(lines: list[str], limit: int) -> list[str]:
 
 
 def _verdict(target) -> str:
-    return "[green]met[/]" if target.met else ("[red]MISSED[/]" if target.met is False else "[yellow]not measured[/]")
+    return VERDICT_MARKUP[target.verdict]
 
 
 def summary_path(csv: Path | str) -> Path:
@@ -239,6 +239,7 @@ def screen_lines(outcome, full: Path | None) -> list[str]:
             counted = {v: sum(_verdict(t) == v for t in targets) for v in dict.fromkeys(map(_verdict, targets))}
             lines.append("[bold]targets[/]: " + ", ".join(f"{n} {v}" for v, n in counted.items()))
             lines += _listed([f"  {_verdict(t)}  {t.name}" for t in targets if t.met is not True], MAX_LISTED)
+            lines.append("  (each with its interval in the summary file)")
         untrusted = untrusted_rows(frame)
         if untrusted:
             lines.append(
