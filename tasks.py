@@ -98,6 +98,11 @@ ALPHA_HELP = (
         "against": "a git ref: build it apart, measure it and this checkout interleaved in one run, compare "
         "(exit code as `bench.compare`; 4 when the A/B run cannot be set up)",
         "threshold": f"with --against: {THRESHOLD_HELP}",
+        "allocator": "glibc's malloc policy: default (as a user's process has it; the headline and targets) or "
+        "fixed-mmap (every output of 128 KiB or more a fresh mapping: the page-fault study)",
+        "verbose": "print the full table too (it is always written to <report>.summary.txt)",
+        "precision": f"a row stops once the 95% interval of its median is within +- this share of it, in (0, 1) "
+        f"(default {DEFAULT.precision}); its time budget is then a cap",
     },
 )
 @cli.fails_with("bench", ValueError)
@@ -113,6 +118,9 @@ def bench(
     l2_flush=False,
     against="",
     threshold=DEFAULT_THRESHOLD,
+    allocator=DEFAULT.allocator,
+    verbose=False,
+    precision=str(DEFAULT.precision),
 ):
     """Benchmark the baselines; write reports/<UTC time>-<host>.csv (+ samples, plot) and print a summary."""
     # Options are checked before bench.run is imported: that import loads the built library.
@@ -130,13 +138,15 @@ def bench(
         dtype=dtype,
         device=device,
         l2_flush=l2_flush,
+        allocator=allocator,
+        precision=cli.fraction("--precision", precision),
     )
     if against:
         from bench.ab import driver as ab
 
         if code := ab.main(against, options, threshold=threshold_fraction):
             raise Exit(code=code)
-    elif code := main(options):
+    elif code := main(options, verbose=verbose):
         raise Exit("bench: some baselines failed (listed above) - their rows are not in the report", code=code)
 
 

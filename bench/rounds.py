@@ -276,7 +276,11 @@ def run_settings(options: BenchOptions) -> RunSettings:
     if options.rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {options.rounds}")
     config = TimingConfig(
-        warmup=options.warmup, budget_s=options.budget_s or BUDGET_S[options.mode], min_samples=MIN_SAMPLES
+        warmup=options.warmup,
+        budget_s=options.budget_s or BUDGET_S[options.mode],
+        min_samples=MIN_SAMPLES,
+        precision=options.precision,
+        steady_warmup=True,
     )
     return RunSettings(
         config=config, rounds=options.rounds, resolution_ns=timer_resolution_ns(), l2_flush=options.l2_flush

@@ -32,15 +32,15 @@ from pathlib import Path
 
 import torch
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench.measure.allocator import fix_malloc_policy
+from bench.measure.allocator import check_policy, set_malloc_policy
 from bench.measure.environment import environment_columns, utc_timestamp
 from bench.plan.devices import device_label, resolve_devices
 from bench.plan.grid import GRIDS
-from bench.plan.jobs import Job, plan_jobs
+from bench.plan.jobs import plan_jobs
 from bench.plan.options import BenchOptions, default_threads
 from bench.plan.registry import Baseline, select
+from bench.report.progress import RunProgress
 from bench.rounds import Outcome, Results, record_results, run_round, run_settings
 from ops.dtypes import parse_dtypes
 
@@ -49,6 +49,7 @@ FULL_RUN_PROCESSES = 3  # a full `invoke bench`: one round in each of this many 
 
 def validate(options: BenchOptions) -> tuple[list[Baseline], list[str]]:
     """The baselines and devices ``options`` name; ValueError (naming the option) for a bad name, dtype or device."""
+    check_policy(options.allocator)
     baselines = select(options.baseline)
     devices = resolve_devices(options.device)
     for device in devices:
@@ -68,8 +69,8 @@ def run_bench(options: BenchOptions, console: Console | None = None) -> Outcome:
 
 def _run_bench(options: BenchOptions, console: Console) -> Outcome:
     started = time.perf_counter()
-    # Before any case allocates: fresh outputs fault alike in every process (bench/measure/allocator.py).
-    fix_malloc_policy()
+    # Before any case allocates: the policy holds for every block the run allocates (bench/measure/allocator.py).
+    set_malloc_policy(options.allocator)
     threads = options.threads or default_threads()
     torch.set_num_threads(threads)
     baselines, devices = validate(options)  # before anything is measured: a bad name, dtype or device fails at once
@@ -81,7 +82,7 @@ def _run_bench(options: BenchOptions, console: Console) -> Outcome:
     # walks only what the run itself created, the earlier cases' garbage.
     gc.collect()
     gc.freeze()
-    env = environment_columns(threads, "cpu", utc_timestamp())  # "device" is set per row
+    env = environment_columns(threads, "cpu", utc_timestamp(), settings.config.precision)  # "device": per row
     names = [device_label(d) for d in devices]
     dtypes = {options.dtype or GRIDS[d].dtypes for d in devices}
     dtype_text = (
@@ -108,22 +109,19 @@ def _run_bench(options: BenchOptions, console: Console) -> Outcome:
         ]
     with tempfile.TemporaryDirectory(prefix="fusedbench-") as tmp:
         jobs = plan_jobs(options, Path(tmp))
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=console, transient=True) as progress:
-            task = progress.add_task("", total=len(jobs) * settings.rounds)
+        with RunProgress(console, len(jobs) * settings.rounds) as progress:
             for round_index in range(settings.rounds):
-
-                def on_job(job: Job, round_index=round_index) -> None:
-                    progress.update(
-                        task, advance=1, description=f"round {round_index + 1}/{settings.rounds}: {job.label}"
-                    )
-
-                run_round(jobs, round_index, settings, results, on_job)
+                for job in jobs:  # one job at a time, so the progress knows when each ends
+                    label = f"round {round_index + 1}/{settings.rounds}: {job.label}"
+                    progress.start_job(label)
+                    began = time.perf_counter()
+                    run_round([job], round_index, settings, results)
+                    progress.finish_job(label, time.perf_counter() - began)
     return record_results(results, settings, env, options.out_dir, started)
 
 
-def main(options: BenchOptions) -> int:
-    """Run, print the summary and where the files are; return the process exit code.
+def main(options: BenchOptions, verbose: bool = False) -> int:
+    """Run, print the summary (``verbose``: the full table too) and where the files are; return the exit code.
 
     A full run measures in FULL_RUN_PROCESSES fresh processes, one round each
     (bench/ab/driver.py, as an A/B run does): its rows then carry the spread between
@@ -135,9 +133,9 @@ def main(options: BenchOptions) -> int:
         from bench.ab.driver import run_in_processes
 
         validate(options)
-        return run_in_processes(options, FULL_RUN_PROCESSES)
+        return run_in_processes(options, FULL_RUN_PROCESSES, verbose)
 
     console = Console(width=None if Console().is_terminal else 200)  # logs and CI: wide enough for the table
     outcome = run_bench(options, console)
-    print_summary(outcome, console)
+    print_summary(outcome, console, verbose)
     return 1 if outcome.failures else 0

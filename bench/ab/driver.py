@@ -65,6 +65,7 @@ from bench.ab import confirm, scratch
 from bench.measure.placement import spread_offsets
 from bench.plan.options import BenchOptions, unique_csv
 from bench.processes.worker import PROTOCOL
+from bench.report.progress import RunProgress
 from bench.report.schema import READABLE_SCHEMAS, read_report
 from bench.rounds import Outcome
 from bench.stats import compare
@@ -392,6 +393,7 @@ def measure_processes(
     start: StartWorker = _start,
     process_budget_s: float | None = None,
     cache: Path | None = None,
+    progress: RunProgress | None = None,
 ) -> Measured:
     """Measure each side in ``processes`` fresh processes, in pairs, alternating; pool each side's reports.
 
@@ -400,7 +402,7 @@ def measure_processes(
     offset, so a pair differs only in its build. ``process_budget_s``: see
     :func:`per_process`. ``cache``: where each side's setup is cached (a folder
     per side; default under ``folder``, removed at the end; given, the caller
-    removes it).
+    removes it). ``progress``: told of every job of every process (bench/report/progress.py).
     """
     cache_root = cache or folder
     labels = list(sides)
@@ -417,6 +419,7 @@ def measure_processes(
             for label in order:
                 workers.append(start(label, sides[label], folder / label.lower() / f"process{index}.log"))
             jobs = None
+            labels_of_jobs: list[str] = []
             pids = {}
             # Every worker is asked before any answer is read, so the sides import and set up at once (nothing
             # is timed yet): on 2 cores that halves the untimed part of a pair.
@@ -434,10 +437,15 @@ def measure_processes(
                         f"the sides plan different grids ({jobs} and {reply['jobs']} jobs): their options differ"
                     )
                 jobs, pids[worker.label] = reply["jobs"], reply.get("pid")
+                labels_of_jobs = reply.get("labels") or [f"job {j + 1}" for j in range(jobs)]
+            if progress is not None:
+                progress.set_total(processes * (jobs or 0))
             seconds = dict.fromkeys(labels, 0.0)
             handoffs = dict.fromkeys(labels, 0)
             in_turns = len(workers) > 1 and takes_turns(workers)
             for job in range(jobs or 0):
+                if progress is not None:
+                    progress.start_job(f"process {index + 1}/{processes}: {labels_of_jobs[job]}")
                 job_order = workers if job % 2 == 0 else workers[::-1]
                 if in_turns:
                     replies = run_job_in_turns(job_order, job)
@@ -446,6 +454,11 @@ def measure_processes(
                 for label, reply in replies.items():
                     seconds[label] += reply["seconds"]
                     handoffs[label] += reply.get("handoffs", 0)
+                if progress is not None:
+                    progress.finish_job(
+                        f"process {index + 1}/{processes}: {labels_of_jobs[job]}",
+                        sum(reply["seconds"] for reply in replies.values()),
+                    )
             for worker in workers:
                 worker.send({"do": "record", "out_dir": str(folder / worker.label.lower() / f"process{index}")})
             for worker in workers:
@@ -719,7 +732,7 @@ def _timestamp() -> str:
     return utc_timestamp()
 
 
-def run_in_processes(options: BenchOptions, processes: int) -> int:
+def run_in_processes(options: BenchOptions, processes: int, verbose: bool = False) -> int:
     """A plain run of this checkout in ``processes`` fresh processes, pooled into one report; prints the summary.
 
     Returns 1 when a baseline failed (as a plain run does), else 0.
@@ -735,7 +748,10 @@ def run_in_processes(options: BenchOptions, processes: int) -> int:
     )
     with tempfile.TemporaryDirectory(prefix="fusedbench-processes-") as tmp:
         try:
-            measured = measure_processes({"RUN": Tree(REPO_ROOT)}, options, processes, Path(tmp), console)
+            with RunProgress(console) as progress:
+                measured = measure_processes(
+                    {"RUN": Tree(REPO_ROOT)}, options, processes, Path(tmp), console, progress=progress
+                )
         except (AbError, Skipped) as error:
             console.print(f"[red bold]bench: {error}[/]", highlight=False)
             return 1
@@ -752,7 +768,7 @@ def run_in_processes(options: BenchOptions, processes: int) -> int:
             write_plot(frame, paths.plot)
     failures = measured.failures["RUN"] or ([] if paths else ["nothing was measured"])
     outcome = Outcome(paths, frame, failures, measured.skipped["RUN"], time.perf_counter() - started)
-    print_summary(outcome, console)
+    print_summary(outcome, console, verbose)
     return 1 if outcome.failures else 0
 
 

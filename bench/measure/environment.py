@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import torch
 
 from bench.measure import hardware
-from bench.measure.allocator import cpu_allocator
+from bench.measure.allocator import cpu_allocator, malloc_policy
 from bench.measure.machine import cpu_power, transparent_huge_pages
 from env.builder.toolchain import cpu_model, package_version
 from env.paths import toolchain_record_path
@@ -25,7 +25,7 @@ def utc_timestamp() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
-def environment_columns(threads: int, device: str, timestamp: str) -> dict[str, object]:
+def environment_columns(threads: int, device: str, timestamp: str, precision: float | None = None) -> dict[str, object]:
     record = _toolchain()
     abi = record.get("build", {}).get("cxx11_abi")
     return {
@@ -41,6 +41,8 @@ def environment_columns(threads: int, device: str, timestamp: str) -> dict[str, 
         "threads": threads,
         "device": device,
         "cpu_allocator": cpu_allocator(),
+        "malloc_policy": malloc_policy(),
+        "precision_target": float("nan") if precision is None else precision,
         "thp": transparent_huge_pages(),
         **cpu_power().columns(),
         **machine_columns(device),

@@ -4,14 +4,21 @@ Method on the CPU (the README states it too):
   * warm-up calls are made and thrown away (allocator, caches, lazy init),
     at most for as long as the variant's time budget (at least
     ``MIN_WARMUP_CALLS``): a few calls of a long call warm what fifty warm,
-    and fifty 1-second calls would cost a minute per variant;
+    and fifty 1-second calls would cost a minute per variant. With
+    ``steady_warmup`` the warm-up ends earlier, once two consecutive windows
+    of calls take the same time (bench/measure/precision.py), after at least
+    two windows;
   * perf_counter_ns around each call; when one call takes less than
     ``BLOCK_FACTOR`` x the measured timer resolution, around a block of calls
     (time / calls per block), so the timer's own cost stays below 1 %;
   * the garbage collector is off while sampling (a collection inside one
     sample would be charged to whatever op happened to run);
   * sampling continues until the time budget is spent AND at least
-    ``min_samples`` samples exist, or ``max_samples`` is reached.
+    ``min_samples`` samples exist, or ``max_samples`` is reached. With
+    ``precision`` it also stops, from PRECISION_FLOOR samples on, once the 95 %
+    interval of the median is within +-precision of it (checked each time the
+    samples have doubled): the budget is then a cap, spent only by rows whose
+    interval is still wide.
 On a CUDA device the same loop runs with CUDA events instead of the host
 clock (:func:`measure_cuda`, explained above it).
 """
@@ -30,6 +37,7 @@ import numpy as np
 
 from bench.measure import machine
 from bench.measure import turns as bench_turns
+from bench.measure.precision import PRECISION_FLOOR, WARMUP_WINDOW, half_width, median_interval, steady
 
 # A block must last at least this many timer resolutions: <= 1 % timer error.
 BLOCK_FACTOR = 100
@@ -46,8 +54,12 @@ class TimingConfig:
     budget_s: float = 1.0
     min_samples: int = 20
     max_samples: int = 20_000
+    precision: float | None = None  # stop once the median's interval is within +-precision of it (a share)
+    steady_warmup: bool = False  # end the warm-up at a steady state rather than after ``warmup`` calls
 
     def __post_init__(self) -> None:
+        if self.precision is not None and not 0 < self.precision < 1:
+            raise ValueError(f"precision must be in (0, 1) (a share of the median), got {self.precision}")
         if self.warmup < 0:
             raise ValueError(f"warmup must be >= 0 calls, got {self.warmup}")
         if not self.budget_s > 0:
@@ -98,6 +110,8 @@ class Summary:
     mean_us: float
     std_us: float
     iqr_us: float
+    median_lo_us: float  # the 95 % interval of the median (bench/measure/precision.py)
+    median_hi_us: float
 
 
 def timer_resolution_ns(trials: int = 2000) -> float:
@@ -160,7 +174,10 @@ def _time_batch(call: Callable[[], object], calls: int) -> int:
 def warm_up(call: Callable[[], object], config: TimingConfig, sync: Callable[[], object] | None = None) -> int:
     """Make up to ``config.warmup`` untimed calls, stopping once they have taken ``config.budget_s``
     (never before ``MIN_WARMUP_CALLS``); return the calls made. ``sync`` waits for queued device work,
-    so that the time read is the calls' own."""
+    so that the time read is the calls' own. With ``config.steady_warmup`` (host clock only), stop at
+    the steady state too."""
+    if config.steady_warmup and sync is None:
+        return _warm_up_to_steady_state(call, config)
     deadline = time.perf_counter_ns() + config.budget_s * 1e9
     for made in range(config.warmup):
         if made >= MIN_WARMUP_CALLS:
@@ -169,6 +186,24 @@ def warm_up(call: Callable[[], object], config: TimingConfig, sync: Callable[[],
             if time.perf_counter_ns() >= deadline:
                 return made
         call()
+    return config.warmup
+
+
+def _warm_up_to_steady_state(call: Callable[[], object], config: TimingConfig) -> int:
+    """Timed warm-up calls in windows of WARMUP_WINDOW: stop when two consecutive windows agree (after at least
+    two), at ``config.warmup`` calls, or once the calls have taken ``config.budget_s`` (after MIN_WARMUP_CALLS)."""
+    clock = time.perf_counter_ns
+    deadline = clock() + config.budget_s * 1e9
+    times = np.empty(max(config.warmup, 1), dtype=np.float64)
+    for made in range(config.warmup):
+        if made >= MIN_WARMUP_CALLS and clock() >= deadline:
+            return made
+        if made >= 2 * WARMUP_WINDOW and made % WARMUP_WINDOW == 0:
+            if steady(times[made - 2 * WARMUP_WINDOW : made - WARMUP_WINDOW], times[made - WARMUP_WINDOW : made]):
+                return made
+        start = clock()
+        call()
+        times[made] = clock() - start
     return config.warmup
 
 
@@ -183,6 +218,7 @@ def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: flo
     budget_ns = config.budget_s * 1e9
     clock = time.perf_counter_ns
     n = 0
+    next_check = max(config.min_samples, PRECISION_FLOOR)  # when the interval is judged next (precision only)
     turns = bench_turns.current()
     paused_ns, busy_while_paused_s = 0, 0.0
     with gc_disabled():
@@ -205,6 +241,10 @@ def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: flo
                     call()
                 samples[n] = (clock() - start) / block
             n += 1
+            if config.precision is not None and n >= next_check:
+                if half_width(samples[:n]) <= config.precision:
+                    break
+                next_check = 2 * n  # the interval's cost grows with n: judge it as the samples double
         cpu_after = machine.without_pauses(machine.snapshot(), paused_ns / 1e9, busy_while_paused_s)
     return Timing.sampled(samples[:n] / 1e3, block, warmed, cpu_before, cpu_after)
 
@@ -213,6 +253,7 @@ def summarize(samples_us: np.ndarray) -> Summary:
     if len(samples_us) == 0:
         raise ValueError("no samples to summarize")
     p25, p50, p75, p90, p99 = np.percentile(samples_us, [25, 50, 75, 90, 99])
+    low, high = median_interval(samples_us)
     return Summary(
         n=len(samples_us),
         min_us=float(samples_us.min()),
@@ -222,6 +263,8 @@ def summarize(samples_us: np.ndarray) -> Summary:
         mean_us=float(samples_us.mean()),
         std_us=float(samples_us.std(ddof=1)) if len(samples_us) > 1 else 0.0,
         iqr_us=float(p75 - p25),
+        median_lo_us=low,
+        median_hi_us=high,
     )
 
 

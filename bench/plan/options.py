@@ -36,6 +36,12 @@ class BenchOptions:
     # Only these rows (row_label: a job's label, "/", a variant), and no limits: rows looked at again, on their
     # own (an A/B run's second stage). None: every row of the planned jobs
     rows: tuple[str, ...] | None = None
+    # glibc's malloc policy (bench/measure/allocator.py): default, as a user's process has it, or fixed-mmap
+    # (every large output a fresh mapping: the page-fault study)
+    allocator: str = "default"
+    # A row stops once the 95 % interval of its median is within +- this share of it (bench/measure/precision.py);
+    # its time budget is then a cap
+    precision: float = 0.02
 
     @property
     def mode(self) -> str:

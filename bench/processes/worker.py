@@ -9,7 +9,8 @@ the second one job at a time so the driver can alternate the two builds job by
 job:
 
   {"do": "fields"}                                   -> {"options": [BenchOptions field names]}
-  {"do": "plan", "options": {...}, "page_offset": b, "workdir": d} -> {"jobs": N, "rounds": R, "pid": p}
+  {"do": "plan", "options": {...}, "page_offset": b, "workdir": d} -> {"jobs": N, "rounds": R, "pid": p,
+                                                                      "labels": [the N jobs' labels]}
   {"do": "job", "round": r, "index": j}              -> {"seconds": s}
   {"do": "job", "round": r, "index": j, "turns": true}
       -> {"turn": "waiting"} once its untimed start is done (bench/measure/turns.py), then after each {"do": "go"}
@@ -49,9 +50,9 @@ class _Side:
     """The state of one run between requests: its jobs, settings, results and scratch folder."""
 
     def __init__(self, options: dict, page_offset: int = 0, workdir: str | None = None) -> None:
-        from bench.measure.allocator import fix_malloc_policy
+        from bench.measure.allocator import DEFAULT, set_malloc_policy
 
-        fix_malloc_policy()  # before the cases allocate: see bench/measure/allocator.py
+        set_malloc_policy(options.get("allocator", DEFAULT))  # before the cases allocate: bench/measure/allocator.py
         import torch
 
         from bench.measure.environment import environment_columns, utc_timestamp
@@ -74,7 +75,7 @@ class _Side:
         threads = self.options.threads or default_threads()
         torch.set_num_threads(threads)
         self.settings = run_settings(self.options)
-        self.env = environment_columns(threads, "cpu", utc_timestamp())
+        self.env = environment_columns(threads, "cpu", utc_timestamp(), self.settings.config.precision)
         # The workdir holds the setup that is cached on disk (ONNX exports, Inductor's FX graph cache): the
         # driver gives every process of one build the same one, so the later processes find it there.
         self.scratch = None if workdir else tempfile.TemporaryDirectory(prefix="fusedbench-ab-")
@@ -115,7 +116,7 @@ class _Side:
 
         # No plot: a process's report is one unit of the pooled one, which the driver plots (2 s a process here).
         outcome = record_results(self.results, self.settings, self.env, Path(out_dir), self.started, plot=False)
-        print_summary(outcome, Console(file=sys.stderr, width=200))
+        print_summary(outcome, Console(file=sys.stderr, width=200), verbose=True)  # the log keeps the table
         if self.scratch is not None:
             self.scratch.cleanup()
         return {
@@ -178,7 +179,8 @@ def serve(requests: TextIO, replies: TextIO) -> None:
                 reply(_option_fields())
             elif what == "plan":
                 side = _Side(dict(request["options"]), int(request.get("page_offset", 0)), request.get("workdir"))
-                reply({"jobs": len(side.jobs), "rounds": side.settings.rounds, "pid": os.getpid()})
+                labels = [job.label for job in side.jobs]  # for the driver's progress display
+                reply({"jobs": len(side.jobs), "rounds": side.settings.rounds, "pid": os.getpid(), "labels": labels})
             elif side is None:
                 reply({"error": f"{what!r} before 'plan'"})
             elif what == "job":

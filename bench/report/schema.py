@@ -24,7 +24,8 @@ from env.files import atomic_path
 # measures every device), timer and vs_launch_floor columns; copy_limit, minor_faults_per_call,
 # page_fault_share, thp columns; limit/copy/fresh_output rows. 5: machine_id and the power-policy columns
 # (cpu_governor ... gpu_clocks). 6: the hardware facts (cpu_vendor ... gpu_model), and machine_id hashes them
-# with /etc/machine-id (one VM image's machines shared the id of 5).
+# with /etc/machine-id (one VM image's machines shared the id of 5); malloc_policy, median_lo_us/median_hi_us and
+# precision_target.
 SCHEMA_VERSION = 6
 
 # (column, pandas dtype, meaning) - field order = column order. The one declaration
@@ -44,6 +45,17 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("mean_us", "float64", ""),
     ("std_us", "float64", ""),
     ("iqr_us", "float64", "p75 - p25"),
+    (
+        "median_lo_us",
+        "float64",
+        "95% interval of the median, lower end: moving-block bootstrap over the samples (bench/measure/precision.py)",
+    ),
+    ("median_hi_us", "float64", "95% interval of the median, upper end"),
+    (
+        "precision_target",
+        "float64",
+        "the run stopped a row once its interval was within +- this share of the median (NaN: fixed budget)",
+    ),
     ("rounds", "int64", "passes over the whole grid the samples are spread over"),
     ("block", "int64", "calls per timed sample (>1 only when a call is near the timer resolution)"),
     ("warmup", "int64", "untimed calls made before the first round's samples (fewer where they outlast the budget)"),
@@ -131,6 +143,12 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
         "CUDA rows (NVML): application clocks, power limit, persistence, compute mode, ECC; empty on CPU",
     ),
     ("gpu_clocks", "string", "CUDA rows (NVML): SM and memory clocks when the run started (a state, not compared)"),
+    (
+        "malloc_policy",
+        "string",
+        "default (glibc as a user's process has it, measured after warm-up) | fixed-mmap (every output of "
+        "128 KiB or more a fresh mapping: the page-fault study); bench/measure/allocator.py",
+    ),
     ("note", "string", "what else a reader needs (fused ORT nodes, compile mode, ...)"),
     # Serving rows (workload "serve", bench/serve): one row per configuration, samples = per-request latency.
     ("clients", "Int64", "serve: concurrent client threads; empty for other workloads"),
@@ -297,8 +315,11 @@ _ADDED_IN = {
         "hypervisor",
         "memory_gib",
         "gpu_model",
+        "malloc_policy",
     ),
 }
+# Measurements a later schema added: an earlier report has none (NaN), not a text cell.
+_NUMBERS_ADDED_IN = {6: ("median_lo_us", "median_hi_us", "precision_target")}
 _EARLIER = re.compile(r"^schema (\d+): ")
 
 
@@ -324,6 +345,10 @@ def migrate(frame: pd.DataFrame, version: int) -> pd.DataFrame:
         for column in _ADDED_IN[later]:
             if column not in frame.columns:
                 frame[column] = earlier_schema_value(version, "not recorded")
+    for later in sorted(v for v in _NUMBERS_ADDED_IN if v > version):
+        for column in _NUMBERS_ADDED_IN[later]:
+            if column not in frame.columns:
+                frame[column] = float("nan")
     if version < 6 and "machine_id" in frame.columns:
         frame["machine_id"] = [
             v if is_earlier_schema_value(v) else earlier_schema_value(version, str(v)) for v in frame["machine_id"]

@@ -18,7 +18,7 @@ import pandas as pd
 from rich.console import Console
 
 from bench.report.schema import KEY_COLUMNS, ReportError, read_report
-from bench.report.targets import TargetResult, evaluate_targets
+from bench.report.targets import VERDICT_MARKUP, TargetResult, evaluate_targets
 from bench.stats.compare import LIMIT_WORKLOAD, MACHINE_COLUMNS, column_differences
 
 # Thread count is what the runs are meant to differ in; every other machine fact must agree.
@@ -64,6 +64,6 @@ def main(paths: Sequence[str], console: Console | None = None) -> int:
         console.print(f"[red]bench.targets:[/] {error}", highlight=False)
         return 2
     for result in results:
-        mark = {True: "[green]met[/]", False: "[red]MISSED[/]", None: "[yellow]not measured[/]"}[result.met]
+        mark = VERDICT_MARKUP[result.verdict]
         console.print(f"  {mark}  {result.name}: {result.detail}", highlight=False)
     return 1 if any(result.met is False for result in results) else 0

@@ -94,6 +94,10 @@ def test_ratios_bandwidth_and_environment(torch_run):
         assert row.copy_gbps == copy.gbps and row.copy_share == pytest.approx(row.gbps / copy.gbps)
     assert frame[frame.workload == "model"].gbps.isna().all()  # no single "bytes moved" for a model
     assert (frame.threads == 1).all() and (frame.device == "cpu").all() and (frame.timer == "perf_counter").all()
+    # glibc as a user's process has it, said on every row and in the machine facts compare checks
+    assert (frame.malloc_policy == "default").all() and frame.cpu_allocator.str.endswith(
+        "(mmap threshold adapts)"
+    ).all()
     floor = frame[(frame.baseline == "dispatch") & (frame.variant == "torch_noop")].median_us.iloc[0]
     np.testing.assert_allclose(frame.vs_launch_floor, frame.median_us / floor)
     assert (frame.torch == torch.__version__).all()
