@@ -640,10 +640,10 @@ def bench_history(
 
     threshold, alpha = cli.fraction("--threshold", threshold), cli.fraction("--alpha", alpha)
     from bench.history.cli import HistoryOptions, main
-    from env.paths import REPO_ROOT
+    from env.paths import reports_dir
 
     options = HistoryOptions(
-        roots=[REPO_ROOT / "reports", *(Path(f) for f in from_ or [])],
+        roots=[reports_dir(), *(Path(f) for f in from_ or [])],
         db=Path(db) if db else None,
         check=check,
         site=Path(site) if site else None,

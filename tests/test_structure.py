@@ -39,6 +39,7 @@ FLOORS = {
         ("bench.rounds",),
         ("bench.processes",),
         ("bench.ab",),
+        ("bench.gpu_check_ort",),
         ("bench.run", "bench.serve", "bench.gpu_check"),
         ("bench.experiments",),
     ],

@@ -26,7 +26,7 @@ from rich.console import Console
 
 from bench.report.schema import read_samples
 from bench.stats import compare
-from env.paths import REPO_ROOT
+from env.paths import REPO_ROOT, reports_dir
 
 ROW_ALPHA = 0.05  # the coverage is read at 95 % per row
 
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reports", type=int, default=10)
     parser.add_argument("--processes", type=int, default=3, help="processes per report (default 3, a full run's)")
     parser.add_argument("--full", action="store_true", help="the full grid (default: the quick grid)")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "power_curves")
+    parser.add_argument("--out", type=Path, default=reports_dir() / "power_curves")
     parser.add_argument("--workspace", type=Path, default=REPO_ROOT / "build" / "aa_reports")
     args = parser.parse_args(argv)
     if args.reports < 2 or args.processes < 2:

@@ -33,7 +33,7 @@ from bench.stats.moderated import Prior, fit_prior
 # 0.8 * 0.05 over 32 counted rows, 10 pairs, 10 % trimmed from each end.
 RECORDED_ROW_ALPHA = 0.04 / 32
 RECORDED_PAIRS, RECORDED_KEPT = 10, 8
-_INTERVAL = re.compile(r"(call|out) (\S+) ([\d.]+) \[([\d.]+), ([\d.]+)\]")
+OP_ROW_INTERVAL = re.compile(r"(call|out) (\S+) ([\d.]+) \[([\d.]+), ([\d.]+)\]")
 
 
 def pair_spreads(results_csvs: list[Path]) -> np.ndarray:
@@ -44,7 +44,7 @@ def pair_spreads(results_csvs: list[Path]) -> np.ndarray:
     for csv in results_csvs:
         runs = pd.read_csv(csv)
         for text in runs.loc[runs.kind == "aa", "op_rows_intervals"].dropna():
-            for _, _, _, low, high in _INTERVAL.findall(text):
+            for _, _, _, low, high in OP_ROW_INTERVAL.findall(text):
                 se = (math.log(float(high)) - math.log(float(low))) / (2 * q)
                 spreads.append(se * factor)
     return np.array(spreads)

@@ -36,7 +36,7 @@ from bench.experiments.calibration import ReportNoise, pair_spreads, report_nois
 from bench.stats import compare
 from bench.stats.moderated import fit_prior, squeeze
 from bench.stats.verdicts import DEFAULT_THRESHOLD, REGRESSION, verdict_of
-from env.paths import REPO_ROOT
+from env.paths import reports_dir
 
 SLOWDOWNS_PCT = (0, 2, 3, 5, 10, 20)
 FIRST_STAGE_SHARE = 0.8  # of the family-wise alpha (bench/ab.py's CONFIRM_ALPHA_SHARE is the rest)
@@ -46,10 +46,10 @@ CONFIRM_PAIRS = 20
 # median, so P(a pair is odd) = 1 - 0.5 ** (1 / 10)).
 ODD_PAIR_RATE = 1 - 0.5 ** (1 / 10)
 ODD_PAIR_SIZE = (0.15, 0.40)
-AB_MEASURE = REPO_ROOT / "reports" / "ab_measure"
+AB_MEASURE = reports_dir() / "ab_measure"
 SAME_CPU_RESULTS = AB_MEASURE / "epyc-same-cpu" / "results.csv"  # the turn-taking design on one CPU
-FULL_REPORT = REPO_ROOT / "reports" / "baseline" / "cpu-all.csv"
-QUICK_REPORT = REPO_ROOT / "reports" / "baseline" / "cpu-quick.csv"
+FULL_REPORT = reports_dir() / "baseline" / "cpu-all.csv"
+QUICK_REPORT = reports_dir() / "baseline" / "cpu-quick.csv"
 
 
 @dataclass(frozen=True)
@@ -130,9 +130,9 @@ def simulate_separate(
             variance, dof = squeeze(*pooled[r], priors[kinds[r]])
             estimate = float(new[r].mean() - base[r].mean())
             se = math.sqrt(variance * 2 / units)
-            interval = compare._interval(estimate, se, dof, alpha)
+            interval = compare.student_interval(estimate, se, dof, alpha)
             verdicts.append(verdict_of(interval.ratio, interval.low, interval.high, DEFAULT_THRESHOLD))
-            nominal = compare._interval(estimate, se, dof, 0.05)  # per-row 95 %: its coverage
+            nominal = compare.student_interval(estimate, se, dof, 0.05)  # per-row 95 %: its coverage
             covered += math.log(nominal.low) <= truth[r] <= math.log(nominal.high)
             all_covered &= math.log(interval.low) <= truth[r] <= math.log(interval.high)
         covered_family += all_covered
@@ -186,9 +186,9 @@ def recorded_points(results_csv: Path) -> list[dict]:
 
 
 def _op_intervals(text: str):
-    from bench.experiments.calibration import _INTERVAL
+    from bench.experiments.calibration import OP_ROW_INTERVAL
 
-    return _INTERVAL.findall(text)
+    return OP_ROW_INTERVAL.findall(text)
 
 
 def simulate_all(runs: int, seed: int = 0, report_units: tuple[int, ...] = (3, 6)) -> pd.DataFrame:
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
         default="3,6",
         help="processes per separate full report to simulate, a comma list (default 3,6)",
     )
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "power_curves")
+    parser.add_argument("--out", type=Path, default=reports_dir() / "power_curves")
     parser.add_argument(
         "--replot", action="store_true", help="no simulation: power.csv with measured.csv's points again, and its plot"
     )

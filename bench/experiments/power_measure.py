@@ -40,7 +40,7 @@ from bench.ab import scratch
 from bench.experiments.ab_measure import Workspace, build_all, prepare
 from bench.plan.options import BenchOptions
 from bench.stats import compare
-from env.paths import REPO_ROOT
+from env.paths import REPO_ROOT, reports_dir
 
 SWITCH = "csrc/torch/slowdown.h"
 SWITCH_DEFAULT = "#define FUSED_NORM_SLOWDOWN_PERCENT 0\n"
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kinds", default="quick,full,separate", help="a comma list of quick, full, separate")
     parser.add_argument("--slowdowns", default="0,2,3,5,10,20", help="true slowdowns in percent, a comma list")
     parser.add_argument("--runs", type=int, default=10, help="runs per point (default 10)")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "power_curves")
+    parser.add_argument("--out", type=Path, default=reports_dir() / "power_curves")
     parser.add_argument("--workspace", type=Path, default=REPO_ROOT / "build" / "power_measure")
     parser.add_argument("--reuse", action="store_true", help="resume in an existing workspace (its commit and builds)")
     args = parser.parse_args(argv)

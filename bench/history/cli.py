@@ -19,14 +19,14 @@ from bench.history.export import export_parquet
 from bench.history.labels import DEFAULT_LABELS, Labels
 from bench.history.regressions import DEFAULT_ALPHA, DEFAULT_THRESHOLD, judge_history, open_regressions
 from bench.history.store import connect, ingest
-from env.paths import REPO_ROOT, build_dir
+from env.paths import build_dir, reports_dir
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 
 
 @dataclass
 class HistoryOptions:
-    roots: list[Path] = field(default_factory=lambda: [REPO_ROOT / "reports"])
+    roots: list[Path] = field(default_factory=lambda: [reports_dir()])
     db: Path | None = None  # default build/history.duckdb
     labels: Path | None = DEFAULT_LABELS
     check: bool = False

@@ -14,9 +14,9 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from env.paths import REPO_ROOT
+from env.paths import REPO_ROOT, reports_dir
 
-DEFAULT_LABELS = REPO_ROOT / "reports" / "history" / "machine_labels.csv"
+DEFAULT_LABELS = reports_dir() / "history" / "machine_labels.csv"
 
 
 @dataclass(frozen=True)

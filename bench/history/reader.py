@@ -5,7 +5,7 @@ any other CSV under ``reports/`` (a sweep's table, nvidia-smi's output) is not
 one and is passed over, counted. A report that fails to read or to migrate is
 returned as an InvalidReport with the reason, never half-ingested.
 
-The units are what the statistics stand on (bench/compare.py): one median per
+The units are what the statistics stand on (bench/stats/compare.py): one median per
 round of a row. The store keeps them instead of the raw samples: a few per
 row instead of thousands, and all a comparison reads.
 """

@@ -27,7 +27,7 @@ from bench.history.regressions import judge_history
 from bench.history.site.build import build_site
 from bench.history.store import connect, ingest
 from bench.history.synthetic import History, Machine, write_history
-from env.paths import REPO_ROOT
+from env.paths import reports_dir
 
 MACHINES = tuple(Machine(f"machine {i}", f"id-{i}", f"CPU {i}", scale=1 + 0.2 * i) for i in range(4))
 SAMPLED = 100  # reports with samples whose judgement is timed
@@ -75,7 +75,7 @@ def measure(size: int, with_samples: bool = False) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,1000,10000")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "history")
+    parser.add_argument("--out", type=Path, default=reports_dir() / "history")
     args = parser.parse_args(argv)
     lines = [measure(int(size)) for size in args.sizes.split(",")]
     lines.append(measure(SAMPLED, with_samples=True))

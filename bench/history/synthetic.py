@@ -19,10 +19,12 @@ import pandas as pd
 
 from bench.history.migrate import STORE_COLUMNS
 from bench.history.sources import KEY_COLUMNS, SAMPLES_SUFFIX
+from bench.plan.grid import CACHE_RESIDENT, DISPATCH_BOUND, MODEL_WIDTH, shape_label
 
 ROUNDS = 6
 SAMPLES_PER_ROUND = 40
-SHAPES = {"1x8x512": 4.0, "4x64x768": 40.0, "8x128x1024": 160.0}  # shape -> fused/call level, µs
+# shape -> fused/call level, µs
+SHAPES = {shape_label(DISPATCH_BOUND): 4.0, shape_label(MODEL_WIDTH): 40.0, shape_label(CACHE_RESIDENT): 160.0}
 # (workload, baseline, variant) -> its level as a multiple of fused/call's
 ROWS = {
     ("op", "unfused", "call"): 4.5,

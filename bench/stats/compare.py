@@ -215,14 +215,14 @@ def log_interval(
         estimate = float(np.mean(log_new) - np.mean(log_base))
         variance, dof = squeeze(*pooled_log_variance(log_base, log_new), prior)
         se = math.sqrt(variance * (1 / len(log_base) + 1 / len(log_new)))
-        return _interval(estimate, se, dof, alpha)
+        return student_interval(estimate, se, dof, alpha)
     diffs = log_new - log_base
     estimate = float(_trimmed_mean(diffs))
     se, dof = _yuen_se(diffs)
     if int(TRIM * len(diffs)) > 0:
         # Yuen's interval alone: a percentile bootstrap of a trimmed mean of 10 units puts its far quantiles on
         # resamples that draw the odd pair two or three times, more than the trim removes.
-        return _interval(estimate, se, dof, alpha)
+        return student_interval(estimate, se, dof, alpha)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a degenerate resample distribution is a valid, zero-width interval here
         result = bootstrap(
@@ -238,7 +238,7 @@ def log_interval(
     low, high = result.confidence_interval
     if math.isnan(low) or math.isnan(high):  # all resamples equal: no spread
         low = high = estimate
-    student = _interval(estimate, se, dof, alpha)
+    student = student_interval(estimate, se, dof, alpha)
     low, high = math.exp(min(low, math.log(student.low))), math.exp(max(high, math.log(student.high)))
     # The standard error the (possibly widened) interval stands for: what its power is computed from.
     return Interval(math.exp(estimate), low, high, se_of_interval(low, high, dof, alpha), dof)
@@ -253,7 +253,7 @@ def pooled_log_variance(log_base: np.ndarray, log_new: np.ndarray) -> tuple[floa
     return float(squares / dof), float(dof)
 
 
-def _interval(estimate: float, se: float, dof: float, alpha: float) -> Interval:
+def student_interval(estimate: float, se: float, dof: float, alpha: float) -> Interval:
     if not se > 0:  # identical units: no spread
         return Interval(math.exp(estimate), math.exp(estimate), math.exp(estimate), 0.0, dof)
     half = float(t.ppf(1 - alpha / 2, dof)) * se

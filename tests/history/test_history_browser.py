@@ -232,7 +232,10 @@ def test_the_committed_reports_show_every_machine_and_give_the_screenshot(browse
         row.click()
     wait_for_charts(page)
     assert page.locator(".scatterlayer .trace").count() >= 3  # Zen 4, Zen 5 and more
-    point = page.locator(".scatterlayer .trace").last.locator("path.point").last.bounding_box()
+    # The Zen 5 VM's line: traces are drawn in the legend's order.
+    names = page.locator(".legend .legendtext").all_text_contents()
+    zen5 = next(i for i, name in enumerate(names) if name.startswith("AMD EPYC Zen 5 VM"))
+    point = page.locator(".scatterlayer .trace").nth(zen5).locator("path.point").last.bounding_box()
     page.mouse.move(point["x"] + point["width"] / 2, point["y"] + point["height"] / 2)
     page.locator(".hoverlayer .hovertext").first.wait_for(timeout=5000)
     assert "AMD EPYC Zen 5 VM" in page.locator("#row-chart-facts").inner_text()
