@@ -62,6 +62,7 @@ from pathlib import Path
 from rich.console import Console
 
 from bench.ab import confirm, scratch
+from bench.measure.allocator import FIXED_MMAP
 from bench.measure.placement import spread_offsets
 from bench.plan.options import BenchOptions, unique_csv
 from bench.processes.worker import PROTOCOL
@@ -551,6 +552,9 @@ def run_ab(
     see the module docstring for the rest.
     """
     new = new or Tree(REPO_ROOT)
+    # Both builds under one malloc policy, the fixed one: it makes an allocating row alike in every process
+    # (bench/measure/allocator.py), and a REF from before the policy option fixes it whatever it is asked.
+    options = replace(options, allocator=FIXED_MMAP)
     processes = processes or PROCESSES[options.mode]
     if processes < 2:
         raise AbError(f"an A/B run needs at least 2 processes per side (an interval needs 2 units), got {processes}")
