@@ -355,11 +355,16 @@ def check_compatible(hello: dict, sha: str) -> None:
         )
 
 
+# What a side from before an option behaved as, where that differs from the option's default: a worker
+# without ``allocator`` always fixed the mmap threshold.
+BEFORE_OPTION = {"allocator": FIXED_MMAP}
+
+
 def plan_for(options: BenchOptions, known: list[str], label: str) -> dict:
     """The options a side's worker is sent: only the fields its BenchOptions has.
 
-    A field it lacks is dropped when it holds its default (the side behaves as
-    before that option existed); set to anything else, the side cannot measure
+    A field it lacks is dropped when it holds what the side did before that
+    option existed (its default, or BEFORE_OPTION's value); set to anything else, the side cannot measure
     what was asked, and the run is skipped naming the option.
     """
     defaults = BenchOptions()
@@ -369,7 +374,7 @@ def plan_for(options: BenchOptions, known: list[str], label: str) -> dict:
             continue
         if name in known:
             plan[name] = value
-        elif value != getattr(defaults, name):
+        elif value != BEFORE_OPTION.get(name, getattr(defaults, name)):
             raise Skipped(
                 f"{label}'s bench has no option {name!r} (set to {value!r} here), so it cannot measure the same grid"
             )

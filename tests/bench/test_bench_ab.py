@@ -542,3 +542,13 @@ def test_quit_sent_while_a_worker_waits_for_its_turn_ends_it_at_once(monkeypatch
     writer.close()  # an EOF unblocks a worker that kept waiting, so the thread ends either way
     served.join(timeout=5)
     assert not alive, "the worker took 'quit' for a failed variant and waited for its turn again"
+
+
+def test_a_ref_from_before_the_allocator_option_measures_with_the_fixed_policy_it_always_had():
+    # Such a REF's worker fixes glibc's mmap threshold whatever it is sent: the A/B run asks for that policy, so
+    # the option is dropped for it; asked for glibc's default, it could not comply, and the run is skipped.
+    known = [name for name in vars(BenchOptions()) if name != "allocator"]
+    plan = ab.plan_for(BenchOptions(quick=True, allocator="fixed-mmap"), known, "BASE")
+    assert "allocator" not in plan and plan["quick"] is True
+    with pytest.raises(ab.Skipped, match="BASE's bench has no option 'allocator' \\(set to 'default' here\\)"):
+        ab.plan_for(BenchOptions(allocator="default"), known, "BASE")
