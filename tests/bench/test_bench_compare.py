@@ -81,7 +81,11 @@ def test_30_percent_slowdown_with_many_samples_is_a_regression(tmp_path, rng):
     new = synthetic_report(tmp_path / "b.csv", {slow: lognormal(rng, 13.0, 1000), same: lognormal(rng, 50.0, 1000)})
     comparison = compare_reports(base, new)
     verdicts = {r.key: r for r in comparison.rows}
-    assert verdicts[slow].verdict == REGRESSION and verdicts[same].verdict == SAME
+    assert verdicts[slow].verdict == REGRESSION
+    # Two draws of one distribution: never a change; SAME needs the interval inside +-3 %, which three
+    # unpaired units a side do not always give, so the unchanged row may also read INCONCLUSIVE.
+    unchanged = verdicts[same]
+    assert unchanged.verdict in (SAME, INCONCLUSIVE) and unchanged.ci_low <= 1 <= unchanged.ci_high
     row = verdicts[slow]
     assert 1.2 < row.ci_low < row.ratio < row.ci_high < 1.4 and 1.25 < row.ratio < 1.35
     code, text = _run(base, new)
@@ -308,10 +312,10 @@ def test_alpha_is_family_wise_over_the_rows_a_comparison_counts():
 
 def test_the_task_options_say_what_alpha_and_threshold_are():
     # alpha is family-wise over the counted rows, and an A/B run has no bootstrap: its help says so.
-    for task in (tasks.compare, tasks.bench):
-        assert "family-wise" in tasks.ALPHA_HELP and "bootstrap" not in tasks.ALPHA_HELP
-        assert "1 + threshold" in task.help["threshold"]
-    assert "alpha" in tasks.compare.help and tasks.compare.help["alpha"] == tasks.ALPHA_HELP
+    # The texts themselves: invoke consumes a task's help dict once it has built the task's arguments, so
+    # another test that parsed a command line in this process would leave it empty.
+    assert "family-wise" in tasks.ALPHA_HELP and "bootstrap" not in tasks.ALPHA_HELP
+    assert "1 + threshold" in tasks.THRESHOLD_HELP
     import inspect
 
     for task in (tasks.compare, tasks.bench):
