@@ -65,7 +65,7 @@ from bench.ab import confirm, scratch
 from bench.measure.allocator import FIXED_MMAP
 from bench.measure.placement import spread_offsets
 from bench.plan.options import BenchOptions, unique_csv
-from bench.processes.worker import PROTOCOL
+from bench.processes.worker import OPS_ROOT_VARIABLE, PROTOCOL
 from bench.report.progress import RunProgress
 from bench.report.schema import READABLE_SCHEMAS, read_report
 from bench.rounds import Outcome
@@ -79,7 +79,7 @@ from env.repo import git_commit
 EXIT_SETUP_FAILED = 4
 # Worker protocols this driver speaks (bench/processes/worker.py), and the first one that takes turns: a REF from
 # before turn-taking is still measured, its jobs alternating with this checkout's one after the other.
-SPOKEN_PROTOCOLS = (2, 3, PROTOCOL)
+SPOKEN_PROTOCOLS = (2, 3, 4, PROTOCOL)
 TURNS_SINCE_PROTOCOL = 3
 # Worker processes per build (one round each), chosen by measurement (docs/comparisons.md): a family-wise
 # interval over about 30 rows needs a large t quantile at a few pairs (bench/stats/design.py tabulates it per
@@ -112,6 +112,7 @@ CONFIRM_BUDGET_S = 0.25  # per variant and process: a suspect's grid is a few ro
 # The worker module, this tree's first; a REF from before bench/ was grouped by stage has it at the second.
 WORKER_MODULES = ("bench.processes.worker", "bench.ab_worker")
 WORKER = "bench/processes/worker.py"
+OPS_PACKAGE = "ops/__init__.py"  # what a REF needs to be measured by this checkout's harness
 # Longest a worker may take to answer one request (one job of the full grid takes seconds to a minute;
 # its first job in a process may compile). Past it, the worker is taken as hung.
 REQUEST_TIMEOUT_S = 900.0
@@ -125,12 +126,26 @@ class Skipped(Exception):
     """REF cannot take part in an A/B run (the message says why)."""
 
 
+# Whose bench code measures REF: its own (the checkouts compared whole, harness and all: `bench --against`) or
+# this checkout's (HARNESS_HEAD: only the op's code and build differ between the sides: the gate).
+HARNESS_OWN, HARNESS_HEAD = "own", "head"
+
+
 @dataclass(frozen=True)
 class Tree:
-    """A source tree and the build folder its libraries are in (None: whatever its own environment says)."""
+    """A source tree and the build folder its libraries are in (None: whatever its own environment says).
+
+    ``ops``: the tree whose ``ops`` package the worker imports, when that is not ``root`` (a side measured
+    by another tree's harness: see run_ab's ``harness``).
+    """
 
     root: Path
     build: Path | None = None
+    ops: Path | None = None
+
+
+class HarnessMismatch(Skipped):
+    """REF's ops package or libraries lack what this checkout's harness calls (the message names it)."""
 
 
 def resolve(ref: str, repo: Path = REPO_ROOT) -> str:
@@ -175,15 +190,19 @@ class Worker:
         log: Path,
         command: list[str] | None = None,
         timeout_s: float = REQUEST_TIMEOUT_S,
+        ops: Path | None = None,
     ) -> None:
         self.label, self.log, self.timeout_s = label, log, timeout_s
         self.paused = False
         log.parent.mkdir(parents=True, exist_ok=True)
         self._log_file = open(log, "w")
+        env = scratch.side_env(build)
+        if ops is not None:
+            env[OPS_ROOT_VARIABLE] = str(ops)
         self.process = subprocess.Popen(
             command or [sys.executable, "-m", worker_module(tree)],
             cwd=tree,
-            env=scratch.side_env(build),
+            env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log_file,
@@ -236,6 +255,8 @@ class Worker:
     def receive(self, what: str) -> dict:
         """The next reply, to a request for ``what``; a reply carrying "error" raises AbError."""
         reply = self._read(what)
+        if "lacks" in reply:
+            raise HarnessMismatch(f"the {self.label} side lacks what this checkout's harness calls: {reply['lacks']}")
         if "error" in reply:
             raise AbError(f"the {self.label} worker failed on {what!r}: {reply['error']} (traceback in {self.log})")
         return reply
@@ -337,7 +358,7 @@ def _job_reply(reply: dict, worker: Worker) -> dict:
 
 
 def _start(label: str, tree: Tree, log: Path) -> Worker:
-    return Worker(label, tree.root, tree.build, log)
+    return Worker(label, tree.root, tree.build, log, ops=tree.ops)
 
 
 def check_compatible(hello: dict, sha: str) -> None:
@@ -550,12 +571,18 @@ def run_ab(
     processes: int | None = None,
     ref_cache: Path | None = None,
     start: StartWorker = _start,
+    harness: str = HARNESS_OWN,
 ) -> AbResult:
     """Build REF beside NEW (default: this checkout, already built), measure both in alternating processes, compare.
 
-    ``ref_cache``: where REF's checkout and build live (default ``<NEW's build>/ab``);
-    see the module docstring for the rest.
+    ``ref_cache``: where REF's checkout and build live (default ``<NEW's build>/ab``).
+    ``harness``: HARNESS_OWN runs REF's worker in REF's tree (its bench code measures it); HARNESS_HEAD runs
+    NEW's bench code for both sides, REF's side importing REF's ``ops`` and loading REF's libraries, so a change
+    of the harness alone moves no row. When REF's ops or libraries lack what NEW's harness calls, the run says
+    what and falls back to REF's own harness. See the module docstring for the rest.
     """
+    if harness not in (HARNESS_OWN, HARNESS_HEAD):
+        raise AbError(f"harness must be {HARNESS_OWN!r} or {HARNESS_HEAD!r}, got {harness!r}")
     new = new or Tree(REPO_ROOT)
     # Both builds under one malloc policy, the fixed one: it makes an allocating row alike in every process
     # (bench/measure/allocator.py), and a REF from before the policy option fixes it whatever it is asked.
@@ -576,22 +603,47 @@ def run_ab(
     )
     folder = reports_dir(options.out_dir) / "ab" / f"{_timestamp()}-{new_commit[:12]}-vs-{sha[:12]}"
     folder.mkdir(parents=True, exist_ok=True)
+    if harness == HARNESS_HEAD and not (src / OPS_PACKAGE).is_file():
+        console.print(f"[yellow]BASE has no {OPS_PACKAGE}[/]: measured by its own harness", highlight=False)
+        harness = HARNESS_OWN
+    if harness == HARNESS_OWN and (skipped := _own_worker_refused(src, root, sha, folder)):
+        return _skip(skipped, console, folder)
+    build_ref(src, root / "build", root / "build.log", console)
+    own = Tree(src, root / "build")
+    if harness == HARNESS_HEAD:
+        # NEW's bench code in both workers; REF's side imports REF's ops, which loads REF's libraries.
+        console.print(f"both sides measured by NEW's harness ({new.root / 'bench'})", highlight=False)
+        sides = {"NEW": new, "BASE": Tree(new.root, root / "build", ops=src)}
+        try:
+            return measure_and_judge(sides, options, processes, folder, console, threshold, alpha, start)
+        except HarnessMismatch as mismatch:
+            console.print(f"[yellow bold]{mismatch}[/]: measuring BASE by its own harness instead", highlight=False)
+            write_text_atomic(folder / "harness.txt", f"{mismatch}; BASE measured by its own harness\n")
+            if skipped := _own_worker_refused(src, root, sha, folder):
+                return _skip(skipped, console, folder)
+        except Skipped as reason:
+            return _skip(str(reason), console, folder)
+    try:
+        return measure_and_judge(
+            {"NEW": new, "BASE": own}, options, processes, folder, console, threshold, alpha, start
+        )
+    except Skipped as reason:
+        return _skip(str(reason), console, folder)
+
+
+def _own_worker_refused(src: Path, root: Path, sha: str, folder: Path) -> str:
+    """Why REF's own worker cannot measure it ("" when it can); asked before anything is built (its hello
+    loads no library)."""
     if worker_module(src) is None:
-        return _skip(f"REF {sha[:12]} predates A/B runs (it has no {WORKER})", console, folder)
-    # REF's worker says who it is before anything is built (it loads no library until asked to plan).
+        return f"REF {sha[:12]} predates A/B runs (it has no {WORKER})"
     probe = Worker("BASE", src, root / "build", folder / "base" / "hello.log")
     try:
         check_compatible(probe.hello, sha)
     except Skipped as reason:
-        return _skip(str(reason), console, folder)
+        return str(reason)
     finally:
         probe.close()
-    build_ref(src, root / "build", root / "build.log", console)
-    sides = {"NEW": new, "BASE": Tree(src, root / "build")}
-    try:
-        return measure_and_judge(sides, options, processes, folder, console, threshold, alpha, start)
-    except Skipped as reason:
-        return _skip(str(reason), console, folder)
+    return ""
 
 
 def measure_and_judge(

@@ -7,8 +7,12 @@ base: the base is the last commit that landed (passed CI on main). It is found a
      -f origin fusedbench/landed``);
   2. else the commit in BASE_FILE (tracked; ``invoke bench.set-base`` writes it),
      which must be an ancestor of HEAD.
-The quick grid of HEAD is measured against that base (bench/ab.py) at the
-default threshold. A REGRESSION fails the gate, unless a commit between the base
+The quick grid of HEAD is measured against that base (bench/ab/driver.py) at the
+default threshold, both sides by HEAD's bench code: the base's side imports the
+base's ``ops`` package and loads the libraries built from the base's sources, so
+a change of the harness (sampling, timing loop, allocator policy) moves no row.
+A base whose ops lack what HEAD's harness calls is measured by its own harness,
+as the run says. A REGRESSION fails the gate, unless a commit between the base
 and HEAD accepts it on purpose with a trailer in its message,
 
     Accept-Regression: <row glob>: <reason>
@@ -187,6 +191,7 @@ def run_gate(
             threshold=threshold,
             new=new or ab.Tree(repo),
             processes=processes,
+            harness=ab.HARNESS_HEAD,  # the gate judges the op's code, not the ruler: HEAD's bench measures both
         )
     except ab.AbError as error:
         console.print(f"[red bold]bench.gate: {error}[/]", highlight=False)

@@ -17,7 +17,15 @@ job:
          either {"turn": "waiting"} (its turn is over) or the job's reply {"seconds": s}; a job that times
          nothing (every variant skipped or failed before timing) answers {"seconds": s} at once
   {"do": "record", "out_dir": "..."}                 -> {"csv": path or null, "failures": [...], "skipped": [...]}
+  {"do": "where"}  -> {"bench": f, "env": f, "ops": f, "torch_library": f, "ort_library": f, "commit": c}: the
+                      files this process measures with (its harness) and measures (the op's package and libraries)
   {"do": "quit"}
+
+With OPS_ROOT_VARIABLE set to another tree, the worker is that tree's side
+measured by this tree's harness (bench/ab/driver.py, ``harness="head"``): the
+``ops`` package is imported from there, its libraries come from the build that
+FUSEDBENCH_BUILD_DIR names (that tree's), and its report's commit is that
+tree's; ``bench`` and ``env`` stay this tree's.
 
 The first line it writes, before any request, says who it is: the protocol
 version, the report schema version and the commit. A reply carrying "error" is
@@ -29,6 +37,8 @@ temporary folder).
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import json
 import os
 import sys
@@ -42,8 +52,32 @@ from bench.measure.turns import Turns
 
 # Bump when a request or reply changes: the driver skips a build that speaks a version it does not know.
 # 3 added turn-taking ("turns" in a job request); 4 waits for the first turn after the job's untimed start,
-# and a job that times nothing answers without waiting (a driver of 3 would call that a broken worker).
-PROTOCOL = 4
+# and a job that times nothing answers without waiting (a driver of 3 would call that a broken worker);
+# 5 added "where", and a plan that fails on what the measured ops lack says so ("lacks").
+PROTOCOL = 5
+# The folder holding the ``ops`` package this worker measures, when it is not this tree's (see above).
+OPS_ROOT_VARIABLE = "FUSEDBENCH_OPS_ROOT"
+
+
+def ops_root() -> Path | None:
+    where = os.environ.get(OPS_ROOT_VARIABLE)
+    return Path(where).resolve() if where else None
+
+
+class _OpsFrom(importlib.abc.MetaPathFinder):
+    """Finds the top-level ``ops`` in one folder, ahead of sys.path (whose first entry is this tree);
+    its submodules follow from the package's own path."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = str(root)
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "ops":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, [self.root])
+        if spec is None:
+            raise ImportError(f"{OPS_ROOT_VARIABLE} names {self.root}, which holds no ops package")
+        return spec
 
 
 class _Side:
@@ -76,6 +110,10 @@ class _Side:
         torch.set_num_threads(threads)
         self.settings = run_settings(self.options)
         self.env = environment_columns(threads, "cpu", utc_timestamp(), self.settings.config.precision)
+        if ops_root() is not None:  # the report names the code it measured, not the harness's tree
+            from env.repo import git_commit
+
+            self.env["git_commit"] = git_commit(ops_root())
         # The workdir holds the setup that is cached on disk (ONNX exports, Inductor's FX graph cache): the
         # driver gives every process of one build the same one, so the later processes find it there.
         self.scratch = None if workdir else tempfile.TemporaryDirectory(prefix="fusedbench-ab-")
@@ -134,6 +172,29 @@ class QuitRequested(BaseException):
     """
 
 
+def _where() -> dict:
+    """Where this process's harness and measured code come from (loads the op's libraries)."""
+    import bench
+    import env
+    import ops
+    from env.repo import git_commit
+
+    root = ops_root()
+    return {
+        "bench": bench.__file__,
+        "env": env.__file__,
+        "ops": ops.__file__,
+        "torch_library": str(ops.torch_library_path()),
+        "ort_library": str(ops.ort_library_path()),
+        "commit": git_commit(root) if root else git_commit(),
+    }
+
+
+# What a side measured by another tree's harness may lack: a module, a name in it, or an op in its library
+# (torch.ops.myops.<missing> is an AttributeError). Said apart from other failures, so the driver can fall back.
+LACKS = (ImportError, AttributeError)
+
+
 def _hello() -> dict:
     # Nothing that loads a library: the driver asks a REF's worker who it is before building REF.
     from bench.report.schema import SCHEMA_VERSION
@@ -177,6 +238,8 @@ def serve(requests: TextIO, replies: TextIO) -> None:
                 return
             if what == "fields":
                 reply(_option_fields())
+            elif what == "where":
+                reply(_where())
             elif what == "plan":
                 side = _Side(dict(request["options"]), int(request.get("page_offset", 0)), request.get("workdir"))
                 labels = [job.label for job in side.jobs]  # for the driver's progress display
@@ -195,7 +258,10 @@ def serve(requests: TextIO, replies: TextIO) -> None:
                 reply({"error": f"unknown request {what!r}"})
         except Exception as error:  # the driver reports it; the traceback goes to this side's log
             traceback.print_exc(file=sys.stderr)
-            reply({"error": f"{type(error).__name__}: {error}"})
+            message = {"error": f"{type(error).__name__}: {error}"}
+            if what == "plan" and ops_root() is not None and isinstance(error, LACKS):
+                message["lacks"] = f"{type(error).__name__}: {error}"
+            reply(message)
 
 
 def _die_with_the_driver() -> None:
@@ -213,6 +279,8 @@ def _die_with_the_driver() -> None:
 
 def main() -> None:
     _die_with_the_driver()
+    if (root := ops_root()) is not None:
+        sys.meta_path.insert(0, _OpsFrom(root))
     # Replies get the original stdout to themselves; anything printed (progress, build
     # messages, the summary) goes to stderr, so no stray line can break the protocol.
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")

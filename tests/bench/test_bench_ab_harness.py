@@ -1,0 +1,96 @@
+"""The gate's sides measured by one harness: a REF side runs this checkout's bench code with REF's ops and libraries.
+
+A "REF" here is a git repository holding a copy of this checkout's ``ops``
+package and a build folder holding copies of this checkout's built libraries,
+so every path the worker reports tells which tree it came from.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from bench.ab import driver as ab
+from bench.ab import scratch
+from bench.plan.options import BenchOptions
+from bench.processes.worker import OPS_ROOT_VARIABLE
+from env.paths import REPO_ROOT, toolchain_record_path
+
+
+def _ref_tree(root: Path) -> tuple[Path, Path, str]:
+    """A REF tree (its own commit) with this checkout's ops package, and a build folder with copies of its
+    libraries named by its own toolchain record; returns (tree, build, commit)."""
+    record = json.loads(toolchain_record_path().read_text())
+    artifacts = record.get("artifacts", {})
+    if not {"torch_library", "ort_library"} <= set(artifacts):
+        pytest.skip("this checkout is not built (`invoke build`): no libraries to copy")
+    tree, build = root / "src", root / "build"
+    shutil.copytree(REPO_ROOT / "ops", tree / "ops", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    (tree / "README").write_text("a REF for the harness tests\n")
+    scratch.git("init", "--quiet", cwd=tree)
+    scratch.git("add", "-A", cwd=tree)
+    scratch.git("commit", "--quiet", "-m", "ref", cwd=tree)
+    build.mkdir()
+    copies = {}
+    for name in ("torch_library", "ort_library"):
+        source = Path(artifacts[name])
+        copies[name] = str(build / source.name)
+        shutil.copy2(source, copies[name])
+    (build / "toolchain.json").write_text(json.dumps({**record, "artifacts": {**artifacts, **copies}}))
+    return tree, build, scratch.git("rev-parse", "HEAD", cwd=tree)
+
+
+def test_the_ref_worker_measures_ref_libraries_and_ops_with_this_checkouts_harness(tmp_path):
+    tree, build, commit = _ref_tree(tmp_path / "ref")
+    worker = ab.Worker("BASE", REPO_ROOT, build, tmp_path / "base.log", ops=tree)
+    try:
+        where = worker.ask({"do": "where"})
+    finally:
+        worker.close()
+    # The harness is this checkout's ...
+    assert Path(where["bench"]).resolve().parent == REPO_ROOT / "bench", where
+    assert Path(where["env"]).resolve().parent == REPO_ROOT / "env", where
+    # ... the measured code is REF's: its package, the libraries of its build, its commit in the report.
+    assert Path(where["ops"]).resolve() == (tree / "ops" / "__init__.py").resolve(), where
+    assert Path(where["torch_library"]).resolve().parent == build.resolve(), where
+    assert Path(where["ort_library"]).resolve().parent == build.resolve(), where
+    assert where["commit"] == commit
+
+
+def test_without_an_ops_tree_the_worker_measures_its_own():
+    worker = ab.Worker("NEW", REPO_ROOT, None, Path("/dev/null"))
+    try:
+        where = worker.ask({"do": "where"})
+    finally:
+        worker.close()
+    assert Path(where["ops"]).resolve() == REPO_ROOT / "ops" / "__init__.py"
+    assert Path(where["bench"]).resolve().parent == REPO_ROOT / "bench"
+
+
+def test_a_ref_whose_ops_lack_what_the_harness_imports_is_a_harness_mismatch_naming_it(tmp_path):
+    tree, build, _ = _ref_tree(tmp_path / "ref")
+    dtypes = tree / "ops" / "dtypes.py"
+    dtypes.write_text(dtypes.read_text().replace("def parse_dtypes(", "def parse_dtypes_renamed("))
+    worker = ab.Worker("BASE", REPO_ROOT, build, tmp_path / "base.log", ops=tree)
+    options = {k: v for k, v in asdict(BenchOptions(quick=True, baseline="fused")).items() if k != "out_dir"}
+    try:
+        with pytest.raises(ab.HarnessMismatch, match="BASE side lacks .*parse_dtypes"):
+            worker.ask({"do": "plan", "options": options, "workdir": str(tmp_path / "cache")})
+    finally:
+        worker.close()
+
+
+def test_the_ops_tree_is_never_inherited_by_a_side(monkeypatch, tmp_path):
+    monkeypatch.setenv(OPS_ROOT_VARIABLE, "/caller/tree")
+    assert OPS_ROOT_VARIABLE not in scratch.side_env(tmp_path / "build")
+
+
+def test_an_unknown_harness_is_refused():
+    with pytest.raises(ab.AbError, match="harness must be 'own' or 'head'"):
+        ab.run_ab("HEAD", BenchOptions(quick=True), Console(file=io.StringIO()), harness="theirs")
