@@ -174,15 +174,14 @@ class QuitRequested(BaseException):
 
 def _where() -> dict:
     """Where this process's harness and measured code come from (loads the op's libraries)."""
-    import bench
-    import env
     import ops
+    from env import paths
     from env.repo import git_commit
 
     root = ops_root()
     return {
-        "bench": bench.__file__,
-        "env": env.__file__,
+        "bench": __file__,
+        "env": paths.__file__,
         "ops": ops.__file__,
         "torch_library": str(ops.torch_library_path()),
         "ort_library": str(ops.ort_library_path()),

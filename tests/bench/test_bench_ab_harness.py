@@ -54,8 +54,8 @@ def test_the_ref_worker_measures_ref_libraries_and_ops_with_this_checkouts_harne
     finally:
         worker.close()
     # The harness is this checkout's ...
-    assert Path(where["bench"]).resolve().parent == REPO_ROOT / "bench", where
-    assert Path(where["env"]).resolve().parent == REPO_ROOT / "env", where
+    assert Path(where["bench"]).resolve() == REPO_ROOT / "bench" / "processes" / "worker.py", where
+    assert Path(where["env"]).resolve() == REPO_ROOT / "env" / "paths.py", where
     # ... the measured code is REF's: its package, the libraries of its build, its commit in the report.
     assert Path(where["ops"]).resolve() == (tree / "ops" / "__init__.py").resolve(), where
     assert Path(where["torch_library"]).resolve().parent == build.resolve(), where
@@ -70,7 +70,7 @@ def test_without_an_ops_tree_the_worker_measures_its_own():
     finally:
         worker.close()
     assert Path(where["ops"]).resolve() == REPO_ROOT / "ops" / "__init__.py"
-    assert Path(where["bench"]).resolve().parent == REPO_ROOT / "bench"
+    assert Path(where["bench"]).resolve() == REPO_ROOT / "bench" / "processes" / "worker.py"
 
 
 def test_a_ref_whose_ops_lack_what_the_harness_imports_is_a_harness_mismatch_naming_it(tmp_path):
