@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from bench.processes.worker import OPS_ROOT_VARIABLE
-from env.builder.config import SLOWDOWN_VARIABLE
+from env.builder.config import SLOWDOWN_TABLE_VARIABLE, SLOWDOWN_VARIABLE
 from env.builder.cuda import SKIP_VARIABLE
 from env.paths import REPO_ROOT
 
@@ -30,6 +30,7 @@ BUILD_VARIABLES = (
     "PYTHONPATH",
     OPS_ROOT_VARIABLE,  # whose ops package a worker measures: set per side by the driver
     SLOWDOWN_VARIABLE,  # a slowed build is asked for by name (build's variables), never inherited
+    SLOWDOWN_TABLE_VARIABLE,
 )
 _IDENTITY = ("-c", "user.name=fusedbench", "-c", "user.email=fusedbench@localhost.invalid")
 

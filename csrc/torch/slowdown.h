@@ -10,13 +10,36 @@
 // machine whose load changes the op's time. A gap longer than kGapCap and than kGapInsideShare of the inside
 // time is not the call's overhead (the first call of a block, a model's other layers between two norms):
 // only the inside time counts then.
+//
+// Per row, the asked P is not what a comparison reads: the wait's own cost and what it does to the caches
+// come on top (10 % asked read 1.15x at 1x8x512). A calibrated build (FUSED_NORM_SLOWDOWN_TABLE, made by
+// env/builder/config.py from a calibration's table) names a percent per (rows, width, dtype); the adapter
+// constructs the slowdown from its input, and a row the table does not name waits P %.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 
 #ifndef FUSED_NORM_SLOWDOWN_PERCENT
 #define FUSED_NORM_SLOWDOWN_PERCENT 0
+#endif
+
+namespace fused_norm {
+
+// One calibrated row: the input's rows (all but the last dimension), its width, its dtype (c10::ScalarType's
+// value) and the percent to wait there.
+struct SlowdownRow {
+  std::int64_t rows;
+  std::int64_t width;
+  int dtype;
+  double percent;
+};
+
+}  // namespace fused_norm
+
+#ifdef FUSED_NORM_SLOWDOWN_TABLE
+#include "fused_norm_slowdown_table.h"  // generated: constexpr SlowdownRow kSlowdownTable[]
 #endif
 
 namespace fused_norm {
@@ -29,6 +52,24 @@ class CallSlowdown {
   CallSlowdown() {
     if constexpr (kSlowdownPercent > 0) start_ = Clock::now();
   }
+  // The calibrated percent of the row ``x`` (a tensor) belongs to.
+  template <class Tensor>
+  explicit CallSlowdown(const Tensor& x) {
+    if constexpr (kSlowdownPercent > 0) {
+#ifdef FUSED_NORM_SLOWDOWN_TABLE
+      if (x.dim() > 0 && x.size(-1) > 0) {
+        const std::int64_t width = x.size(-1), rows = x.numel() / width;
+        const int dtype = static_cast<int>(x.scalar_type());
+        for (const SlowdownRow& row : kSlowdownTable) {
+          if (row.rows == rows && row.width == width && row.dtype == dtype) share_ = row.percent / 100.0;
+        }
+      }
+#endif
+      start_ = Clock::now();
+    }
+  }
+  // The share of the call's period this call waits (0: none).
+  double share() const { return share_; }
   CallSlowdown(const CallSlowdown&) = delete;
   CallSlowdown& operator=(const CallSlowdown&) = delete;
   ~CallSlowdown() {
@@ -39,7 +80,7 @@ class CallSlowdown {
       const auto gap_cap =
           std::max<Clock::duration>(kGapCap, std::chrono::duration_cast<Clock::duration>(inside * kGapInsideShare));
       const auto period = inside + (gap < gap_cap ? gap : Clock::duration::zero());
-      const auto until = now + std::chrono::duration_cast<Clock::duration>(period * (kSlowdownPercent / 100.0));
+      const auto until = now + std::chrono::duration_cast<Clock::duration>(period * share_);
       while (Clock::now() < until) {
       }
       last_exit() = Clock::now();
@@ -55,6 +96,7 @@ class CallSlowdown {
     return exit;
   }
   Clock::time_point start_{};
+  double share_ = kSlowdownPercent / 100.0;
 };
 
 }  // namespace fused_norm

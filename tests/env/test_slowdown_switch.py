@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from env.builder.config import SLOWDOWN_VARIABLE, slowdown_defines, torch_cxx_flags
+from env.builder.config import SLOWDOWN_TABLE_VARIABLE, SLOWDOWN_VARIABLE, slowdown_defines, torch_cxx_flags
 from env.paths import csrc_dir
 
 
@@ -62,3 +62,75 @@ def test_the_header_compiles_to_nothing_at_zero_and_waits_at_a_percent(tmp_path)
         # 200 calls of 100 us: at least 20 ms of work; at 50 %, at least half as much waited on top (a lower bound
         # only: the machine may be busy, which adds, never takes away).
         assert micros >= 20_000 * (1 + (percent or 0) / 100)
+
+
+# --- a calibration's per-row table ----------------------------------------------------------------
+
+TABLE_PROGRAM = """
+#include <cstdint>
+#include <cstdio>
+#include "torch/slowdown.h"
+struct FakeTensor {  // the three facts the slowdown reads of an at::Tensor
+  std::int64_t rows, width;
+  int dtype;
+  int64_t dim() const { return 2; }
+  int64_t size(int) const { return width; }
+  int64_t numel() const { return rows * width; }
+  int scalar_type() const { return dtype; }
+};
+int main() {
+  const FakeTensor calls[] = {{8, 512, 6}, {1024, 1024, 6}, {8, 512, 5}, {16, 512, 6}};
+  for (const FakeTensor& x : calls) {
+    const fused_norm::CallSlowdown slowdown(x);
+    std::printf("%g ", slowdown.share());
+  }
+}
+"""
+
+
+def _shares(tmp_path, monkeypatch, table_text: str | None, percent: str) -> list[float]:
+    monkeypatch.setenv(SLOWDOWN_VARIABLE, percent)
+    monkeypatch.delenv(SLOWDOWN_TABLE_VARIABLE, raising=False)
+    if table_text is not None:
+        (tmp_path / "table.csv").write_text(table_text)
+        monkeypatch.setenv(SLOWDOWN_TABLE_VARIABLE, str(tmp_path / "table.csv"))
+    defines = slowdown_defines(tmp_path / "build")
+    (tmp_path / "probe.cc").write_text(TABLE_PROGRAM)
+    binary = tmp_path / "probe"
+    subprocess.run(
+        ["c++", "-std=c++17", "-O2", f"-I{csrc_dir()}", *defines, str(tmp_path / "probe.cc"), "-o", str(binary)],
+        check=True,
+    )
+    return [float(v) for v in subprocess.run([binary], capture_output=True, text=True, check=True).stdout.split()]
+
+
+TABLE = "shape,dtype,percent\n1x8x512,float32,6.5\n8x128x1024,float32,10.9\n"
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
+def test_a_calibrated_table_sets_each_named_rows_percent_and_the_rest_keep_the_asked_one(tmp_path, monkeypatch):
+    # Rows by (rows, width, dtype): 1x8x512 is 8 rows of 512; the half-precision call and 16 rows are not named.
+    assert _shares(tmp_path, monkeypatch, TABLE, "10") == [0.065, 0.109, 0.1, 0.1]
+    assert _shares(tmp_path, monkeypatch, None, "10") == [0.1, 0.1, 0.1, 0.1]
+    # Without the switch the table is not even read: no define, no wait.
+    monkeypatch.setenv(SLOWDOWN_VARIABLE, "0")
+    monkeypatch.setenv(SLOWDOWN_TABLE_VARIABLE, str(tmp_path / "table.csv"))
+    assert slowdown_defines() == []
+
+
+def test_another_table_is_another_define_so_the_build_is_redone(tmp_path, monkeypatch):
+    monkeypatch.setenv(SLOWDOWN_VARIABLE, "10")
+    table = tmp_path / "table.csv"
+    monkeypatch.setenv(SLOWDOWN_TABLE_VARIABLE, str(table))
+    table.write_text(TABLE)
+    first = slowdown_defines(tmp_path)
+    table.write_text(TABLE.replace("6.5", "6.6"))
+    assert first != slowdown_defines(tmp_path) and f"-I{tmp_path / 'slowdown'}" in first
+
+
+def test_a_bad_table_line_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv(SLOWDOWN_VARIABLE, "10")
+    (tmp_path / "table.csv").write_text("shape,dtype,percent\n1x8x512,float32,6.5\n1x8x512,int8,3\n")
+    monkeypatch.setenv(SLOWDOWN_TABLE_VARIABLE, str(tmp_path / "table.csv"))
+    with pytest.raises(ValueError, match=r"table.csv:3: needs shape"):
+        slowdown_defines(tmp_path)
