@@ -1,0 +1,222 @@
+"""Calibrate the slowdown switch per row, so a build asked to be P % slower reads P % slower on each op row.
+
+    python -m bench.experiments.slowdown_calibration [--percent 10] [--iterations 3] [--processes 10]
+        [--out reports/power/slowdown_calibration] [--reuse]
+
+The switch (csrc/torch/slowdown.h) waits P % of each call's period, but a
+comparison reads more than it asks on some rows (10 % asked: about 1.15x at
+1x8x512, 1.08-1.10x at 8x128x1024): the wait's own cost and what it does to
+the caches come on top. This checkout is copied into a scratch repository;
+each iteration builds it with the switch at P and the table so far
+($FUSEDBENCH_SLOWDOWN_TABLE, env/builder/config.py; none at first), measures it
+against the clean build as the quick A/B run does (the fused op's rows only,
+both sides by this checkout's harness), and derives each row's next percent
+
+    next = current * (P / 100) / (delivered - 1)
+
+(the wait is proportional to its percent; a row whose delivered change is not
+above 0.2 % keeps its percent: noise, not a measure of it). The table is keyed
+by shape and dtype, which the call and the out variant share, so their
+corrections are averaged (geometric mean). Iteration k measures with
+``table-<k>.csv`` (none for k = 0), appends its rows to ``calibration.csv`` and
+writes the next table as ``table-<k+1>.csv`` and ``table.csv``; a run resumes
+after the iterations ``calibration.csv`` holds. No source file is edited.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import math
+import shutil
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.console import Console
+
+from bench.ab import driver as ab
+from bench.ab import scratch
+from bench.measure.allocator import FIXED_MMAP
+from bench.plan.options import BenchOptions
+from env.builder.config import MAX_SLOWDOWN_PERCENT, SLOWDOWN_TABLE_VARIABLE, SLOWDOWN_VARIABLE
+from env.paths import build_dir, reports_dir
+
+OP_BASELINE = "fused"
+TOLERANCE = 0.01  # delivered within +-1 percentage point of the asked change
+NOISE_FLOOR = 0.002  # a delivered change below this says nothing about the row's percent
+FIELDS = (
+    "iteration",
+    "asked_percent",
+    "shape",
+    "dtype",
+    "variant",
+    "table_percent",
+    "delivered",
+    "ci_low",
+    "ci_high",
+    "within_tolerance",
+    "next_percent",
+    "load",
+    "started_utc",
+    "folder",
+)
+
+
+def _load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def read_table(path: Path | None) -> dict[tuple[str, str], float]:
+    """(shape, dtype) -> percent of a table CSV (empty for None)."""
+    if path is None:
+        return {}
+    with open(path, newline="") as handle:
+        return {(r["shape"], r["dtype"]): float(r["percent"]) for r in csv.DictReader(handle)}
+
+
+def write_table(path: Path, table: dict[tuple[str, str], float]) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["shape", "dtype", "percent"])
+        for (shape, dtype), percent in sorted(table.items()):
+            writer.writerow([shape, dtype, f"{percent:.3f}"])
+
+
+def next_percent(current: float, asked: float, delivered: float) -> float:
+    """The percent that delivers ``asked`` where ``current`` delivered ``delivered`` (a ratio), if it says anything."""
+    change = delivered - 1
+    if change < NOISE_FLOOR:
+        return current
+    return min(MAX_SLOWDOWN_PERCENT, current * (asked / 100) / change)
+
+
+def corrections(rows: list[dict], asked: float) -> dict[tuple[str, str], float]:
+    """Per (shape, dtype): the geometric mean of its variants' next percents."""
+    grouped: dict[tuple[str, str], list[float]] = {}
+    for row in rows:
+        grouped.setdefault((row["shape"], row["dtype"]), []).append(row["next_percent"])
+    return {key: math.exp(sum(map(math.log, values)) / len(values)) for key, values in grouped.items()}
+
+
+def _build(tree: ab.Tree, log: Path, variables: dict[str, str], console: Console) -> None:
+    started = time.perf_counter()
+    scratch.build(tree.root, tree.build, log, variables=variables)
+    console.print(f"built {tree.root} in {time.perf_counter() - started:.0f} s (load {_load()})", highlight=False)
+
+
+def iterate(
+    workspace: Path,
+    clean: ab.Tree,
+    iteration: int,
+    asked: int,
+    table: Path | None,
+    processes: int,
+    out: Path,
+    console: Console,
+) -> list[dict]:
+    """One build with the switch at ``asked`` and ``table``, measured against ``clean``; its op rows' lines."""
+    tree = ab.Tree(workspace / f"slow{asked}-{iteration}", workspace / f"slow{asked}-{iteration}" / "build")
+    scratch.checkout(scratch.git("rev-parse", "HEAD", cwd=clean.root), tree.root, clean.root)
+    variables = {SLOWDOWN_VARIABLE: str(asked), **({SLOWDOWN_TABLE_VARIABLE: str(table)} if table else {})}
+    _build(tree, workspace / f"slow{asked}-{iteration}-build.log", variables, console)
+    options = BenchOptions(baseline=OP_BASELINE, quick=True, model_batches=(), out_dir=out / "runs")
+    load, started_utc = _load(), datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    folder = reports_dir(options.out_dir) / "ab" / f"calibration-{asked}-{iteration}"
+    folder.mkdir(parents=True, exist_ok=True)
+    quiet = Console(file=io.StringIO(), width=250)
+    result = ab.measure_and_judge(
+        {"NEW": tree, "BASE": clean},
+        replace(options, allocator=FIXED_MMAP),
+        processes,
+        folder,
+        quiet,
+        0.03,
+        0.05,
+    )
+    current = read_table(table)
+    lines = []
+    for row in result.comparison.rows:
+        workload, shape, dtype, baseline, variant, _device = row.key
+        if workload != "op" or baseline != OP_BASELINE:
+            continue
+        percent = current.get((shape, dtype), float(asked))
+        lines.append(
+            {
+                "iteration": iteration,
+                "asked_percent": asked,
+                "shape": shape,
+                "dtype": dtype,
+                "variant": variant,
+                "table_percent": round(percent, 3),
+                "delivered": round(row.ratio, 4),
+                "ci_low": round(row.ci_low, 4),
+                "ci_high": round(row.ci_high, 4),
+                "within_tolerance": abs(row.ratio - 1 - asked / 100) <= TOLERANCE,
+                "next_percent": round(next_percent(percent, asked, row.ratio), 3),
+                "load": f"{load} -> {_load()}",
+                "started_utc": started_utc,
+                "folder": str(folder),
+            }
+        )
+        console.print(
+            f"iteration {iteration}: {variant} {shape} {dtype} at {percent:.2f} % delivered {row.ratio:.3f} "
+            f"[{row.ci_low:.3f}, {row.ci_high:.3f}] (asked {1 + asked / 100:.2f})",
+            highlight=False,
+        )
+    return lines
+
+
+def append(path: Path, lines: list[dict]) -> None:
+    new = not path.is_file()
+    with open(path, "a", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        if new:
+            writer.writeheader()
+        writer.writerows(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--percent", type=int, default=10, help="the asked slowdown, whole percent (default 10)")
+    parser.add_argument("--iterations", type=int, default=3, help="builds measured, each with the last table")
+    parser.add_argument("--processes", type=int, default=ab.PROCESSES["quick"], help="A/B pairs per iteration")
+    parser.add_argument("--out", default=None, help="report folder (default reports/power/slowdown_calibration)")
+    parser.add_argument("--table", default=None, help="start from this table instead of none")
+    parser.add_argument("--reuse", action="store_true", help="keep the scratch repository and clean build")
+    args = parser.parse_args(argv)
+    console = Console(width=200)
+    out = Path(args.out) if args.out else reports_dir() / "power" / "slowdown_calibration"
+    out.mkdir(parents=True, exist_ok=True)
+    workspace = build_dir() / "slowdown_calibration"
+    clean = ab.Tree(workspace / "repo", workspace / "repo" / "build")
+    if not (args.reuse and (clean.build / "toolchain.json").is_file()):
+        if workspace.exists():
+            shutil.rmtree(workspace)
+        clean.root.mkdir(parents=True)
+        scratch.snapshot(clean.root)
+        _build(clean, workspace / "clean-build.log", {}, console)
+    # Resumes after the iterations calibration.csv holds, from the table the last one derived.
+    done = (
+        len({line["iteration"] for line in csv.DictReader(open(out / "calibration.csv"))})
+        if (out / "calibration.csv").is_file()
+        else 0
+    )
+    table = Path(args.table).resolve() if args.table else (out / f"table-{done}.csv")
+    table = table if table.is_file() else None
+    for iteration in range(done, done + args.iterations):
+        lines = iterate(workspace, clean, iteration, args.percent, table, args.processes, out, console)
+        append(out / "calibration.csv", lines)
+        derived = {**read_table(table), **corrections(lines, args.percent)}
+        table = out / f"table-{iteration + 1}.csv"  # table-k: the table iteration k measures with
+        write_table(table, derived)
+        write_table(out / "table.csv", derived)
+        if all(line["within_tolerance"] for line in lines):
+            console.print(f"every op row within +-{100 * TOLERANCE:g} % at iteration {iteration}", highlight=False)
+            break
+
+
+if __name__ == "__main__":
+    main()
