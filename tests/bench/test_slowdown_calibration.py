@@ -1,0 +1,31 @@
+"""The slowdown calibration's arithmetic: each row's next percent from what it delivered, and its table file."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.experiments.slowdown_calibration import corrections, next_percent, read_table, write_table
+
+
+def test_a_row_that_delivered_too_much_waits_proportionally_less_and_one_too_little_more():
+    # Asked 10 %: 15 % delivered at 10 % -> 10 * 10 / 15; 8 % delivered at 12 % -> 12 * 10 / 8.
+    assert next_percent(10, 10, 1.15) == pytest.approx(6.6667, abs=1e-4)
+    assert next_percent(12, 10, 1.08) == pytest.approx(15.0)
+    assert next_percent(10, 10, 1.10) == pytest.approx(10.0)  # on target: unchanged
+
+
+def test_a_row_that_delivered_no_measurable_change_keeps_its_percent():
+    assert next_percent(7.5, 10, 1.001) == 7.5 and next_percent(7.5, 10, 0.98) == 7.5
+
+
+def test_variants_of_one_shape_and_dtype_share_the_geometric_mean_of_their_corrections(tmp_path):
+    rows = [
+        {"shape": "1x8x512", "dtype": "float32", "variant": "call", "next_percent": 4.0},
+        {"shape": "1x8x512", "dtype": "float32", "variant": "out", "next_percent": 9.0},
+        {"shape": "8x128x1024", "dtype": "float32", "variant": "call", "next_percent": 11.0},
+    ]
+    table = corrections(rows, 10)
+    assert table == {("1x8x512", "float32"): pytest.approx(6.0), ("8x128x1024", "float32"): pytest.approx(11.0)}
+    write_table(tmp_path / "t.csv", table)
+    assert read_table(tmp_path / "t.csv") == pytest.approx(table)
+    assert (tmp_path / "t.csv").read_text().splitlines()[0] == "shape,dtype,percent"
