@@ -94,3 +94,77 @@ def test_the_ops_tree_is_never_inherited_by_a_side(monkeypatch, tmp_path):
 def test_an_unknown_harness_is_refused():
     with pytest.raises(ab.AbError, match="harness must be 'own' or 'head'"):
         ab.run_ab("HEAD", BenchOptions(quick=True), Console(file=io.StringIO()), harness="theirs")
+
+
+def _small_repo(root: Path, with_ops: bool) -> str:
+    root.mkdir(parents=True)
+    if with_ops:
+        (root / "ops").mkdir()
+        (root / "ops" / "__init__.py").write_text("")
+    (root / "README").write_text("x\n")
+    scratch.git("init", "--quiet", cwd=root)
+    scratch.git("add", "-A", cwd=root)
+    scratch.git("commit", "--quiet", "-m", "ref", cwd=root)
+    return scratch.git("rev-parse", "HEAD", cwd=root)
+
+
+@pytest.mark.parametrize("lacks", [False, True])
+def test_the_gate_mode_measures_ref_with_heads_harness_and_falls_back_to_refs_own_when_it_lacks(
+    tmp_path, monkeypatch, lacks
+):
+    repo = tmp_path / "repo"
+    sha = _small_repo(repo, with_ops=True)
+    calls = []
+
+    def measure(sides, *args, **kwargs):
+        calls.append(sides)
+        if lacks and len(calls) == 1:
+            raise ab.HarnessMismatch("the BASE side lacks what this checkout's harness calls: ImportError: x")
+        return ab.AbResult(0)
+
+    monkeypatch.setattr(ab, "build_ref", lambda *args: None)
+    monkeypatch.setattr(ab, "measure_and_judge", measure)
+    monkeypatch.setattr(ab, "_own_worker_refused", lambda *args: "")
+    console = Console(file=io.StringIO(), width=250)
+    new = ab.Tree(repo, repo / "build")
+    result = ab.run_ab(
+        sha,
+        BenchOptions(quick=True, out_dir=tmp_path / "out"),
+        console,
+        new=new,
+        ref_cache=tmp_path / "c",
+        harness=ab.HARNESS_HEAD,
+    )
+    src, build = tmp_path / "c" / sha / "src", tmp_path / "c" / sha / "build"
+    # First HEAD's tree with REF's build and ops; on a mismatch, REF's own tree, said and recorded.
+    assert calls[0] == {"NEW": new, "BASE": ab.Tree(repo, build, ops=src)}
+    assert len(calls) == (2 if lacks else 1) and result.code == 0
+    text = console.file.getvalue()
+    if lacks:
+        assert calls[1] == {"NEW": new, "BASE": ab.Tree(src, build)}
+        assert "lacks what this checkout's harness calls: ImportError: x" in text and "its own harness" in text
+        assert "ImportError: x" in next((tmp_path / "out" / "ab").glob("*/harness.txt")).read_text()
+    else:
+        assert "its own harness" not in text
+
+
+def test_a_ref_without_an_ops_package_is_measured_by_its_own_harness(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    sha = _small_repo(repo, with_ops=False)
+    calls = []
+    monkeypatch.setattr(ab, "build_ref", lambda *args: None)
+    monkeypatch.setattr(ab, "measure_and_judge", lambda sides, *a, **k: calls.append(sides) or ab.AbResult(0))
+    monkeypatch.setattr(ab, "_own_worker_refused", lambda *args: "")
+    console = Console(file=io.StringIO(), width=250)
+    ab.run_ab(
+        sha,
+        BenchOptions(quick=True, out_dir=tmp_path / "out"),
+        console,
+        new=ab.Tree(repo),
+        ref_cache=tmp_path / "c",
+        harness=ab.HARNESS_HEAD,
+    )
+    assert calls == [
+        {"NEW": ab.Tree(repo), "BASE": ab.Tree(tmp_path / "c" / sha / "src", tmp_path / "c" / sha / "build")}
+    ]
+    assert "BASE has no ops/__init__.py" in console.file.getvalue()
