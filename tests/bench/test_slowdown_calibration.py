@@ -16,6 +16,9 @@ def test_a_row_that_delivered_too_much_waits_proportionally_less_and_one_too_lit
 
 def test_a_row_that_delivered_no_measurable_change_keeps_its_percent():
     assert next_percent(7.5, 10, 1.001) == 7.5 and next_percent(7.5, 10, 0.98) == 7.5
+    # Measured beside other work: 1.512 [0.081, 28.15] says nothing; 1.153 [1.093, 1.215] does.
+    assert next_percent(10, 10, 1.512, (0.081, 28.15)) == 10
+    assert next_percent(10, 10, 1.153, (1.093, 1.215)) == pytest.approx(6.536, abs=1e-3)
 
 
 def test_variants_of_one_shape_and_dtype_share_the_geometric_mean_of_their_corrections(tmp_path):
