@@ -48,9 +48,10 @@ from env.paths import build_dir, reports_dir
 OP_BASELINE = "fused"
 TOLERANCE = 0.01  # delivered within +-1 percentage point of the asked change
 NOISE_FLOOR = 0.002  # a delivered change below this says nothing about the row's percent
-# An interval wider than this (ci_high - ci_low) measured nothing that could set a percent to +-1 %: beside
-# other work the 8x128x1024 rows read 0.46-1.45 and 0.08-28 at 10 % asked; such a row keeps its percent.
-MAX_INTERVAL_WIDTH = 0.10
+# An interval wider than this (ci_high - ci_low) measured nothing to set a percent from: beside other work the
+# 8x128x1024 rows read 0.46-1.45 and 0.08-28 at 10 % asked, and keep their percent; the 1x8x512 rows' 0.09-0.12
+# still move theirs toward the target (the estimate is unbiased; its interval is reported beside it).
+MAX_INTERVAL_WIDTH = 0.25
 FIELDS = (
     "iteration",
     "asked_percent",
