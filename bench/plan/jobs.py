@@ -3,8 +3,9 @@
 Per device (``--device``, default every device present): the dispatch or launch
 floor; then per case (shape x dtype of that device's grid) the copy limit and
 every baseline that runs on the device, back to back, so ratios within a case
-share the machine's state; then the model-level cases. No case is built until
-its first job runs.
+share the machine's state, a shape's add_norm case right after its op case
+(the two share one build of x, weight and bias); then the model-level cases.
+No case is built until its first job runs.
 """
 
 from __future__ import annotations
