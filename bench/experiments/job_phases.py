@@ -100,8 +100,8 @@ def run(options, page_offset: int, imported_torch: float) -> list[dict]:
 
     import torch
 
-    from bench.measure.placement import set_page_offset
     from bench.ab.driver import per_process
+    from bench.measure.placement import set_page_offset
     from bench.plan.jobs import plan_jobs
     from bench.plan.options import default_threads
     from bench.rounds import Results, run_round, run_settings
@@ -147,7 +147,9 @@ def _table(rows: list[dict], key: Callable[[dict], str], title: str) -> list[str
     lines = [f"### {title}", "", "| | wall s | " + " | ".join(PHASES) + " | variants | capped |", "|---" * 11 + "|"]
     for name, phase in sorted(sums.items(), key=lambda item: -job_total.get(item[0], 0.0)):
         cells = " | ".join(f"{phase[p]:.1f}" for p in PHASES)
-        lines.append(f"| {name} | {job_total.get(name, 0.0):.1f} | {cells} | {phase['variants']:.0f} | {phase['capped']:.0f} |")
+        lines.append(
+            f"| {name} | {job_total.get(name, 0.0):.1f} | {cells} | {phase['variants']:.0f} | {phase['capped']:.0f} |"
+        )
     return lines + [""]
 
 
