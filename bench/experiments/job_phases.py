@@ -105,8 +105,9 @@ def run(options, page_offset: int, imported_torch: float) -> list[dict]:
     from bench.plan.jobs import plan_jobs
     from bench.plan.options import default_threads
     from bench.rounds import Results, run_round, run_settings
+    from bench.run import FULL_RUN_PROCESSES
 
-    options = per_process(options, 3)
+    options = per_process(options, FULL_RUN_PROCESSES)
     set_page_offset(page_offset)
     torch.set_num_threads(options.threads or default_threads())
     settings = run_settings(options)
@@ -207,7 +208,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         add_norm_shapes=shapes if shapes else None,
         model_batches=() if shapes else None,
     )
-    rows = run(options, spread_offsets(3)[args.process], imported_torch)
+    from bench.run import FULL_RUN_PROCESSES
+
+    rows = run(options, spread_offsets(FULL_RUN_PROCESSES)[args.process], imported_torch)
     print(report(rows, args.out))
     return 0
 
