@@ -34,13 +34,19 @@ class _Clock:
     def __init__(self) -> None:
         self.current: dict[str, float] = defaultdict(float)
         self.rows: list[dict] = []
+        self._open: set[str] = set()
 
     @contextmanager
     def phase(self, name: str):
+        if name in self._open:  # nested in itself (a case building its shared inputs): counted once
+            yield
+            return
+        self._open.add(name)
         began = time.perf_counter()
         try:
             yield
         finally:
+            self._open.discard(name)
             self.current[name] += time.perf_counter() - began
 
     def wrap(self, name: str, function: Callable) -> Callable:
@@ -61,9 +67,10 @@ def _instrument(clock: _Clock) -> None:
     import bench.plan.workloads as workloads
     import bench.rounds as rounds
 
-    for cls in (workloads.OpCase, workloads.AddNormCase, workloads.ModelCase):
+    for cls in (workloads.NormInputs, workloads.OpCase, workloads.AddNormCase, workloads.ModelCase):
         cls.create = classmethod(clock.wrap("inputs", cls.create.__func__))
-        cls.reference = clock.wrap("reference", cls.reference)
+        if hasattr(cls, "reference"):
+            cls.reference = clock.wrap("reference", cls.reference)
     rounds.verify_outputs = clock.wrap("verify", rounds.verify_outputs)
     timing.warm_up = clock.wrap("warmup", timing.warm_up)
     timing.block_size = clock.wrap("block", timing.block_size)
@@ -77,22 +84,25 @@ def _instrument(clock: _Clock) -> None:
         return result
 
     rounds.measure = measured
-    _measure = rounds._measure
 
-    def variant(case, variant, config, settings, block):
-        began = time.perf_counter()
-        result = _measure(case, variant, config, settings, block)
-        phases = clock.take()
-        phases["setup"] = result.setup_s
-        phases["total"] = time.perf_counter() - began
-        # The reference is built inside the verification's argument list: it is not the verification's time.
-        phases["verify"] = phases.get("verify", 0.0)
-        named = sum(phases.get(p, 0.0) for p in PHASES[:-1])
-        phases["other"] = phases["total"] - named
-        clock.rows.append({"kind": "variant", "variant": variant.name, **phases})
-        return result
 
-    rounds._measure = variant
+def _timed(job, clock: _Clock):
+    """``job`` with a clock around each variant it yields (from the yield to the next request) and its set-up."""
+    from dataclasses import replace
+
+    from bench.plan.jobs import Job
+
+    def measurements():
+        for case, baseline, variant in job.measurements():
+            began = time.perf_counter()
+            yield case, baseline, replace(variant, prepare=clock.wrap("setup", variant.prepare))
+            phases = clock.take()
+            phases["total"] = time.perf_counter() - began
+            # The case's inputs are built before the first variant: charged to it, outside its total.
+            phases["other"] = phases["total"] - sum(phases.get(p, 0.0) for p in PHASES[1:-1])
+            clock.rows.append({"kind": "variant", "variant": variant.name, **phases})
+
+    return Job(job.label, measurements)
 
 
 def run(options, page_offset: int, imported_torch: float) -> list[dict]:
@@ -122,7 +132,7 @@ def run(options, page_offset: int, imported_torch: float) -> list[dict]:
         for job in jobs:
             first = len(clock.rows)
             began = time.perf_counter()
-            run_round([job], 0, settings, results)  # every worker process runs its one round as round 0
+            run_round([_timed(job, clock)], 0, settings, results)  # every worker runs its one round as round 0
             total = time.perf_counter() - began
             for row in clock.rows[first:]:
                 row["job"] = job.label
