@@ -48,19 +48,22 @@ def verify(output: object, reference: Tensor, tolerance: Tolerance, what: str) -
     flat_out, flat_ref = out.reshape(-1), torch.as_tensor(reference).reshape(-1)
     largest, not_finite, bad, worst, worst_excess = 0.0, 0, 0, -1, -math.inf
     for start in range(0, flat_out.numel(), CHUNK_ELEMENTS):
-        chunk = flat_out[start : start + CHUNK_ELEMENTS].to(torch.float64)
+        chunk = flat_out[start : start + CHUNK_ELEMENTS]
         ref = flat_ref[start : start + CHUNK_ELEMENTS]
         # NaN where the reference is finite: an element was not written (buffers start as NaN) or overflowed.
-        not_finite += int((~torch.isfinite(chunk)).sum())
-        if not_finite:
+        finite = torch.isfinite(chunk)
+        if not_finite or not bool(finite.all()):
+            not_finite += int((~finite).sum())
             continue
-        error = (chunk - ref).abs()
-        excess = error - tolerance.bound(ref)
-        bad += int((excess > 0).sum())
+        error = chunk.to(torch.float64, copy=True).sub_(ref).abs_()  # a copy even of float64: never the output
         largest = max(largest, float(error.max()))
-        index = int(torch.argmax(excess))
-        if float(excess[index]) > worst_excess:
-            worst, worst_excess = start + index, float(excess[index])
+        excess = error.sub_(tolerance.bound(ref))
+        over = int((excess > 0).sum())
+        if over:
+            bad += over
+            index = int(torch.argmax(excess))
+            if float(excess[index]) > worst_excess:
+                worst, worst_excess = start + index, float(excess[index])
     if not_finite:
         raise VerificationError(f"{what}: {not_finite} of {flat_out.numel()} outputs are not finite")
     if bad:
