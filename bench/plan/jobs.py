@@ -3,8 +3,9 @@
 Per device (``--device``, default every device present): the dispatch or launch
 floor; then per case (shape x dtype of that device's grid) the copy limit and
 every baseline that runs on the device, back to back, so ratios within a case
-share the machine's state; then the model-level cases. No case is built until
-its first job runs.
+share the machine's state, a shape's add_norm case right after its op case
+(the two share one build of x, weight and bias); then the model-level cases.
+No case is built until its first job runs.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from bench.plan.grid import GRIDS, parse_shape, shape_label
 from bench.plan.limits import copy_limits, dispatch_floor, launch_floor
 from bench.plan.options import BenchOptions
 from bench.plan.registry import Baseline, Variant, select
-from bench.plan.workloads import AddNormCase, ModelCase, OpCase
+from bench.plan.workloads import AddNormCase, ModelCase, NormInputs, OpCase
 from ops.dtypes import dtype_name, parse_dtypes
 
 
@@ -80,7 +81,9 @@ def row_label(job: str, variant: str) -> str:
     return f"{job}/{variant}"
 
 
-def _baseline_job(key: JobKey, baseline: Baseline, case: _LazyCase, release: bool, selection: _Selection) -> Job:
+def _baseline_job(
+    key: JobKey, baseline: Baseline, case: _LazyCase, release: tuple[_LazyCase, ...], selection: _Selection
+) -> Job:
     job = key.of(baseline.name).label
 
     def measurements() -> Iterator[tuple[object, str, Variant]]:
@@ -90,10 +93,15 @@ def _baseline_job(key: JobKey, baseline: Baseline, case: _LazyCase, release: boo
                 if selection.row(job, variant.name):
                     yield current, baseline.name, variant
         finally:
-            if release:  # the case group's last job: free its tensors before the next case allocates
-                case.release()
+            for lazy in release:  # the last job to use them: free their tensors before the next case allocates
+                lazy.release()
 
     return Job(job, measurements)
+
+
+def _releasing(count: int, last: tuple[_LazyCase, ...]) -> list[tuple[_LazyCase, ...]]:
+    """What each of ``count`` jobs releases when it ends: nothing, and ``last`` after the last one."""
+    return [last if i == count - 1 else () for i in range(count)]
 
 
 def device_prefix(device: str) -> str:
@@ -144,14 +152,17 @@ def _op_jobs(
     baselines: list[Baseline],
     workdir: Path,
     selection: _Selection,
+    inputs: _LazyCase,
+    release: tuple[_LazyCase, ...],
 ) -> list[Job]:
-    case = _LazyCase(lambda: OpCase.create(shape, dtype, workdir, device=device))
+    """``inputs``: the shape's NormInputs, shared with its add_norm case; ``release``: freed after the last job."""
+    case = _LazyCase(lambda: OpCase.create(shape, dtype, workdir, device=device, inputs=inputs.get()))
     key = JobKey("op", shape_label(shape), dtype_name(dtype), device)
     baselines = [b for b in baselines if selection.job(key.of(b.name).label)]
     copy = selection.limits and (baselines or selection.job(key.of("copy").label))
     jobs = [Job(key.of("copy").label, lambda: iter(copy_limits(case.get())))] if copy else []
-    last = len(baselines) - 1
-    return jobs + [_baseline_job(key, b, case, i == last, selection) for i, b in enumerate(baselines)]
+    ends = _releasing(len(baselines), (case, *release))
+    return jobs + [_baseline_job(key, b, case, end, selection) for b, end in zip(baselines, ends, strict=True)]
 
 
 def _add_norm_jobs(
@@ -161,13 +172,14 @@ def _add_norm_jobs(
     baselines: list[Baseline],
     workdir: Path,
     selection: _Selection,
+    inputs: _LazyCase,
 ) -> list[Job]:
     # No copy job of its own: the op's copy rows at the same shape are its limit too (same bytes per second).
-    case = _LazyCase(lambda: AddNormCase.create(shape, dtype, workdir, device=device))
+    case = _LazyCase(lambda: AddNormCase.create(shape, dtype, workdir, device=device, inputs=inputs.get()))
     key = JobKey("add_norm", shape_label(shape), dtype_name(dtype), device)
     baselines = [b for b in baselines if selection.job(key.of(b.name).label)]
-    last = len(baselines) - 1
-    return [_baseline_job(key, b, case, i == last, selection) for i, b in enumerate(baselines)]
+    ends = _releasing(len(baselines), (case, inputs))
+    return [_baseline_job(key, b, case, end, selection) for b, end in zip(baselines, ends, strict=True)]
 
 
 def _model_jobs(
@@ -183,8 +195,12 @@ def _model_jobs(
     case = _LazyCase(lambda: ModelCase.create(name, batch, seq, dtype, workdir, device=device))
     key = JobKey("model", f"{name} {shape_label((batch, seq))}", dtype_name(dtype), device)
     baselines = [b for b in baselines if selection.job(key.of(b.name).label)]
-    last = len(baselines) - 1
-    return [_baseline_job(key, b, case, i == last, selection) for i, b in enumerate(baselines)]
+    ends = _releasing(len(baselines), (case,))
+    return [_baseline_job(key, b, case, end, selection) for b, end in zip(baselines, ends, strict=True)]
+
+
+def _shared_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: str) -> _LazyCase:
+    return _LazyCase(lambda: NormInputs.create(shape, dtype, device=device))
 
 
 def _floor_job(device: str, workdir: Path) -> Job:
@@ -232,10 +248,21 @@ def _plan_all_jobs(options: BenchOptions, workdir: Path, selection: _Selection) 
         if selection.limits:
             jobs.append(_floor_job(device, workdir))
         for dtype in dtypes:
+            # A shape's add_norm jobs follow its op jobs: the two cases share one build of x, weight and bias.
+            add_norm = [tuple(s) for s in add_norm_shapes] if add_norm_baselines else []
             for shape in op_shapes:
-                jobs += _op_jobs(shape, dtype, device, op_baselines, workdir, selection)
-            for shape in add_norm_shapes if add_norm_baselines else ():
-                jobs += _add_norm_jobs(shape, dtype, device, add_norm_baselines, workdir, selection)
+                inputs = _shared_inputs(shape, dtype, device)
+                after = (
+                    _add_norm_jobs(shape, dtype, device, add_norm_baselines, workdir, selection, inputs)
+                    if tuple(shape) in add_norm
+                    else []
+                )
+                release = () if after else (inputs,)
+                jobs += _op_jobs(shape, dtype, device, op_baselines, workdir, selection, inputs, release)
+                jobs += after
+            for shape in (s for s in add_norm if s not in {tuple(o) for o in op_shapes}):
+                inputs = _shared_inputs(shape, dtype, device)
+                jobs += _add_norm_jobs(shape, dtype, device, add_norm_baselines, workdir, selection, inputs)
             for name, batch, seq in batches:
                 jobs += _model_jobs(name, batch, seq, dtype, device, model_baselines, workdir, selection)
     return jobs

@@ -50,7 +50,9 @@ class LimitCase:
     workload: str = field(default="limit", init=False)
 
     def reference(self) -> Tensor:
-        return self.x.double()
+        # A copy must be exact: x itself is the reference (widening to float64 is exact, and made 512 MiB
+        # for every variant at the largest shape). Verification compares in float64 a chunk at a time.
+        return self.x
 
 
 def copy_limits(case: OpCase) -> list[tuple[LimitCase, str, Variant]]:

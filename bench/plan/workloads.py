@@ -31,6 +31,25 @@ from ops.reference import (
 MODEL_SEED = 0
 
 
+@dataclass(frozen=True)
+class NormInputs:
+    """x [*shape] (at this process's offset into a page), weight and bias [hidden] of one shape, dtype and seed.
+
+    The op and the residual add + norm cases of one shape draw the same values: built once, they share them
+    (256 MiB of x at the largest CPU shape). No variant writes into them; those that write work on copies.
+    """
+
+    x: Tensor
+    weight: Tensor
+    bias: Tensor
+
+    @classmethod
+    def create(cls, shape: Shape, dtype: torch.dtype, seed: int = 0, device: str = "cpu") -> NormInputs:
+        # Residual-stream activations; weight and bias depend on the hidden size only (exports can be shared).
+        x, weight, bias = make_inputs(tuple(shape), dtype, seed=seed, device=device, distribution="features")
+        return cls(placed(x), weight, bias)  # placed: bench/measure/placement.py
+
+
 @dataclass
 class OpCase:
     """One norm call: x [*shape], weight and bias [hidden], realistic values, on ``device``."""
@@ -47,10 +66,18 @@ class OpCase:
     _reference: Tensor | None = field(default=None, init=False, repr=False)
 
     @classmethod
-    def create(cls, shape: Shape, dtype: torch.dtype, workdir: Path, seed: int = 0, device: str = "cpu") -> OpCase:
-        # Residual-stream activations; weight and bias depend on the hidden size only (exports can be shared).
-        x, weight, bias = make_inputs(tuple(shape), dtype, seed=seed, device=device, distribution="features")
-        x = placed(x)  # at this process's offset into a page (bench/measure/placement.py)
+    def create(
+        cls,
+        shape: Shape,
+        dtype: torch.dtype,
+        workdir: Path,
+        seed: int = 0,
+        device: str = "cpu",
+        inputs: NormInputs | None = None,
+    ) -> OpCase:
+        """``inputs``: those of this shape, dtype, seed and device, already built (shared with another case)."""
+        inputs = inputs or NormInputs.create(shape, dtype, seed, device)
+        x, weight, bias = inputs.x, inputs.weight, inputs.bias  # the same tensors, not copies
         return cls(shape=tuple(shape), dtype=dtype, x=x, weight=weight, bias=bias, workdir=workdir, device=device)
 
     @property
@@ -92,13 +119,23 @@ class AddNormCase:
     _reference: tuple[Tensor, Tensor] | None = field(default=None, init=False, repr=False)
 
     @classmethod
-    def create(cls, shape: Shape, dtype: torch.dtype, workdir: Path, seed: int = 0, device: str = "cpu") -> AddNormCase:
-        x, weight, bias = make_inputs(tuple(shape), dtype, seed=seed, device=device, distribution="features")
+    def create(
+        cls,
+        shape: Shape,
+        dtype: torch.dtype,
+        workdir: Path,
+        seed: int = 0,
+        device: str = "cpu",
+        inputs: NormInputs | None = None,
+    ) -> AddNormCase:
+        """``inputs``: x, weight and bias of this shape, dtype, seed and device, already built (the op case's)."""
+        inputs = inputs or NormInputs.create(shape, dtype, seed, device)
+        x, weight, bias = inputs.x, inputs.weight, inputs.bias  # the same tensors, not copies
         residual = activations(tuple(shape), dtype, seed=seed + 1, device=device, distribution="features")
         return cls(
             shape=tuple(shape),
             dtype=dtype,
-            x=placed(x),
+            x=x,
             residual=placed(residual),
             weight=weight,
             bias=bias,

@@ -134,3 +134,21 @@ def test_main_exits_non_zero_when_a_baseline_is_wrong(tmp_path, wrong_baseline_r
         device="cpu",
     )
     assert run.main(options) == 1
+
+
+def test_every_chunk_is_checked_and_the_worst_element_named(case, monkeypatch):
+    import bench.measure.verify as verify_module
+
+    monkeypatch.setattr(verify_module, "CHUNK_ELEMENTS", 100)  # 4096 elements: 41 chunks
+    y = torch.ops.myops.fused_norm.default(case.x, case.weight, case.bias, case.eps)
+    assert verify(y, case.reference(), case.tolerance, "fused") < case.tolerance.rtol
+    last = y.numel() - 1
+    wrong = y.clone()
+    wrong.view(-1)[last] += 1.0  # in the last, partial chunk
+    wrong.view(-1)[250] += 0.5
+    with pytest.raises(VerificationError, match=rf"2 of {y.numel()} outputs differ.*flat index {last}"):
+        verify(wrong, case.reference(), case.tolerance, "wrong")
+    unwritten = y.clone()
+    unwritten.view(-1)[3999] = float("nan")
+    with pytest.raises(VerificationError, match=rf"1 of {y.numel()} outputs are not finite"):
+        verify(unwritten, case.reference(), case.tolerance, "unwritten")
