@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from bench.measure.placement import placed
+from bench.measure.placement import NATURAL, in_layout, layout_of, placed
 from bench.plan.grid import Shape
 from ops.model import SequenceModel, build_model, example_input
 from ops.reference import (
@@ -43,15 +43,27 @@ class OpCase:
     workdir: Path
     eps: float = EPS
     device: str = "cpu"
+    layout: str = NATURAL  # where x starts in its pages (bench/measure/placement.py)
     workload: str = field(default="op", init=False)
     _reference: Tensor | None = field(default=None, init=False, repr=False)
 
     @classmethod
-    def create(cls, shape: Shape, dtype: torch.dtype, workdir: Path, seed: int = 0, device: str = "cpu") -> OpCase:
+    def create(
+        cls, shape: Shape, dtype: torch.dtype, workdir: Path, seed: int = 0, device: str = "cpu", layout: str = NATURAL
+    ) -> OpCase:
         # Residual-stream activations; weight and bias depend on the hidden size only (exports can be shared).
         x, weight, bias = make_inputs(tuple(shape), dtype, seed=seed, device=device, distribution="features")
-        x = placed(x)  # at this process's offset into a page (bench/measure/placement.py)
-        return cls(shape=tuple(shape), dtype=dtype, x=x, weight=weight, bias=bias, workdir=workdir, device=device)
+        x = in_layout(x, layout)  # as allocated, or at this process's offset into a page
+        return cls(
+            shape=tuple(shape),
+            dtype=dtype,
+            x=x,
+            weight=weight,
+            bias=bias,
+            workdir=workdir,
+            device=device,
+            layout=layout,
+        )
 
     @property
     def hidden(self) -> int:
@@ -111,6 +123,10 @@ class AddNormCase:
         return self.shape[-1]
 
     @property
+    def layout(self) -> str:
+        return layout_of(self.x)  # x and the residual placed at this process's offset into a page
+
+    @property
     def bytes_moved(self) -> float:
         # The minimum traffic: read x and residual, write y and the sum, read weight and bias.
         return float((4 * self.x.numel() + 2 * self.hidden) * self.x.element_size())
@@ -148,6 +164,10 @@ class ModelCase:
         x = example_input(batch, seq, d_model, generator=torch.Generator().manual_seed(seed), dtype=dtype).to(device)
         x = placed(x)
         return cls(label=label, shape=(batch, seq, d_model), dtype=dtype, x=x, workdir=workdir, device=device)
+
+    @property
+    def layout(self) -> str:
+        return layout_of(self.x)  # x placed at this process's offset into a page
 
     @property
     def bytes_moved(self) -> float:
