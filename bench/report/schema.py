@@ -346,6 +346,8 @@ def migrate(frame: pd.DataFrame, version: int) -> pd.DataFrame:
     column whose meaning changed keeps its value under the same mark
     (machine_id before 6 hashed /etc/machine-id alone, which one VM image's
     machines share). `bench.compare` refuses such a report unless forced.
+    The layout, which was not a column before 7 but is known, is filled as
+    measured (``earlier_layout``).
     """
     frame = frame.copy()
     for later in sorted(v for v in _ADDED_IN if v > version):
