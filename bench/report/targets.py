@@ -586,7 +586,8 @@ def evaluate_targets(frame: pd.DataFrame, targets: tuple[Target, ...] = TARGETS)
         rows = at_layout(cpu, layout)
         for t in (t for t in targets if t.per_layout):
             result = _judge_per_thread_count(t, rows[rows.dtype.isin(t.dtypes)])
-            results.append(replace(result, name=f"[{layout}] {result.name}"))
+            # Named as the GPU targets are by their device (a bracket would read as console markup).
+            results.append(replace(result, name=f"layout {layout}: {result.name}"))
     for device in dict.fromkeys(frame.device[frame.device != "cpu"]):
         rows = frame[frame.device == device]
         rows = at_layout(rows, (op_layouts(rows) or [NATURAL])[0])

@@ -139,6 +139,8 @@ def test_the_full_table_goes_to_the_summary_file_and_verbose_prints_it(report):
         pattern = rf"{re.escape(row.shape)} +│ float32 │ {re.escape(row.baseline)} +│ {row.variant} +│ {row.layout} "
         assert re.search(pattern, full)
     assert "median µs" in full and "median µs" not in short
+    # The copy shares judged again at the page offset, named by it (not swallowed as console markup).
+    assert re.search(r"(met|MISSED|inconclusive) +layout page_offset: fused out variant: ", full)
     verbose = _printed(report, verbose=True, width=250)
     assert "median µs" in verbose and len(verbose.splitlines()) > 2 * SCREEN_LINES
 

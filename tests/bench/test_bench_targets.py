@@ -259,11 +259,11 @@ def test_copy_shares_are_judged_at_the_natural_layout_and_again_at_each_other_on
     out = next(t for t in TARGETS if t.name.startswith("fused out variant: "))
     assert results[out.name].met is False and f"{100 * low:.0f}%" in results[out.name].detail
     assert f"{100 * high:.0f}%" not in results[out.name].detail
-    other = results[f"[page_offset] {out.name}"]
+    other = results[f"layout page_offset: {out.name}"]
     assert other.met is True and f"{100 * high:.0f}%" in other.detail
     # Only the copy-share targets are judged per layout.
-    assert {name for name in results if name.startswith("[")} == {
-        f"[page_offset] {t.name}" for t in TARGETS if t.per_layout
+    assert {name for name in results if name.startswith("layout ")} == {
+        f"layout page_offset: {t.name}" for t in TARGETS if t.per_layout
     }
     assert len([t for t in TARGETS if t.per_layout]) == 3
 
@@ -274,4 +274,4 @@ def test_a_report_from_before_the_layout_column_is_judged_at_its_only_layout(rng
     results = {r.name: r for r in evaluate_targets(placed)}
     out = next(t for t in TARGETS if t.name.startswith("fused out variant: "))
     assert results[out.name].met is False and f"{100 * share:.0f}%" in results[out.name].detail
-    assert not any(name.startswith("[") for name in results)
+    assert not any(name.startswith("layout ") for name in results)
