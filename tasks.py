@@ -101,6 +101,8 @@ ALPHA_HELP = (
         "allocator": "glibc's malloc policy: default (as a user's process has it; the headline and targets) or "
         "fixed-mmap (every output of 128 KiB or more a fresh mapping: the page-fault study)",
         "verbose": "print the full table too (it is always written to <report>.summary.txt)",
+        "layouts": "where op inputs start in their pages: all (default: natural, as the allocator gives them, "
+        "and the process's page offset), natural or page_offset",
         "precision": f"a row stops once the 95% interval of its median is within +- this share of it, in (0, 1) "
         f"(default {DEFAULT.precision}); its time budget is then a cap",
     },
@@ -121,6 +123,7 @@ def bench(
     allocator=DEFAULT.allocator,
     verbose=False,
     precision=str(DEFAULT.precision),
+    layouts=DEFAULT.layouts,
 ):
     """Benchmark the baselines; write reports/<UTC time>-<host>.csv (+ samples, plot) and print a summary."""
     # Options are checked before bench.run is imported: that import loads the built library.
@@ -140,6 +143,7 @@ def bench(
         l2_flush=l2_flush,
         allocator=allocator,
         precision=cli.fraction("--precision", precision),
+        layouts=layouts,
     )
     if against:
         from bench.ab import driver as ab

@@ -25,6 +25,7 @@ import torch
 
 from bench.measure import turns as bench_turns
 from bench.measure.pinning import pinned_for_timing
+from bench.measure.placement import NATURAL
 from bench.measure.timing import L2Flush, Timing, TimingConfig, measure, measure_cuda, timer_resolution_ns
 from bench.measure.verify import VerificationError, verify_outputs
 from bench.plan.devices import device_label
@@ -162,6 +163,7 @@ def _run_variant(
     results: Results,
 ) -> None:
     device = device_label(case.device)
+    layout = getattr(case, "layout", NATURAL)  # a case that places nothing has its buffers as allocated
     key = RowKey(
         workload=case.workload,
         shape=shape_label(case.shape),
@@ -169,12 +171,14 @@ def _run_variant(
         baseline=baseline,
         variant=variant.name,
         device=device,
+        layout=layout,
     )
     if key in results.dropped:
         return
     where = (
         device_prefix(case.device)
         + " ".join(key[:3])
+        + (f" {layout}" if layout != NATURAL else "")
         + f" {baseline}/{variant.name}"
         + (f" (round {round_index + 1})" if round_index else "")
     )

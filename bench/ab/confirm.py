@@ -13,11 +13,18 @@ import math
 from collections.abc import Iterable
 from dataclasses import replace
 
+from bench.measure.placement import NATURAL
 from bench.plan.grid import GRIDS, parse_shape
 from bench.plan.jobs import job_label, row_label
 from bench.plan.options import BenchOptions
 
-Key = tuple[str, ...]  # compare's row key: workload, shape, dtype, baseline, variant, device
+Key = tuple[str, ...]  # compare's row key: workload, shape, dtype, baseline, variant, device, layout
+
+
+def _op_layouts(keys: Iterable[Key]) -> str:
+    """BenchOptions.layouts for the op suspects: their one layout, else all."""
+    layouts = {k[6] for k in keys if k[0] == "op"}
+    return layouts.pop() if len(layouts) == 1 else "all"
 
 
 def _model_batches(keys: Iterable[Key]) -> tuple[tuple[str, int, int], ...]:
@@ -67,10 +74,13 @@ def confirm_options(options: BenchOptions, keys: list[Key]) -> BenchOptions:
         # Of that product, only the suspects' own jobs, and of those only the suspect rows: the rest would only
         # cost time. A REF without row lists falls back to the jobs (with their limits), one without those to
         # the product (bench/ab/driver.py).
-        jobs=tuple(dict.fromkeys(job_label(k[0], k[1], k[2], k[3], k[5]) for k in keys)),
-        rows=tuple(dict.fromkeys(row_label(job_label(k[0], k[1], k[2], k[3], k[5]), k[4]) for k in keys)),
+        layouts=_op_layouts(keys),
+        jobs=tuple(dict.fromkeys(job_label(k[0], k[1], k[2], k[3], k[5], k[6]) for k in keys)),
+        rows=tuple(dict.fromkeys(row_label(job_label(k[0], k[1], k[2], k[3], k[5], k[6]), k[4]) for k in keys)),
     )
 
 
 def describe(keys: list[Key]) -> str:
-    return "; ".join(f"{k[3]}/{k[4]} {k[0]} {k[1]} {k[2]} {k[5]}" for k in keys)
+    return "; ".join(
+        f"{k[3]}/{k[4]} {k[0]} {k[1]} {k[2]} {k[5]}" + (f" {k[6]}" if k[6] != NATURAL else "") for k in keys
+    )

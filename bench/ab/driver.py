@@ -63,7 +63,7 @@ from rich.console import Console
 
 from bench.ab import confirm, scratch
 from bench.measure.allocator import FIXED_MMAP
-from bench.measure.placement import spread_offsets
+from bench.measure.placement import PAGE_OFFSET, spread_offsets
 from bench.plan.options import BenchOptions, unique_csv
 from bench.processes.worker import OPS_ROOT_VARIABLE, PROTOCOL
 from bench.report.progress import RunProgress
@@ -377,8 +377,17 @@ def check_compatible(hello: dict, sha: str) -> None:
 
 
 # What a side from before an option behaved as, where that differs from the option's default: a worker
-# without ``allocator`` always fixed the mmap threshold.
-BEFORE_OPTION = {"allocator": FIXED_MMAP}
+# without ``allocator`` always fixed the mmap threshold; one without ``layouts`` placed every op case's x at
+# the process's page offset.
+BEFORE_OPTION = {"allocator": FIXED_MMAP, "layouts": PAGE_OFFSET}
+
+
+def common_layouts(options: BenchOptions, fields) -> BenchOptions:
+    """``options`` with only the layouts every side can measure: a side from before the layouts option
+    measured the page offset alone, so a run of every layout measures that one on both sides."""
+    if options.layouts == "all" and any("layouts" not in known for known in fields):
+        return replace(options, layouts=PAGE_OFFSET)
+    return options
 
 
 def plan_for(options: BenchOptions, known: list[str], label: str) -> dict:
@@ -453,8 +462,9 @@ def measure_processes(
             for worker in workers:
                 worker.send({"do": "fields"})
             fields = {worker.label: worker.receive("fields")["options"] for worker in workers}
+            side_options = common_layouts(options, fields.values())
             for worker in workers:
-                plan = plan_for(options, fields[worker.label], worker.label)
+                plan = plan_for(side_options, fields[worker.label], worker.label)
                 workdir = cache_root / worker.label.lower() / "cache"
                 worker.send({"do": "plan", "options": plan, "page_offset": offsets[index], "workdir": str(workdir)})
             for worker in workers:

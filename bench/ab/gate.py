@@ -18,8 +18,9 @@ and HEAD accepts it on purpose with a trailer in its message,
     Accept-Regression: <row glob>: <reason>
 
 whose glob matches the row's name (``baseline/variant workload shape dtype
-device``, e.g. ``fused/call op 8x128x1024 float32 cpu``; ``fused/* op *``
-matches every fused op row). Accepted rows are listed with their reason and do
+device``, then the layout where it is not the natural one, e.g. ``fused/call op
+8x128x1024 float32 cpu`` or ``fused/call op 8x128x1024 float32 cpu
+page_offset``; ``fused/* op *`` matches every fused op row). Accepted rows are listed with their reason and do
 not fail it.
 """
 
@@ -32,6 +33,7 @@ from pathlib import Path
 from rich.console import Console
 
 from bench.ab import scratch
+from bench.measure.placement import NATURAL
 from bench.stats import compare
 from env.paths import REPO_ROOT
 
@@ -107,9 +109,11 @@ def acceptances(base: str, repo: Path = REPO_ROOT) -> list[Acceptance]:
 
 
 def row_name(key: compare.Key) -> str:
-    """A row as the trailer's glob reads it: baseline/variant workload shape dtype device."""
-    workload, shape, dtype, baseline, variant, device = key
-    return f"{baseline}/{variant} {workload} {shape} {dtype} {device}"
+    """A row as the trailer's glob reads it: baseline/variant workload shape dtype device [layout]."""
+    workload, shape, dtype, baseline, variant, device, layout = key
+    # The natural layout is named by nothing, so a glob written before the layout column still reads its rows.
+    where = "" if layout == NATURAL else f" {layout}"
+    return f"{baseline}/{variant} {workload} {shape} {dtype} {device}{where}"
 
 
 @dataclass(frozen=True)

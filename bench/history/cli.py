@@ -97,7 +97,7 @@ def _print_changes(con, changes, console: Console) -> None:
     for name in ("machine", "row", "from commit", "size", "points"):
         table.add_column(name)
     for c in changes.itertuples():
-        row = " ".join((c.workload, c.shape, c.dtype, c.baseline, c.variant, c.device))
+        row = " ".join((c.workload, c.shape, c.dtype, c.baseline, c.variant, c.device, c.layout))
         commit = c.sha[:10] + ("-dirty" if c.dirty else "")
         cells = (labels.get(c.machine_key, c.machine_key), row, commit, f"{c.size:.3f}x", str(c.points))
         table.add_row(*map(escape, cells))
@@ -114,7 +114,7 @@ def _print_regressions(regressions, console: Console) -> None:
     for name in ("machine", "report", "row", "ratio", "interval", "units"):
         table.add_column(name)
     for r in regressions.itertuples():
-        row = " ".join((r.workload, r.shape, r.dtype, r.baseline, r.variant, r.device))
+        row = " ".join((r.workload, r.shape, r.dtype, r.baseline, r.variant, r.device, r.layout))
         cells = (r.label, r.path, row, f"{r.ratio:.3f}", f"{r.ci_low:.3f}-{r.ci_high:.3f}", str(r.units))
         table.add_row(*map(escape, cells))
     console.print(table)

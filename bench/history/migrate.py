@@ -4,8 +4,10 @@ A report CSV carries its ``schema_version`` in every row. Version 4 lacks the
 machine id and the power-policy columns that version 5 added, and version 5
 the hardware facts that version 6 added; each step fills them with
 NOT_RECORDED, so an earlier report joins the history without pretending to
-know them. A new version adds one step here (``_STEPS``) and,
-where it renames or adds columns the store keeps, an entry in the lists below.
+know them. Version 7 added the layout to the row key: an earlier row takes
+the layout it was measured at (bench/report/schema.py ``earlier_layout``).
+A new version adds one step here (``_STEPS``) and, where it renames or adds
+columns the store keeps, an entry in the lists below.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ import datetime as dt
 import math
 from collections.abc import Callable
 
-from bench.history.sources import HARDWARE_COLUMNS, KEY_COLUMNS
+from bench.history.sources import HARDWARE_COLUMNS, KEY_COLUMNS, earlier_layout
 
 NOT_RECORDED = "not recorded"
-CURRENT = 6  # the version every step leads to
+CURRENT = 7  # the version every step leads to
 TIME_FORMAT = "%Y%m%dT%H%M%SZ"  # timestamp_utc, as bench writes it
 
 # Facts of the run (one value per report) the store keeps in its runs table.
@@ -71,8 +73,12 @@ def _from_5(rows: list[Row]) -> list[Row]:
     return [{**{c: NOT_RECORDED for c in HARDWARE_COLUMNS}, **row} for row in rows]
 
 
+def _from_6(rows: list[Row]) -> list[Row]:
+    return [{**row, "layout": earlier_layout(row["workload"], row["baseline"], row["device"])} for row in rows]
+
+
 # version -> the step to version + 1
-_STEPS: dict[int, Callable[[list[Row]], list[Row]]] = {4: _from_4, 5: _from_5}
+_STEPS: dict[int, Callable[[list[Row]], list[Row]]] = {4: _from_4, 5: _from_5, 6: _from_6}
 READABLE = (*sorted(_STEPS), CURRENT)
 
 

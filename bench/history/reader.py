@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.history.migrate import MigrationError, migrate
-from bench.history.sources import KEY_COLUMNS, SAMPLES_SUFFIX
+from bench.history.sources import KEY_COLUMNS, SAMPLES_SUFFIX, sample_key
 
 AB_SIDES = ("base", "new")  # `bench --against` writes <folder>/base/pooled.csv and <folder>/new/pooled.csv
 AB_FILE = "pooled.csv"
@@ -64,7 +64,8 @@ def is_report(csv_path: Path) -> bool:
             header = next(csv.reader(handle), [])
     except (OSError, UnicodeDecodeError):
         return True  # unreadable: let read_report say why, as an invalid report
-    return "schema_version" in header and set(KEY_COLUMNS) <= set(header)
+    # The layout joined the key in schema 7: an earlier report has the rest of it.
+    return "schema_version" in header and set(KEY_COLUMNS) - {"layout"} <= set(header)
 
 
 def find_csvs(root: Path) -> list[Path]:
@@ -83,7 +84,7 @@ def read_report(csv_path: Path, report_id: str | None = None) -> ParsedReport | 
             )
         version = int(next(iter(versions)))
         rows = migrate(rows, version)
-        units = read_units(csv_path, rows)
+        units = read_units(csv_path, rows, version)
     except (MigrationError, csv.Error, UnicodeDecodeError, OSError) as error:
         return InvalidReport(csv_path, report_id, str(error))
     except (KeyError, ValueError, TypeError) as error:
@@ -92,11 +93,12 @@ def read_report(csv_path: Path, report_id: str | None = None) -> ParsedReport | 
     return ParsedReport(csv_path, report_id, rows, units, version, str(csv_path.parent.parent) if side else "", side)
 
 
-def read_units(csv_path: Path, rows: list[dict]) -> list[tuple]:
+def read_units(csv_path: Path, rows: list[dict], version: int) -> list[tuple]:
     """(*key, round, unit_us): the median of each round of each row, from the samples sidecar; [] without one.
 
     The sidecar's layout is the same in every schema version the history reads
-    (keys, counts, samples_us, rounds). Rows it lacks simply have no units.
+    (keys, counts, samples_us, rounds); a key before schema 7 gains its layout. Rows it lacks simply have no
+    units.
     """
     path = samples_path(csv_path)
     if not path.is_file():
@@ -112,7 +114,7 @@ def read_units(csv_path: Path, rows: list[dict]) -> list[tuple]:
     bounds = np.concatenate([[0], np.cumsum(counts)])
     units = []
     for i, key in enumerate(keys):
-        key = tuple(str(v) for v in key)
+        key = sample_key(key, version)
         if key not in known:
             continue
         values, row_rounds = flat[bounds[i] : bounds[i + 1]], rounds[bounds[i] : bounds[i + 1]]

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.measure.hardware import HARDWARE_COLUMNS
-from bench.report.schema import KEY_COLUMNS, SAMPLES_SUFFIX, RowSamples
-from bench.report.targets import evaluate_targets
+from bench.report.schema import KEY_COLUMNS, SAMPLES_SUFFIX, RowSamples, earlier_layout, sample_key
+from bench.report.targets import evaluate_targets, op_layouts
 from bench.stats.compare import (
     IMPROVEMENT,
     INCONCLUSIVE,
@@ -39,8 +39,11 @@ __all__ = [
     "SAME",
     "SAMPLES_SUFFIX",
     "RowJudgement",
+    "earlier_layout",
     "judge_units",
+    "op_layouts",
     "row_alpha",
+    "sample_key",
     "targets_of",
 ]
 

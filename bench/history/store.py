@@ -28,7 +28,7 @@ from bench.history.migrate import INTEGER_COLUMNS, ROW_NUMBERS, ROW_TEXT, TIME_F
 from bench.history.reader import InvalidReport, ParsedReport, content_hash, find_csvs, is_report, read_report
 from bench.history.sources import KEY_COLUMNS
 
-STORE_VERSION = 1  # bump when the tables change: an older database is rebuilt, never read wrongly
+STORE_VERSION = 2  # bump when the tables change: an older database is rebuilt, never read wrongly
 MACHINE_FACTS = ("label", "machine_id", "cpu_model", "gpus")
 OPTION_FACTS = (
     "threads",

@@ -1,6 +1,7 @@
 """Synthetic report histories: the fixtures of the tests and the scale benchmark's input.
 
-Each report is a schema-5 CSV (the columns the store reads) with, optionally,
+Each report is a schema-5 CSV (the columns the store reads, but the layout that
+schema 7 added: the store gives its rows the page offset) with, optionally,
 its samples sidecar: per row, ROUNDS rounds of SAMPLES_PER_ROUND samples
 drawn log-normally around the row's level, each round shifted by a round
 effect (a process's state, as on a real machine). A history is a sequence of
@@ -26,6 +27,7 @@ SAMPLES_PER_ROUND = 40
 # shape -> fused/call level, µs
 SHAPES = {shape_label(DISPATCH_BOUND): 4.0, shape_label(MODEL_WIDTH): 40.0, shape_label(CACHE_RESIDENT): 160.0}
 # (workload, baseline, variant) -> its level as a multiple of fused/call's
+LAYOUT = "page_offset"  # what the store reads a schema-5 CPU row's layout as
 ROWS = {
     ("op", "unfused", "call"): 4.5,
     ("op", "fused", "call"): 1.0,
@@ -80,7 +82,7 @@ def write_report(
     for shape, level in SHAPES.items():
         elements = int(np.prod([int(d) for d in shape.split("x")]))
         for (workload, baseline, variant), factor in ROWS.items():
-            key = (workload, shape, "float32", baseline, variant, "cpu")
+            key = (workload, shape, "float32", baseline, variant, "cpu", LAYOUT)
             start, slowdown = history.slowdown.get(key, (history.commits, 1.0))
             centre = level * factor * machine.scale * (slowdown if commit >= start else 1.0)
             effects = rng.normal(0.0, machine.noise, ROUNDS)
@@ -138,7 +140,7 @@ def write_report(
         frame[column] = value
     frame.insert(0, "schema_version", 5)
     path.parent.mkdir(parents=True, exist_ok=True)
-    frame[["schema_version", *STORE_COLUMNS]].to_csv(path, index=False)
+    frame[["schema_version", *(c for c in STORE_COLUMNS if c != "layout")]].to_csv(path, index=False)
     if history.with_samples:
         _write_samples(path.with_name(path.stem + SAMPLES_SUFFIX), samples)
     return path
@@ -162,7 +164,7 @@ def _write_samples(path: Path, samples: dict[tuple[str, ...], np.ndarray]) -> No
         np.savez_compressed(
             handle,
             schema_version=np.array(5),
-            keys=np.array(keys, dtype=str),
+            keys=np.array([key[:-1] for key in keys], dtype=str),  # schema 5: no layout
             counts=np.array([v.size for v in values], dtype=np.int64),
             samples_us=np.concatenate([v.ravel() for v in values]),
             rounds=np.concatenate([np.repeat(np.arange(v.shape[0], dtype=np.int16), v.shape[1]) for v in values]),

@@ -16,6 +16,15 @@ import math
 import torch
 
 PAGE_BYTES = 4096
+
+# The layouts a report names (its `layout` column). NATURAL: every buffer as torch's allocator gives it, as a
+# user's tensors and a model's own get them (from 4 MiB on each is its own mapping, so x, y, weight and bias
+# start at one offset into their pages). PAGE_OFFSET: x (and the residual) copied to start at the process's
+# page offset (set_page_offset); a run gives each process another offset, so that layout's bias is spread over
+# the processes instead of frozen into one.
+NATURAL = "natural"
+PAGE_OFFSET = "page_offset"
+LAYOUTS = (NATURAL, PAGE_OFFSET)
 ALIGNMENT = 64  # torch's CPU allocator aligns to 64 bytes; offsets keep that alignment (vector loads)
 
 _offset_bytes = 0
@@ -50,6 +59,20 @@ def empty_at(shape: tuple[int, ...], dtype: torch.dtype, offset: int) -> torch.T
     buffer = torch.empty(numel + PAGE_BYTES // itemsize, dtype=dtype)
     start = ((offset - buffer.data_ptr()) % PAGE_BYTES) // itemsize
     return buffer[start : start + numel].view(shape)
+
+
+def in_layout(tensor: torch.Tensor, layout: str) -> torch.Tensor:
+    """``tensor`` as an input of ``layout``: as it is (NATURAL), or placed at the process's offset (PAGE_OFFSET)."""
+    if layout == NATURAL:
+        return tensor
+    if layout == PAGE_OFFSET:
+        return placed(tensor)
+    raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+
+
+def layout_of(tensor: torch.Tensor) -> str:
+    """The layout ``placed`` gives ``tensor``: only CPU tensors are moved."""
+    return PAGE_OFFSET if tensor.device.type == "cpu" else NATURAL
 
 
 def placed(tensor: torch.Tensor) -> torch.Tensor:

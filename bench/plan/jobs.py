@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from bench.measure.placement import LAYOUTS, NATURAL
 from bench.plan.devices import resolve_devices
 from bench.plan.grid import GRIDS, parse_shape, shape_label
 from bench.plan.limits import copy_limits, dispatch_floor, launch_floor
@@ -118,22 +119,29 @@ class JobKey:
     dtype: str
     device: str
     baseline: str = ""  # "": the case's jobs as a group; "copy": its copy limit
+    layout: str = NATURAL  # an op case's (bench/measure/placement.py); the others name none
 
     @property
     def label(self) -> str:
-        text = f"{device_prefix(self.device)}{self.workload} {self.case} {self.dtype}"
+        # The natural layout is the default: only another one is named.
+        layout = f" {self.layout}" if self.workload == "op" and self.layout != NATURAL else ""
+        text = f"{device_prefix(self.device)}{self.workload} {self.case} {self.dtype}{layout}"
         return f"{text} {self.baseline}" if self.baseline else text
 
     def of(self, baseline: str) -> JobKey:
         return replace(self, baseline=baseline)
 
     @classmethod
-    def of_row(cls, workload: str, shape: str, dtype: str, baseline: str, device: str) -> JobKey | None:
+    def of_row(
+        cls, workload: str, shape: str, dtype: str, baseline: str, device: str, layout: str = NATURAL
+    ) -> JobKey | None:
         """The job that measures a report row (its key's values); None for a limit row.
 
         A model row's shape is batch x sequence x hidden; its job names the grid's model of that batch.
         """
-        if workload in ("op", "add_norm"):
+        if workload == "op":
+            return cls(workload, shape_label(parse_shape(shape, "shape")), dtype, device, baseline, layout)
+        if workload == "add_norm":
             return cls(workload, shape_label(parse_shape(shape, "shape")), dtype, device, baseline)
         if workload == "model":
             batch, seq = parse_shape(shape, "shape")[:2]
@@ -154,10 +162,11 @@ def _op_jobs(
     selection: _Selection,
     inputs: _LazyCase,
     release: tuple[_LazyCase, ...],
+    layout: str = NATURAL,
 ) -> list[Job]:
     """``inputs``: the shape's NormInputs, shared with its add_norm case; ``release``: freed after the last job."""
-    case = _LazyCase(lambda: OpCase.create(shape, dtype, workdir, device=device, inputs=inputs.get()))
-    key = JobKey("op", shape_label(shape), dtype_name(dtype), device)
+    case = _LazyCase(lambda: OpCase.create(shape, dtype, workdir, device=device, inputs=inputs.get(), layout=layout))
+    key = JobKey("op", shape_label(shape), dtype_name(dtype), device, layout=layout)
     baselines = [b for b in baselines if selection.job(key.of(b.name).label)]
     copy = selection.limits and (baselines or selection.job(key.of("copy").label))
     jobs = [Job(key.of("copy").label, lambda: iter(copy_limits(case.get())))] if copy else []
@@ -209,10 +218,20 @@ def _floor_job(device: str, workdir: Path) -> Job:
     return Job(f"{device_prefix(device)}limit launch floor", lambda: iter(launch_floor(workdir, device)))
 
 
-def job_label(workload: str, shape: str, dtype: str, baseline: str, device: str) -> str | None:
+def job_label(workload: str, shape: str, dtype: str, baseline: str, device: str, layout: str = NATURAL) -> str | None:
     """The label of the job that measures a report row (its key's values); None for a limit row."""
-    key = JobKey.of_row(workload, shape, dtype, baseline, device)
+    key = JobKey.of_row(workload, shape, dtype, baseline, device, layout)
     return None if key is None else key.label
+
+
+def device_layouts(device: str, layouts: str = "all") -> tuple[str, ...]:
+    """The layouts an op case is measured at (BenchOptions.layouts), the natural first; a GPU's buffers are
+    not placed, so a GPU measures the natural layout alone."""
+    if layouts not in ("all", *LAYOUTS):
+        raise ValueError(f"layouts must be all or one of {LAYOUTS}, got {layouts!r}")
+    if device != "cpu":
+        return (NATURAL,)
+    return LAYOUTS if layouts == "all" else (layouts,)
 
 
 def plan_jobs(options: BenchOptions, workdir: Path) -> list[Job]:
@@ -257,8 +276,11 @@ def _plan_all_jobs(options: BenchOptions, workdir: Path, selection: _Selection) 
                     if tuple(shape) in add_norm
                     else []
                 )
-                release = () if after else (inputs,)
-                jobs += _op_jobs(shape, dtype, device, op_baselines, workdir, selection, inputs, release)
+                layouts = device_layouts(device, options.layouts)
+                for layout in layouts:
+                    # The inputs go with the last job that reads them: the last layout's, unless add_norm follows.
+                    release = (inputs,) if layout == layouts[-1] and not after else ()
+                    jobs += _op_jobs(shape, dtype, device, op_baselines, workdir, selection, inputs, release, layout)
                 jobs += after
             for shape in (s for s in add_norm if s not in {tuple(o) for o in op_shapes}):
                 inputs = _shared_inputs(shape, dtype, device)

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from bench.measure.placement import NATURAL
 from bench.measure.timing import GRAPH_CALLS, capture_cuda_graph
 from bench.plan.registry import Prepared, Variant
 from bench.plan.workloads import OpCase
@@ -47,6 +48,7 @@ class LimitCase:
     workdir: Path
     tolerance: Tolerance = EXACT
     device: str = "cpu"
+    layout: str = NATURAL  # a copy's is its case's: it reads the op's x, as the op does
     workload: str = field(default="limit", init=False)
 
     def reference(self) -> Tensor:
@@ -64,6 +66,7 @@ def copy_limits(case: OpCase) -> list[tuple[LimitCase, str, Variant]]:
         bytes_moved=2.0 * x.numel() * x.element_size(),
         workdir=case.workdir,
         device=case.device,
+        layout=case.layout,
     )
 
     def prepare():

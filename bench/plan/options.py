@@ -42,6 +42,9 @@ class BenchOptions:
     # A row stops once the 95 % interval of its median is within +- this share of it (bench/measure/precision.py);
     # its time budget is then a cap
     precision: float = 0.02
+    # Where an op case's inputs start in their pages (bench/measure/placement.py): all (natural, then the
+    # process's page offset), natural, or page_offset
+    layouts: str = "all"
 
     @property
     def mode(self) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from bench.measure.placement import placed
+from bench.measure.placement import NATURAL, PAGE_OFFSET, in_layout, layout_of, placed
 from bench.plan.grid import Shape
 from ops.model import SequenceModel, build_model, example_input
 from ops.reference import (
@@ -31,9 +31,9 @@ from ops.reference import (
 MODEL_SEED = 0
 
 
-@dataclass(frozen=True)
+@dataclass
 class NormInputs:
-    """x [*shape] (at this process's offset into a page), weight and bias [hidden] of one shape, dtype and seed.
+    """x [*shape] as allocated, weight and bias [hidden] of one shape, dtype and seed.
 
     The op and the residual add + norm cases of one shape draw the same values: built once, they share them
     (256 MiB of x at the largest CPU shape). No variant writes into them; those that write work on copies.
@@ -42,12 +42,21 @@ class NormInputs:
     x: Tensor
     weight: Tensor
     bias: Tensor
+    _placed_x: Tensor | None = field(default=None, init=False, repr=False)
+
+    def x_in(self, layout: str) -> Tensor:
+        """x as allocated (NATURAL), or one copy of it at this process's offset into a page, made on first use."""
+        if layout == NATURAL:
+            return self.x
+        if self._placed_x is None:
+            self._placed_x = in_layout(self.x, layout)
+        return self._placed_x
 
     @classmethod
     def create(cls, shape: Shape, dtype: torch.dtype, seed: int = 0, device: str = "cpu") -> NormInputs:
         # Residual-stream activations; weight and bias depend on the hidden size only (exports can be shared).
         x, weight, bias = make_inputs(tuple(shape), dtype, seed=seed, device=device, distribution="features")
-        return cls(placed(x), weight, bias)  # placed: bench/measure/placement.py
+        return cls(x, weight, bias)
 
 
 @dataclass
@@ -62,6 +71,7 @@ class OpCase:
     workdir: Path
     eps: float = EPS
     device: str = "cpu"
+    layout: str = NATURAL  # where x starts in its pages (bench/measure/placement.py)
     workload: str = field(default="op", init=False)
     _reference: Tensor | None = field(default=None, init=False, repr=False)
 
@@ -74,11 +84,20 @@ class OpCase:
         seed: int = 0,
         device: str = "cpu",
         inputs: NormInputs | None = None,
+        layout: str = NATURAL,
     ) -> OpCase:
         """``inputs``: those of this shape, dtype, seed and device, already built (shared with another case)."""
         inputs = inputs or NormInputs.create(shape, dtype, seed, device)
-        x, weight, bias = inputs.x, inputs.weight, inputs.bias  # the same tensors, not copies
-        return cls(shape=tuple(shape), dtype=dtype, x=x, weight=weight, bias=bias, workdir=workdir, device=device)
+        return cls(
+            shape=tuple(shape),
+            dtype=dtype,
+            x=inputs.x_in(layout),  # as allocated, or at this process's offset into a page
+            weight=inputs.weight,
+            bias=inputs.bias,
+            workdir=workdir,
+            device=device,
+            layout=layout,
+        )
 
     @property
     def hidden(self) -> int:
@@ -130,7 +149,7 @@ class AddNormCase:
     ) -> AddNormCase:
         """``inputs``: x, weight and bias of this shape, dtype, seed and device, already built (the op case's)."""
         inputs = inputs or NormInputs.create(shape, dtype, seed, device)
-        x, weight, bias = inputs.x, inputs.weight, inputs.bias  # the same tensors, not copies
+        x, weight, bias = inputs.x_in(PAGE_OFFSET), inputs.weight, inputs.bias  # shared, not copied
         residual = activations(tuple(shape), dtype, seed=seed + 1, device=device, distribution="features")
         return cls(
             shape=tuple(shape),
@@ -146,6 +165,10 @@ class AddNormCase:
     @property
     def hidden(self) -> int:
         return self.shape[-1]
+
+    @property
+    def layout(self) -> str:
+        return layout_of(self.x)  # x and the residual placed at this process's offset into a page
 
     @property
     def bytes_moved(self) -> float:
@@ -185,6 +208,10 @@ class ModelCase:
         x = example_input(batch, seq, d_model, generator=torch.Generator().manual_seed(seed), dtype=dtype).to(device)
         x = placed(x)
         return cls(label=label, shape=(batch, seq, d_model), dtype=dtype, x=x, workdir=workdir, device=device)
+
+    @property
+    def layout(self) -> str:
+        return layout_of(self.x)  # x placed at this process's offset into a page
 
     @property
     def bytes_moved(self) -> float:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from bench.measure import machine
+from bench.measure.placement import NATURAL
 from bench.measure.timing import Timing, summarize
 from bench.plan.grid import shape_label
 from bench.report.schema import NOT_SERVING, SCHEMA_VERSION
@@ -41,10 +42,12 @@ class CaseInfo:
     dtype: object
     bytes_moved: float
     device: str = "cpu"  # the report's name of the device: cpu, or the GPU's name
+    layout: str = NATURAL  # where its inputs start in their pages (bench/measure/placement.py)
 
     @classmethod
     def of(cls, case, device: str = "cpu") -> CaseInfo:
-        return cls(case.workload, tuple(case.shape), case.dtype, float(case.bytes_moved), device)
+        layout = getattr(case, "layout", NATURAL)  # a case that places nothing has its buffers as allocated
+        return cls(case.workload, tuple(case.shape), case.dtype, float(case.bytes_moved), device, layout)
 
 
 def measurement_row(
@@ -84,6 +87,7 @@ def measurement_row(
         "timer": timer,
         **env,
         "device": case.device,
+        "layout": case.layout,
         **machine.gpu_columns(case.device),
         "other_cpu_share": machine.other_cpu_share(timing.other_cpu_s, timing.wall_s),
         "minor_faults_per_call": timing.minor_faults_per_call,
@@ -100,7 +104,7 @@ def add_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     copy_gbps/copy_share: against the copy at the same shape and dtype - the
     fresh-output copy for variants that allocate their output, the copy into a
     preallocated buffer for the rest (copy_limit names which); page_fault_share
-    (see fault_cost_us); speedup_vs_unfused: same workload, shape and dtype;
+    (see fault_cost_us); speedup_vs_unfused: same workload, shape, dtype and layout;
     vs_launch_floor: against the device's cheapest call.
     """
     frame = frame.copy()
@@ -110,14 +114,15 @@ def add_ratios(frame: pd.DataFrame) -> pd.DataFrame:
         return frame[hit & (frame.workload == workload)] if workload else frame[hit]
 
     copies = frame[(frame.workload == "limit") & (frame.baseline == "copy")]
-    copy_gbps = {(r.shape, r.dtype, r.device, r.variant): r.gbps for r in copies.itertuples()}
+    # A row's copy is the one at its own layout: it reads x where the row's x is.
+    copy_gbps = {(r.shape, r.dtype, r.device, r.layout, r.variant): r.gbps for r in copies.itertuples()}
     limits = [
         "" if math.isnan(r.gbps) else FRESH_COPY if _allocates_fresh_pages(r) else PREALLOCATED_COPY
         for r in frame.itertuples()
     ]
     frame["copy_limit"] = limits
     frame["copy_gbps"] = [
-        copy_gbps.get((r.shape, r.dtype, r.device, limit), math.nan) if limit else math.nan
+        copy_gbps.get((r.shape, r.dtype, r.device, r.layout, limit), math.nan) if limit else math.nan
         for r, limit in zip(frame.itertuples(), limits, strict=True)
     ]
     frame["copy_share"] = frame["gbps"] / frame["copy_gbps"]
@@ -125,10 +130,12 @@ def add_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     # Host faults x the CPU's cost per fault: meaningful for host-clock CPU rows only, not for CUDA-event times.
     frame["page_fault_share"] = share.where(frame["device"] == "cpu")
     reference = {
-        (r.workload, r.shape, r.dtype, r.device): r.median_us for r in rows(None, *SPEEDUP_REFERENCE).itertuples()
+        (r.workload, r.shape, r.dtype, r.device, r.layout): r.median_us
+        for r in rows(None, *SPEEDUP_REFERENCE).itertuples()
     }
     frame["speedup_vs_unfused"] = [
-        reference.get((r.workload, r.shape, r.dtype, r.device), math.nan) / r.median_us for r in frame.itertuples()
+        reference.get((r.workload, r.shape, r.dtype, r.device, r.layout), math.nan) / r.median_us
+        for r in frame.itertuples()
     ]
     floors: dict[str, float] = {}
     for baseline, variant in reversed(LAUNCH_FLOORS):  # the first listed overrides
@@ -156,13 +163,14 @@ def fault_cost_us(frame: pd.DataFrame) -> float:
     # Page faults are the host's: only CPU copies measure them.
     cpu = frame.device == "cpu"
     copies = frame[cpu & (frame.workload == "limit") & (frame.baseline == "copy")].set_index(
-        ["shape", "dtype", "variant"]
+        ["shape", "dtype", "layout", "variant"]
     )
     costs = []
-    for shape, dtype, variant in copies.index:
-        if variant != FRESH_COPY or (shape, dtype, PREALLOCATED_COPY) not in copies.index:
+    for shape, dtype, layout, variant in copies.index:
+        if variant != FRESH_COPY or (shape, dtype, layout, PREALLOCATED_COPY) not in copies.index:
             continue
-        fresh, preallocated = copies.loc[(shape, dtype, FRESH_COPY)], copies.loc[(shape, dtype, PREALLOCATED_COPY)]
+        fresh = copies.loc[(shape, dtype, layout, FRESH_COPY)]
+        preallocated = copies.loc[(shape, dtype, layout, PREALLOCATED_COPY)]
         if fresh.minor_faults_per_call >= MIN_FAULTS_FOR_COST:
             costs.append(max(0.0, fresh.median_us - preallocated.median_us) / fresh.minor_faults_per_call)
     return float(pd.Series(costs).median()) if costs else math.nan

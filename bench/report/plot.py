@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bench.plan.grid import shape_elements  # noqa: E402
+from bench.report.targets import at_layout, op_layouts  # noqa: E402
 from env.files import atomic_path  # noqa: E402
 from ops.dtypes import DTYPES  # noqa: E402
 
@@ -49,7 +50,9 @@ def _style(baseline: str, variant: str) -> dict:
 
 
 def _device_panels(axes, frame: pd.DataFrame, device: str) -> None:
-    """One device's row of panels: latency and bandwidth against size, and the model-level bars."""
+    """One device's row of panels: latency and bandwidth against size, and the model-level bars; the op and copy
+    rows at the headline's layout (the natural one where it was measured)."""
+    frame = at_layout(frame, (op_layouts(frame) or [""])[0])
     op = frame[frame.workload.isin(["op", "limit"]) & ~frame.baseline.isin(["dispatch", "launch"])].copy()
     model = frame[frame.workload == "model"]
     serve = frame[frame.workload == "serve"]

@@ -1,7 +1,7 @@
 """The report format: columns declared once, written atomically, read back with checks.
 
 A report is three files with one stem, ``reports/<UTC timestamp>-<host>``:
-  * ``.csv``          one row per (workload, shape, dtype, baseline, variant, device);
+  * ``.csv``          one row per (workload, shape, dtype, baseline, variant, device, layout);
   * ``.samples.npz``  the raw per-call samples of every row (for `invoke bench.compare`);
   * ``.png``          the plot (bench/report/plot.py).
 """
@@ -25,8 +25,8 @@ from env.files import atomic_path
 # page_fault_share, thp columns; limit/copy/fresh_output rows. 5: machine_id and the power-policy columns
 # (cpu_governor ... gpu_clocks). 6: the hardware facts (cpu_vendor ... gpu_model), and machine_id hashes them
 # with /etc/machine-id (one VM image's machines shared the id of 5); malloc_policy, median_lo_us/median_hi_us and
-# precision_target.
-SCHEMA_VERSION = 6
+# precision_target. 7: layout joins the key (natural | page_offset, bench/measure/placement.py).
+SCHEMA_VERSION = 7
 
 # (column, pandas dtype, meaning) - field order = column order. The one declaration
 # of the format: writing, reading, validation and the tests all use this table.
@@ -98,6 +98,12 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("cpu_model", "string", ""),
     ("threads", "int64", "torch.set_num_threads and ORT intra-op threads"),
     ("device", "string", "cpu, or the GPU model"),
+    (
+        "layout",
+        "string",
+        "where the inputs start in their pages: natural (as the allocator gives them, as a user's tensors) | "
+        "page_offset (x at the process's page offset, spread over a run's processes)",
+    ),
     (
         "cpu_allocator",
         "string",
@@ -175,6 +181,7 @@ class RowKey(NamedTuple):
     baseline: str
     variant: str
     device: str
+    layout: str
 
 
 KEY_COLUMNS: tuple[str, ...] = RowKey._fields
@@ -281,7 +288,7 @@ def read_report(csv: Path | str) -> pd.DataFrame:
         )
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
         raise ReportError(f"{csv}: not a fusedbench report CSV ({error})") from error
-    if "schema_version" not in frame.columns or not set(KEY_COLUMNS) <= set(frame.columns):
+    if "schema_version" not in frame.columns or not set(KEY_COLUMNS) - {"layout"} <= set(frame.columns):
         raise ReportError(f"{csv}: not a fusedbench report (no schema_version/key columns)")
     versions = set(frame["schema_version"].dropna().astype(int))
     if len(versions) != 1 or not versions <= set(READABLE_SCHEMAS):
@@ -300,7 +307,7 @@ def read_report(csv: Path | str) -> pd.DataFrame:
 
 
 # The report schemas read (an earlier one is migrated by ``migrate``), and the columns each later one added.
-READABLE_SCHEMAS = (4, 5, 6)
+READABLE_SCHEMAS = (4, 5, 6, 7)
 _ADDED_IN = {
     5: ("machine_id", "cpu_governor", "cpu_epp", "cpu_boost", "cpu_freq_range_mhz", "cpu_cur_mhz", "gpu_policy")
     + ("gpu_clocks",),
@@ -339,6 +346,8 @@ def migrate(frame: pd.DataFrame, version: int) -> pd.DataFrame:
     column whose meaning changed keeps its value under the same mark
     (machine_id before 6 hashed /etc/machine-id alone, which one VM image's
     machines share). `bench.compare` refuses such a report unless forced.
+    The layout, which was not a column before 7 but is known, is filled as
+    measured (``earlier_layout``).
     """
     frame = frame.copy()
     for later in sorted(v for v in _ADDED_IN if v > version):
@@ -353,8 +362,18 @@ def migrate(frame: pd.DataFrame, version: int) -> pd.DataFrame:
         frame["machine_id"] = [
             v if is_earlier_schema_value(v) else earlier_schema_value(version, str(v)) for v in frame["machine_id"]
         ]
+    if version < 7:
+        frame["layout"] = [earlier_layout(r.workload, r.baseline, r.device) for r in frame.itertuples()]
     frame["schema_version"] = SCHEMA_VERSION
     return frame
+
+
+def earlier_layout(workload: str, baseline: str, device: str) -> str:
+    """The layout a row of a schema before 7 was measured at: every CPU input was placed at the process's page
+    offset (the op's, add + norm's and model's x, and the copy that reads it); the floors and the GPU's rows
+    have none placed, as this schema's rows of them say."""
+    placed = device == "cpu" and (workload in ("op", "add_norm", "model") or baseline == "copy")
+    return "page_offset" if placed else "natural"
 
 
 def read_samples(csv: Path | str) -> dict[tuple[str, ...], RowSamples]:
@@ -372,6 +391,15 @@ def read_samples(csv: Path | str) -> dict[tuple[str, ...], RowSamples]:
         raise ReportError(f"{path}: samples schema version {version}, this code reads {READABLE_SCHEMAS}")
     bounds = np.concatenate([[0], np.cumsum(counts)])
     return {
-        tuple(str(v) for v in keys[i]): RowSamples(flat[bounds[i] : bounds[i + 1]], rounds[bounds[i] : bounds[i + 1]])
+        sample_key(keys[i], version): RowSamples(flat[bounds[i] : bounds[i + 1]], rounds[bounds[i] : bounds[i + 1]])
         for i in range(len(counts))
     }
+
+
+def sample_key(key, version: int) -> tuple[str, ...]:
+    """A samples sidecar's key of schema ``version`` as this schema's (before 7 it had no layout)."""
+    key = tuple(str(v) for v in key)
+    if version < 7:
+        workload, _, _, baseline, _, device = key
+        key = (*key, earlier_layout(workload, baseline, device))
+    return key

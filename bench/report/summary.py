@@ -2,7 +2,8 @@
 
 The screen (at most SCREEN_LINES lines): per device, thread count and dtype,
 the fused op against each baseline over the op shapes (the geometric mean and
-the range, from the report's medians) and its share of the copy; the targets'
+the range, from the report's medians) and its share of the copy, at the
+natural layout (inputs as the allocator gives them, as a user's are); the targets'
 verdicts; the rows not to trust (their median's interval wider than the run
 asked, or other processes busy while they were timed);
 what was skipped or failed; where the files are. The full table, every
@@ -22,8 +23,9 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.measure.machine import BUSY_SHARE
+from bench.measure.placement import NATURAL
 from bench.report.metrics import PAGE_FAULT_BOUND, fault_cost_us, page_fault_bound
-from bench.report.targets import VERDICT_MARKUP, evaluate_targets
+from bench.report.targets import VERDICT_MARKUP, at_layout, evaluate_targets, op_layouts
 from env.files import write_text_atomic
 
 SCREEN_LINES = 30  # the terminal summary fits one screen
@@ -49,6 +51,7 @@ def summary_table(frame) -> Table:
         ("dtype", "left"),
         ("baseline", "left"),
         ("variant", "left"),
+        ("layout", "left"),
         ("n", "right"),
         ("median µs", "right"),
         ("p99 µs", "right"),
@@ -70,6 +73,7 @@ def summary_table(frame) -> Table:
             r.dtype,
             r.baseline,
             r.variant,
+            r.layout,
             str(r.n),
             _fmt(r.median_us, ".2f"),
             _fmt(r.p99_us, ".2f"),
@@ -124,20 +128,25 @@ class Comparison:
 
 @dataclass(frozen=True)
 class Headline:
-    """One device, thread count and dtype: the fused op against each baseline, and its share of the copy."""
+    """One device, thread count and dtype at one layout: the fused op against each baseline, and its share of
+    the copy."""
 
     device: str
     threads: int
     dtype: str
     comparisons: list[Comparison]
     copy_share: dict[str, float]  # the out variant's share of the copy into a preallocated buffer, per shape
+    layout: str = NATURAL
 
 
 def headlines(frame) -> list[Headline]:
-    """The headline of every (device, threads, dtype) that has op rows of the fused op."""
+    """The headline of every (device, threads, dtype) that has op rows of the fused op, at the natural layout
+    (the report's only one where it has no natural rows)."""
     op = frame[frame.workload == "op"]
     found = []
     for (device, threads, dtype), rows in op.groupby(["device", "threads", "dtype"], sort=False):
+        layout = op_layouts(rows)[0]
+        rows = at_layout(rows, layout)
         medians = {(r.baseline, r.variant, r.shape): float(r.median_us) for r in rows.itertuples()}
         shapes = list(dict.fromkeys(rows["shape"]))
         comparisons = []
@@ -152,7 +161,7 @@ def headlines(frame) -> list[Headline]:
         out = rows[(rows.baseline == "fused") & (rows.variant == "out") & rows.copy_share.notna()]
         if comparisons or len(out):
             share = {r.shape: float(r.copy_share) for r in out.itertuples()}
-            found.append(Headline(str(device), int(threads), str(dtype), comparisons, share))
+            found.append(Headline(str(device), int(threads), str(dtype), comparisons, share, str(layout)))
     return found
 
 
@@ -162,7 +171,8 @@ def _range(values: dict[str, float], spec: str, unit: str) -> str:
 
 
 def headline_lines(headline: Headline) -> list[str]:
-    lines = [f"[bold]{headline.device}[/], {headline.threads} thread(s), {headline.dtype}: fused op faster than"]
+    where = "" if headline.layout == NATURAL else f", layout {headline.layout}"
+    lines = [f"[bold]{headline.device}[/], {headline.threads} thread(s), {headline.dtype}{where}: fused op faster than"]
     for c in headline.comparisons:
         lines.append(f"  {c.name:<15} {c.geomean:6.2f}x  (geo-mean; over shapes {_range(c.ratios, '.2f', 'x')})")
     if headline.copy_share:
@@ -183,7 +193,8 @@ def untrusted_rows(frame) -> list[str]:
         if r.other_cpu_share > BUSY_SHARE:
             why.append(f"other processes {100 * r.other_cpu_share:.0f}%")
         if why:
-            found.append(f"{r.workload} {r.shape} {r.dtype} {r.baseline}/{r.variant}: {', '.join(why)}")
+            layout = "" if r.layout == NATURAL else f" {r.layout}"
+            found.append(f"{r.workload} {r.shape} {r.dtype}{layout} {r.baseline}/{r.variant}: {', '.join(why)}")
     return found
 
 
@@ -207,7 +218,10 @@ def print_full(outcome, console: Console) -> None:
         console.print(summary_table(outcome.frame))
         targets = evaluate_targets(outcome.frame)
         if targets:
-            console.print("[bold]targets[/] (ratios within this run and device; CPU: fp32 rows)")
+            console.print(
+                "[bold]targets[/] (ratios within this run and device; CPU: fp32 rows; at the natural layout unless "
+                "one is named)"
+            )
             for target in targets:
                 console.print(f"  {_verdict(target)}  {target.name}: {target.detail}")
         faults = page_fault_line(outcome.frame)

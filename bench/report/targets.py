@@ -7,17 +7,24 @@ count the CPU's fp32 rows unless a target names other dtypes, and are judged
 at each thread count the report measured (a report made of a 1-thread and a
 2-thread run states every CPU target twice); the GPU targets are judged on
 each GPU's rows, the dtype named in each.
+
+The op rows and their copies are judged at the natural layout (inputs as the
+allocator gives them: what a user's tensors get), the copy shares again at
+each other layout the report measured, under a name that says which; a
+report with no natural rows (one from before the layout column) is judged at
+the layout it has.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
 from bench.measure.allocator import DEFAULT as DEFAULT_POLICY
 from bench.measure.allocator import FIXED_MMAP, MMAP_THRESHOLD_BYTES
+from bench.measure.placement import NATURAL
 from bench.plan import grid
 from bench.plan.grid import shape_elements, shape_label
 
@@ -76,6 +83,7 @@ class Target:
     measure: Callable[[pd.DataFrame], list[Check]]
     dtypes: tuple[str, ...] = ("float32",)  # the CPU rows it is judged on
     across_threads: bool = False  # judged on the rows of every thread count at once, not per count
+    per_layout: bool = False  # a copy share: judged again at each layout other than the natural one
 
 
 @dataclass(frozen=True)
@@ -392,17 +400,20 @@ TARGETS: tuple[Target, ...] = (
         f"{FIRST_BANDWIDTH_SHAPE} up, judged on the interval; at {DISPATCH_BOUND} its time above its one-row call "
         f"within the copy's / {DISPATCH_COPY_SHARE}",
         _out_variant,
+        per_layout=True,
     ),
     Target(
         f"fused allocating call from {FIRST_BANDWIDTH_SHAPE} up: >= {100 * CPU_COPY_SHARE:.0f}% of the fresh-output "
         "copy, judged on the interval",
         _copy_share_of("call", CPU_COPY_SHARE, "fresh_output"),
+        per_layout=True,
     ),
     Target(
         f"fused out variant in bfloat16 and float16: >= {100 * CPU_16BIT_COPY_SHARE:.0f}% of the copy into a "
         "preallocated buffer past the last-level cache; in the caches never slower than the fp32 out variant",
         _sixteen_bit,
         dtypes=("bfloat16", "float16", "float32"),
+        per_layout=True,
     ),
     Target("ORT custom-op route vs ORT standard route: within 10%", _ort_custom_vs_standard),
     Target(
@@ -537,16 +548,48 @@ def _judge_per_thread_count(target: Target, rows: pd.DataFrame) -> TargetResult:
     return _combined(target.name, [r.met for _, r in measured], detail)
 
 
+def _per_layout(frame: pd.DataFrame) -> pd.Series:
+    """The rows measured at more than one layout: the op rows and the copies they are held against."""
+    return (frame.workload == "op") | ((frame.workload == "limit") & (frame.baseline == "copy"))
+
+
+def op_layouts(frame: pd.DataFrame) -> list[str]:
+    """The layouts of the report's op rows, the headline's first: the natural one where it was measured."""
+    if "layout" not in frame.columns:
+        return []
+    found = list(dict.fromkeys(frame.layout[frame.workload == "op"]))
+    return sorted(found, key=lambda layout: layout != NATURAL)
+
+
+def at_layout(frame: pd.DataFrame, layout: str) -> pd.DataFrame:
+    """The report as measured at ``layout``: its op rows and their copies at that layout, the other rows as
+    they are (each of them is measured at one layout only)."""
+    if "layout" not in frame.columns:
+        return frame
+    return frame[~_per_layout(frame) | (frame.layout == layout)]
+
+
 def evaluate_targets(frame: pd.DataFrame, targets: tuple[Target, ...] = TARGETS) -> list[TargetResult]:
-    """The CPU targets on the CPU's rows of their dtypes, per thread count; then the GPU targets per GPU."""
+    """The CPU targets on the CPU's rows of their dtypes, per thread count, at the headline's layout; the
+    copy shares again at each other layout, named by it; then the GPU targets per GPU."""
     if "device" not in frame.columns:
         frame = frame.assign(device="cpu")
     cpu = frame[frame.device == "cpu"]
+    layouts = op_layouts(cpu) or [NATURAL]
+    headline = at_layout(cpu, layouts[0])
     results = (
-        [_judge_per_thread_count(t, cpu[cpu.dtype.isin(t.dtypes)]) for t in targets]
+        [_judge_per_thread_count(t, headline[headline.dtype.isin(t.dtypes)]) for t in targets]
         if len(cpu) or not len(frame)
         else []
     )
+    for layout in layouts[1:]:
+        rows = at_layout(cpu, layout)
+        for t in (t for t in targets if t.per_layout):
+            result = _judge_per_thread_count(t, rows[rows.dtype.isin(t.dtypes)])
+            # Named as the GPU targets are by their device (a bracket would read as console markup).
+            results.append(replace(result, name=f"layout {layout}: {result.name}"))
     for device in dict.fromkeys(frame.device[frame.device != "cpu"]):
-        results += [_judge(t, frame[frame.device == device], f"{device}: ") for t in GPU_TARGETS]
+        rows = frame[frame.device == device]
+        rows = at_layout(rows, (op_layouts(rows) or [NATURAL])[0])
+        results += [_judge(t, rows, f"{device}: ") for t in GPU_TARGETS]
     return results

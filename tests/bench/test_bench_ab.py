@@ -368,7 +368,7 @@ def test_each_process_times_a_variant_for_the_process_budget_unless_the_run_set_
 def test_an_incompatible_ref_is_skipped_with_the_reason():
     with pytest.raises(ab.Skipped, match="speaks protocol 1"):
         ab.check_compatible({"protocol": 1, "schema_version": SCHEMA_VERSION}, "a" * 40)
-    with pytest.raises(ab.Skipped, match=f"writes report schema {SCHEMA_VERSION + 1}, this checkout reads 4, 5, 6"):
+    with pytest.raises(ab.Skipped, match=f"writes report schema {SCHEMA_VERSION + 1}, this checkout reads 4, 5, 6, 7:"):
         ab.check_compatible({"protocol": PROTOCOL, "schema_version": SCHEMA_VERSION + 1}, "a" * 40)
     # A REF of an earlier schema this checkout reads (migrated) takes part: both sides run on this machine.
     ab.check_compatible({"protocol": PROTOCOL, "schema_version": SCHEMA_VERSION - 1}, "a" * 40)
@@ -484,7 +484,7 @@ def test_a_ref_of_another_report_schema_is_skipped_with_the_reason(repo, tmp_pat
         scratch.git("checkout", "--quiet", repo["slow"], cwd=root)
     result, text = _run(repo, other, tmp_path)
     assert result.code == 0 and result.new_csv is None
-    assert f"writes report schema {SCHEMA_VERSION + 1}, this checkout reads 4, 5, {SCHEMA_VERSION}" in text
+    assert f"writes report schema {SCHEMA_VERSION + 1}, this checkout reads 4, 5, 6, {SCHEMA_VERSION}" in text
     assert f"schema {SCHEMA_VERSION + 1}" in (result.folder / "compare.txt").read_text()
 
 
@@ -552,3 +552,18 @@ def test_a_ref_from_before_the_allocator_option_measures_with_the_fixed_policy_i
     assert "allocator" not in plan and plan["quick"] is True
     with pytest.raises(ab.Skipped, match="BASE's bench has no option 'allocator' \\(set to 'default' here\\)"):
         ab.plan_for(BenchOptions(allocator="default"), known, "BASE")
+
+
+def test_a_ref_from_before_the_layouts_option_measures_the_page_offset_on_both_sides():
+    # Such a REF placed every op case at the process's page offset: a run of every layout measures that one on
+    # both sides (else the sides would plan different grids); one that asks for the natural layout is skipped.
+    new = list(vars(BenchOptions()))
+    old = [name for name in new if name != "layouts"]
+    options = ab.common_layouts(BenchOptions(quick=True), [new, old])
+    assert options.layouts == "page_offset"
+    assert "layouts" not in ab.plan_for(options, old, "BASE") and ab.plan_for(options, new, "NEW")["layouts"] == (
+        "page_offset"
+    )
+    assert ab.common_layouts(BenchOptions(quick=True), [new, new]).layouts == "all"
+    with pytest.raises(ab.Skipped, match="BASE's bench has no option 'layouts' \\(set to 'natural' here\\)"):
+        ab.plan_for(ab.common_layouts(BenchOptions(layouts="natural"), [new, old]), old, "BASE")

@@ -160,29 +160,31 @@ def _row(key: tuple[str, ...], ratio: float, verdict: str, units: int = 10) -> R
 
 
 def test_suspects_are_inconclusive_counted_rows_past_a_bound():
-    op = ("op", "1x8x512", "float32", "fused", "call", "cpu")
+    op = ("op", "1x8x512", "float32", "fused", "call", "cpu", "natural")
     rows = [
         _row(op, 1.08, INCONCLUSIVE),
-        _row(op[:4] + ("out", "cpu"), 1.04, INCONCLUSIVE),  # within the bound: nothing to confirm
-        _row(op[:3] + ("native", "call", "cpu"), 0.90, INCONCLUSIVE),  # past the lower bound: a possible gain
+        _row(op[:4] + ("out", "cpu", "natural"), 1.04, INCONCLUSIVE),  # within the bound: nothing to confirm
+        _row(op[:3] + ("native", "call", "cpu", "natural"), 0.90, INCONCLUSIVE),  # past the lower bound: a gain?
         _row(("limit",) + op[1:], 1.2, INCONCLUSIVE),  # a limit row measures the machine: never counted
-        _row(op[:3] + ("ort", "custom-run", "cpu"), 1.2, REGRESSION),  # already settled
-        _row(op[:3] + ("unfused", "call", "cpu"), 1.2, INCONCLUSIVE, units=1),  # no interval at all
+        _row(op[:3] + ("ort", "custom-run", "cpu", "natural"), 1.2, REGRESSION),  # already settled
+        _row(op[:3] + ("unfused", "call", "cpu", "natural"), 1.2, INCONCLUSIVE, units=1),  # no interval at all
     ]
     assert compare.suspects(Comparison(rows), THRESHOLD) == [rows[0].key, rows[2].key]
 
 
 def test_the_narrowed_grid_plans_exactly_the_suspects_jobs(tmp_path):
     keys = [
-        ("op", "8x128x1024", "float32", "fused", "call", "cpu"),
-        ("model", "1x32x128", "float32", "ort", "standard-run", "cpu"),
-        ("add_norm", "4x64x768", "float32", "fused", "inplace", "cpu"),
+        ("op", "8x128x1024", "float32", "fused", "call", "cpu", "page_offset"),
+        ("model", "1x32x128", "float32", "ort", "standard-run", "cpu", "page_offset"),
+        ("add_norm", "4x64x768", "float32", "fused", "inplace", "cpu", "page_offset"),
     ]
     options = confirm_options(BenchOptions(quick=True), keys)
+    # Only the op suspects' layout is planned (a layout other than the natural one names its job).
+    assert options.layouts == "page_offset"
     jobs = plan_jobs(options, tmp_path)
     # No limits: a verdict reads a row's own time.
     assert [job.label for job in jobs] == [
-        "op 8x128x1024 float32 fused",
+        "op 8x128x1024 float32 page_offset fused",
         "add_norm 4x64x768 float32 fused",
         "model small 1x32 float32 ort",
     ]
@@ -193,8 +195,8 @@ def test_the_narrowed_grid_plans_exactly_the_suspects_jobs(tmp_path):
     labels = [job.label for job in plan_jobs(replace(options, rows=None), tmp_path)]
     assert labels == [
         "limit dispatch floor",
-        "op 8x128x1024 float32 copy",
-        "op 8x128x1024 float32 fused",
+        "op 8x128x1024 float32 page_offset copy",
+        "op 8x128x1024 float32 page_offset fused",
         "add_norm 4x64x768 float32 fused",
         "model small 1x32 float32 ort",
     ], labels
@@ -217,6 +219,11 @@ def test_a_rows_job_key_names_the_job_the_plan_made(tmp_path):
 
     labels = {job.label for job in plan_jobs(BenchOptions(quick=True, device="cpu", baseline="fused"), tmp_path)}
     assert JobKey.of_row("op", "8x128x1024", "float32", "fused", "cpu").label in labels
+    placed = JobKey.of_row("op", "8x128x1024", "float32", "fused", "cpu", "page_offset").label
+    assert placed == "op 8x128x1024 float32 page_offset fused" and placed in labels
+    # Both layouts of an op suspect: both planned.
+    both = [("op", "1x8x512", "float32", "fused", "out", "cpu", layout) for layout in ("natural", "page_offset")]
+    assert confirm_options(BenchOptions(quick=True), both).layouts == "all"
     model = JobKey.of_row("model", "1x32x64", "float32", "fused", "cpu")  # batch x sequence x hidden
     assert model.case == "small 1x32" and model.label in labels
     assert JobKey.of_row("limit", "8x128x1024", "float32", "copy", "cpu") is None

@@ -51,8 +51,8 @@ def test_add_norm_rows_of_every_baseline_and_the_folded_model(run):
         ("fused_add", "call"),
         ("fused_add", "inplace"),
     ):
-        assert ("add_norm", "2x8x128", "float32", baseline, variant, "cpu") in keys
-    assert ("model", "1x4x128", "float32", "fused_add", "call", "cpu") in keys
+        assert ("add_norm", "2x8x128", "float32", baseline, variant, "cpu", "page_offset") in keys
+    assert ("model", "1x4x128", "float32", "fused_add", "call", "cpu", "page_offset") in keys
 
 
 def test_add_norm_ratios_use_its_own_unfused_row_and_the_copy_at_its_shape(run):
@@ -64,7 +64,14 @@ def test_add_norm_ratios_use_its_own_unfused_row_and_the_copy_at_its_shape(run):
     assert (rows.bytes_moved == (4 * elements + 2 * 128) * 4).all()  # read x, residual; write y, the sum
     for row in rows.itertuples():
         limit = "fresh_output" if row.variant == "call" else "into_preallocated"
-        copy = frame[(frame.baseline == "copy") & (frame["shape"] == row.shape) & (frame.variant == limit)].iloc[0]
+        # The copy at its own layout: x and the residual sit at the process's page offset.
+        copy = frame[
+            (frame.baseline == "copy")
+            & (frame["shape"] == row.shape)
+            & (frame.variant == limit)
+            & (frame.layout == "page_offset")
+        ].iloc[0]
+        assert row.layout == "page_offset"
         assert row.copy_limit == limit and row.copy_share == pytest.approx(row.gbps / copy.gbps)
 
 

@@ -6,17 +6,15 @@ import subprocess
 import sys
 
 import numpy as np
-import pandas as pd
 import pytest
 from invoke import Context, Exit
 from rich.console import Console
 
 import tasks
-from bench.measure.hardware import HARDWARE_COLUMNS
 from bench.report.schema import SCHEMA_VERSION
 from bench.stats.compare import EXIT_MACHINES_DIFFER, MACHINE_COLUMNS, compare_reports, main
 from env.paths import REPO_ROOT
-from tests.helpers.bench_synthetic import lognormal, make_key, synthetic_report
+from tests.helpers.bench_synthetic import as_earlier_schema, lognormal, make_key, synthetic_report
 
 HERE = {
     "machine_id": "3f2a9c0d1e4b5a6c",
@@ -55,10 +53,10 @@ def _run(base, new, **kwargs) -> tuple[int, str]:
     return code, console.export_text()
 
 
-def _pair(tmp_path, rng, there: dict, slower: float = 1.0):
-    key = make_key()
+def _pair(tmp_path, rng, there: dict, slower: float = 1.0, layout: str = "natural"):
+    key = make_key(layout=layout)
     # The device is part of a row's key: a report of another device has its rows under that device.
-    new_key = make_key(device=str(there.get("device", key[-1])))
+    new_key = make_key(device=str(there.get("device", key.device)), layout=layout)
     base = synthetic_report(tmp_path / "base.csv", {key: lognormal(rng, 10.0, 600)}, environment=HERE)
     new = synthetic_report(
         tmp_path / "new.csv", {new_key: lognormal(rng, 10.0 * slower, 600)}, environment={**HERE, **there}
@@ -183,26 +181,14 @@ def test_a_report_of_a_schema_this_code_does_not_read_is_a_clear_error(tmp_path,
     good = synthetic_report(tmp_path / "good.csv", {make_key(): lognormal(rng, 5, 30)})
     old = synthetic_report(tmp_path / "old.csv", {make_key(): lognormal(rng, 5, 30)}, schema_version=version)
     code, text = _run(old, good)
-    assert code == 2 and f"report schema version [{version}]" in text and "reads versions 4, 5, 6" in text
-
-
-def _as_earlier_schema(csv, version: int):
-    """The report rewritten as schema ``version`` wrote it: without the columns later schemas added."""
-    frame = pd.read_csv(csv, dtype=str)
-    added = [*(HARDWARE_COLUMNS if version < 6 else ())]
-    if version < 5:
-        added += ["machine_id", "cpu_governor", "cpu_epp", "cpu_boost", "cpu_freq_range_mhz", "cpu_cur_mhz"]
-        added += ["gpu_policy", "gpu_clocks"]
-    frame = frame.drop(columns=added)
-    frame["schema_version"] = version
-    frame.to_csv(csv, index=False)
-    return csv
+    assert code == 2 and f"report schema version [{version}]" in text and "reads versions 4, 5, 6, 7" in text
 
 
 @pytest.mark.parametrize("version", [4, 5])
 def test_a_report_of_an_earlier_schema_is_refused_unless_forced(tmp_path, rng, version):
-    base, new = _pair(tmp_path, rng, {}, slower=1.5)
-    _as_earlier_schema(base, version)
+    # Before schema 7 every op row was measured at the process's page offset: it pairs with that layout's row.
+    base, new = _pair(tmp_path, rng, {}, slower=1.5, layout="page_offset")
+    as_earlier_schema(base, version)
     code, text = _run(base, new)
     assert code == EXIT_MACHINES_DIFFER and "cannot be told apart" in text and "--force" in text
     assert "BASE is a report of an earlier schema and lacks machine_id" in text and "cpu_family" in text
@@ -210,15 +196,15 @@ def test_a_report_of_an_earlier_schema_is_refused_unless_forced(tmp_path, rng, v
     code, text = _run(base, new, force=True)
     assert code == 1 and "WARNING: forced" in text and "1 rows compared, 1 regression(s)" in text
     # The facts both record are still compared: a forced comparison is refused on those.
-    base, other = _pair(tmp_path, rng, {"cpu_model": "Intel Xeon"})
-    _as_earlier_schema(base, version)
+    base, other = _pair(tmp_path, rng, {"cpu_model": "Intel Xeon"}, layout="page_offset")
+    as_earlier_schema(base, version)
     code, text = _run(base, other, force=True)
     assert code == EXIT_MACHINES_DIFFER and "cpu_model: AMD EPYC 9B14 -> Intel Xeon" in text
 
 
 def test_two_reports_of_one_earlier_schema_compare_their_machine_ids(tmp_path, rng):
     base, new = _pair(tmp_path, rng, {"machine_id": "77e0b1c2d3f4a5b6"})
-    _as_earlier_schema(base, 5), _as_earlier_schema(new, 5)
+    as_earlier_schema(base, 5), as_earlier_schema(new, 5)
     assert compare_reports(base, new).machine_differences == [
         "machine_id: schema 5: 3f2a9c0d1e4b5a6c -> schema 5: 77e0b1c2d3f4a5b6"
     ]
@@ -246,3 +232,37 @@ def test_a_slower_limit_row_is_shown_but_not_counted(tmp_path, rng):
     assert code == 0 and "limit rows slower in NEW" in text and "copy/into_preallocated 8x128x1024" in text
     slower_op = synthetic_report(tmp_path / "c.csv", {limit: lognormal(rng, 1.4, 2000), op: lognormal(rng, 3.6, 2000)})
     assert _run(base, slower_op)[0] == 1
+
+
+def test_the_layout_is_part_of_the_row_key(tmp_path, rng):
+    # One op row at both layouts; only the natural one slower in NEW: each layout is judged against its own.
+    natural, placed = make_key(), make_key(layout="page_offset")
+    base = synthetic_report(
+        tmp_path / "base.csv",
+        {natural: lognormal(rng, 10.0, 600), placed: lognormal(rng, 20.0, 600)},
+        environment=HERE,
+    )
+    new = synthetic_report(
+        tmp_path / "new.csv",
+        {natural: lognormal(rng, 15.0, 600), placed: lognormal(rng, 20.0, 600)},
+        environment=HERE,
+    )
+    comparison = compare_reports(base, new)
+    ratios = {r.key[-1]: r.ratio for r in comparison.rows}
+    assert ratios["natural"] == pytest.approx(1.5, rel=0.03) and ratios["page_offset"] == pytest.approx(1.0, rel=0.03)
+    assert [r.key for r in comparison.regressions] == [natural]
+
+
+def test_a_report_from_before_the_layout_pairs_its_rows_with_the_page_offset(tmp_path, rng):
+    # A schema-6 report measured the op at the page offset: its row meets NEW's page_offset row, and NEW's
+    # natural row has nothing to be compared with.
+    base = synthetic_report(
+        tmp_path / "base.csv", {make_key(layout="page_offset"): lognormal(rng, 10.0, 600)}, environment=HERE
+    )
+    as_earlier_schema(base, 6)
+    samples = {make_key(): lognormal(rng, 30.0, 600), make_key(layout="page_offset"): lognormal(rng, 10.0, 600)}
+    new = synthetic_report(tmp_path / "new.csv", samples, environment=HERE)
+    comparison = compare_reports(base, new)
+    assert [r.key for r in comparison.rows] == [make_key(layout="page_offset")]
+    assert comparison.rows[0].ratio == pytest.approx(1.0, rel=0.03)
+    assert comparison.only_in_new == [make_key()] and comparison.only_in_base == []

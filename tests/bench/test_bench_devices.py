@@ -212,6 +212,7 @@ def _rows(device: str, rows: list[tuple[str, str, str, str, str, float, float]])
                 "baseline": baseline,
                 "variant": variant,
                 "device": device,
+                "layout": "natural",
                 "median_us": median,
                 "bytes_moved": bytes_moved,
                 "gbps": bytes_moved / median / 1e3,

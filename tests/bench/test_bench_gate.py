@@ -155,3 +155,15 @@ def test_a_commit_that_makes_the_op_ten_percent_slower_fails_the_gate(tmp_path):
     comparison = ab.rejudge_folder(folder, compare.DEFAULT_THRESHOLD)
     decision = gate.decide(comparison, compare.EXIT_REGRESSION, gate.acceptances(landed, root))
     assert decision.code == compare.EXIT_OK and decision.accepted and not decision.failing
+
+
+def test_a_row_name_names_a_layout_other_than_the_natural_one():
+    placed = make_key(shape="1x8x512", layout="page_offset")
+    assert gate.row_name(make_key(shape="1x8x512")) == "fused/call op 1x8x512 float32 cpu"
+    assert gate.row_name(placed) == "fused/call op 1x8x512 float32 cpu page_offset"
+    # A glob of the natural row leaves the page offset's regression failing; a trailing * takes both.
+    comparison = compare.Comparison(rows=[_row(placed, compare.REGRESSION)])
+    exact = [gate.Acceptance("fused/call op 1x8x512 float32 cpu", "wanted", "a" * 40)]
+    assert gate.decide(comparison, compare.EXIT_REGRESSION, exact).failing == [gate.row_name(placed)]
+    wide = [gate.Acceptance("fused/call op 1x8x512 float32 cpu*", "wanted", "a" * 40)]
+    assert gate.decide(comparison, compare.EXIT_REGRESSION, wide).code == compare.EXIT_OK

@@ -7,6 +7,7 @@ import io
 import re
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -49,14 +50,18 @@ def test_tiny_grid_writes_one_row_per_baseline_variant_and_case(torch_run):
     tmp_path, outcome = torch_run
     assert outcome.failures == [] and outcome.skipped == []
     frame = read_report(outcome.paths.csv)
-    expected = {("limit", "1", "float32", "dispatch", v, "cpu") for v in ("torch_noop", "ort_identity_iobinding")}
-    expected.add(("limit", "1x16", "float32", "dispatch", "fused_out_one_row", "cpu"))
+    floor = ("cpu", "natural")  # the floors place nothing
+    expected = {("limit", "1", "float32", "dispatch", v, *floor) for v in ("torch_noop", "ort_identity_iobinding")}
+    expected.add(("limit", "1x16", "float32", "dispatch", "fused_out_one_row", *floor))
+    # Every op case and its copies at both layouts: as allocated (natural) and at the process's page offset.
     for shape in ("1x4x64", "2x8x128"):
-        expected |= {("limit", shape, "float32", "copy", v, "cpu") for v in ("into_preallocated", "fresh_output")}
-        for baseline, variant in (("unfused", "call"), ("fused", "call"), ("fused", "out"), ("native", "call")):
-            expected.add(("op", shape, "float32", baseline, variant, "cpu"))
+        for layout in ("natural", "page_offset"):
+            copies = ("into_preallocated", "fresh_output")
+            expected |= {("limit", shape, "float32", "copy", v, "cpu", layout) for v in copies}
+            for baseline, variant in (("unfused", "call"), ("fused", "call"), ("fused", "out"), ("native", "call")):
+                expected.add(("op", shape, "float32", baseline, variant, "cpu", layout))
     for baseline in ("unfused", "fused", "native"):
-        expected.add(("model", "1x4x128", "float32", baseline, "call", "cpu"))
+        expected.add(("model", "1x4x128", "float32", baseline, "call", "cpu", "page_offset"))
     assert _keys(frame) == expected
     assert re.fullmatch(r"\d{8}T\d{6}Z-.+\.csv", outcome.paths.csv.name)
     assert outcome.paths.csv.parent == tmp_path.resolve()
@@ -79,7 +84,8 @@ def test_rows_agree_with_their_raw_samples(torch_run):
 def test_ratios_bandwidth_and_environment(torch_run):
     _, outcome = torch_run
     frame = read_report(outcome.paths.csv)
-    for _, rows in frame[frame.workload.isin(["op", "model"])].groupby(["workload", "shape"]):
+    for _, rows in frame[frame.workload.isin(["op", "model"])].groupby(["workload", "shape", "layout"]):
+        assert len(rows) == len(set(zip(rows.baseline, rows.variant, strict=True)))  # one layout's rows
         unfused = rows[(rows.baseline == "unfused")].median_us.iloc[0]
         np.testing.assert_allclose(rows.speedup_vs_unfused, unfused / rows.median_us)
     op = frame[frame.workload == "op"]
@@ -89,7 +95,14 @@ def test_ratios_bandwidth_and_environment(torch_run):
         assert row.gbps == pytest.approx(row.bytes_moved / (row.median_us * 1e-6) / 1e9)
         # An allocating call is held against the fresh-output copy, the out variant against the preallocated one.
         limit = "fresh_output" if row.variant == "call" else "into_preallocated"
-        copy = frame[(frame.baseline == "copy") & (frame["shape"] == row.shape) & (frame.variant == limit)].iloc[0]
+        copy = frame[
+            (frame.baseline == "copy")
+            & (frame["shape"] == row.shape)
+            & (frame.variant == limit)
+            & (frame.layout == row.layout)
+        ]
+        assert len(copy) == 1  # the copy at the row's own layout: a share pairs like with like
+        copy = copy.iloc[0]
         assert row.copy_limit == limit
         assert row.copy_gbps == copy.gbps and row.copy_share == pytest.approx(row.gbps / copy.gbps)
     assert frame[frame.workload == "model"].gbps.isna().all()  # no single "bytes moved" for a model
@@ -157,7 +170,8 @@ def test_compiled_and_ort_routes_on_a_tiny_grid(tmp_path):
 def test_dtype_a_runtime_cannot_take_is_skipped_with_its_reason(tmp_path):
     outcome = _run(tmp_path, baseline="ort", dtype="bfloat16", op_shapes=((1, 4, 64),), model_batches=())
     assert outcome.failures == []
-    assert len(outcome.skipped) == 1 and "bfloat16" in outcome.skipped[0]
+    assert len(outcome.skipped) == 2 and all("bfloat16" in line for line in outcome.skipped)  # one per layout
+    assert "page_offset" in outcome.skipped[1] and "page_offset" not in outcome.skipped[0]
     assert set(outcome.frame.workload) == {"limit"}
 
 
@@ -173,9 +187,15 @@ def test_plan_jobs_limits_first_then_each_case_with_every_baseline(tmp_path):
     expected = ["limit dispatch floor"]
     for dtype in ("float32", "float16"):
         for shape in ("1x4x64", "2x8x128"):
-            expected += [f"op {shape} {dtype} copy", f"op {shape} {dtype} native", f"op {shape} {dtype} unfused"]
+            for case in (f"op {shape} {dtype}", f"op {shape} {dtype} page_offset"):  # the natural layout first
+                expected += [f"{case} copy", f"{case} native", f"{case} unfused"]
         expected += [f"model tiny 1x4 {dtype} native", f"model tiny 1x4 {dtype} unfused"]
     assert labels == expected
+    # One layout asked: its op jobs alone.
+    natural = [job.label for job in plan_jobs(replace(options, layouts="natural"), tmp_path)]
+    assert natural == [label for label in expected if "page_offset" not in label]
+    with pytest.raises(ValueError, match="layouts must be all or one of"):
+        plan_jobs(replace(options, layouts="shifted"), tmp_path)
     assert not list(tmp_path.iterdir())  # planning builds no case and writes nothing
 
 
@@ -198,7 +218,7 @@ def test_a_round_adds_timings_and_drops_a_row_that_fails_in_a_later_round(tmp_pa
     results = Results()
     run_round([job], 0, settings, results)
     # prepare() returned the call; verify called it once, then the timing loop raised on the second call
-    assert results.measured == {} and ("limit", "1", "float64", "test", "v", "cpu") in results.dropped
+    assert results.measured == {} and ("limit", "1", "float64", "test", "v", "cpu", "natural") in results.dropped
     assert results.failures == ["limit 1 float64 test/v: RuntimeError: device lost"]
     run_round([job], 1, settings, results)
     assert len(results.failures) == 1  # a dropped row is not retried

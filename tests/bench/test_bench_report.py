@@ -17,7 +17,7 @@ from bench.report.schema import (
     read_report,
     read_samples,
 )
-from tests.helpers.bench_synthetic import in_rounds, lognormal, make_key, synthetic_report
+from tests.helpers.bench_synthetic import as_earlier_schema, in_rounds, lognormal, make_key, synthetic_report
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def test_other_schema_version_is_a_clear_error(tmp_path, rng):
     )
     with pytest.raises(
         ReportError,
-        match=f"schema version \\[{SCHEMA_VERSION + 1}\\] but this code reads versions 4, 5, {SCHEMA_VERSION}",
+        match=f"schema version \\[{SCHEMA_VERSION + 1}\\] but this code reads versions 4, 5, 6, {SCHEMA_VERSION}",
     ):
         read_report(csv)
 
@@ -124,3 +124,30 @@ def test_interrupted_write_leaves_no_half_file_and_the_old_report_untouched(tmp_
     with pytest.raises(type(failure)):
         report.write_report(tmp_path / "fresh.csv", frame, new_samples)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([paths.csv.name, paths.samples.name])
+
+
+@pytest.mark.parametrize("version", [4, 5, 6])
+def test_a_report_from_before_the_layout_column_reads_at_the_layout_it_measured(tmp_path, rng, version):
+    # Before schema 7 every CPU input was placed at the process's page offset (the op's, the model's, the copy
+    # reading the op's x); the floors and a GPU's rows placed nothing.
+    placed = [
+        make_key(layout="page_offset"),
+        make_key(workload="model", shape="1x32x128", layout="page_offset"),
+        make_key(workload="limit", baseline="copy", variant="into_preallocated", layout="page_offset"),
+    ]
+    natural = [
+        make_key(workload="limit", shape="1", baseline="dispatch", variant="torch_noop"),
+        make_key(device="NVIDIA H200"),
+    ]
+    samples = {key: lognormal(rng, 10.0, 20) for key in placed + natural}
+    csv = as_earlier_schema(synthetic_report(tmp_path / "old.csv", samples), version)
+    assert "layout" not in pd.read_csv(csv, nrows=0).columns
+    frame = read_report(csv)
+    assert frame.attrs["schema_version"] == version and set(frame.schema_version) == {SCHEMA_VERSION}
+    keys = frame[list(KEY_COLUMNS[:-1])].values.tolist()
+    layouts = {tuple(k): layout for k, layout in zip(keys, frame.layout, strict=True)}
+    assert layouts == {tuple(k[:-1]): k.layout for k in placed + natural}
+    back = read_samples(csv)
+    assert set(back) == set(samples)  # the sidecar's keys gain the same layout
+    for key, values in samples.items():
+        np.testing.assert_array_equal(back[key].values, values)

@@ -27,7 +27,7 @@ from bench.rounds import Outcome
 SHAPES = ("1x8x512", "4x64x768", "8x128x1024", "16x256x2048", "32x512x4096")  # the CPU grid's op shapes
 
 
-def _row(workload, shape, baseline, variant, median_us, threads, other_cpu_share, bytes_moved, width):
+def _row(workload, shape, baseline, variant, median_us, threads, other_cpu_share, bytes_moved, width, layout):
     row = {name: {"string": "x", "int64": 1, "Int64": None, "float64": math.nan}[dtype] for name, dtype, _ in COLUMNS}
     row.update(
         schema_version=SCHEMA_VERSION,
@@ -35,6 +35,7 @@ def _row(workload, shape, baseline, variant, median_us, threads, other_cpu_share
         shape=shape,
         dtype="float32",
         device="cpu",
+        layout=layout,
         threads=threads,
         baseline=baseline,
         variant=variant,
@@ -53,13 +54,13 @@ def _row(workload, shape, baseline, variant, median_us, threads, other_cpu_share
 
 @pytest.fixture
 def report(tmp_path):
-    """Full-grid reports at 1 and 2 threads (as bench.targets joins them), medians drawn at random; a third of
-    the rows timed while other processes were busy."""
+    """Full-grid reports at 1 and 2 threads (as bench.targets joins them), each op case and its copies at both
+    layouts, medians drawn at random; a third of the rows timed while other processes were busy."""
     rng = np.random.default_rng()
     frames = []
     for threads in (1, 2):
         rows = []
-        for shape in SHAPES:
+        for shape, layout in ((s, layout) for s in SHAPES for layout in ("natural", "page_offset")):
             elements = math.prod(int(d) for d in shape.split("x"))
             nbytes = 8.0 * elements
             copy = nbytes / 10e3 * rng.lognormal(0, 0.1)  # about 10 GB/s
@@ -78,7 +79,7 @@ def report(tmp_path):
             for (workload, baseline, variant), median in variants.items():
                 busy = float(rng.uniform(0.2, 0.6)) if rng.random() < 0.33 else float(rng.uniform(0.0, 0.05))
                 width = float(rng.uniform(0.021, 0.2)) if rng.random() < 0.25 else float(rng.uniform(0.002, 0.02))
-                rows.append(_row(workload, shape, baseline, variant, median, threads, busy, nbytes, width))
+                rows.append(_row(workload, shape, baseline, variant, median, threads, busy, nbytes, width, layout))
         frame = to_frame(add_ratios(to_frame(rows)))
         samples = {row_key(r): RowSamples.single_round([r["median_us"]]) for r in frame.to_dict("records")}
         paths = write_report(tmp_path / f"20260101T00000{threads}Z-host.csv", frame, samples)
@@ -99,7 +100,7 @@ def test_the_summary_fits_one_screen_and_its_headline_numbers_are_the_reports(re
     assert len(lines) <= SCREEN_LINES, text
     for threads in (1, 2):  # recomputed here from the reports' medians, not with the summary's code
         frame = read_report(report.paths.csv.with_name(f"20260101T00000{threads}Z-host.csv"))
-        rows = frame[frame.workload == "op"]
+        rows = frame[(frame.workload == "op") & (frame.layout == "natural")]  # the headline's layout
         median = {(r.baseline, r.variant, r.shape): r.median_us for r in rows.itertuples()}
         start = next(i for i, line in enumerate(lines) if line.startswith(f"cpu, {threads} thread(s), float32"))
         block = "\n".join(lines[start : start + 6])
@@ -135,8 +136,11 @@ def test_the_full_table_goes_to_the_summary_file_and_verbose_prints_it(report):
     full = summary_path(report.paths.csv).read_text()
     assert summary_path(report.paths.csv).name == "20260101T000002Z-host.summary.txt"
     for row in report.frame.itertuples():  # every row is in the file's table
-        assert re.search(rf"{re.escape(row.shape)} +│ float32 │ {re.escape(row.baseline)} +│ {row.variant} ", full)
+        pattern = rf"{re.escape(row.shape)} +│ float32 │ {re.escape(row.baseline)} +│ {row.variant} +│ {row.layout} "
+        assert re.search(pattern, full)
     assert "median µs" in full and "median µs" not in short
+    # The copy shares judged again at the page offset, named by it (not swallowed as console markup).
+    assert re.search(r"(met|MISSED|inconclusive) +layout page_offset: fused out variant: ", full)
     verbose = _printed(report, verbose=True, width=250)
     assert "median µs" in verbose and len(verbose.splitlines()) > 2 * SCREEN_LINES
 

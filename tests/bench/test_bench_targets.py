@@ -247,3 +247,31 @@ def test_a_miss_says_what_the_bar_allows_and_the_cheapest_call(rng):
     assert f"takes {identity:.2f})" in ort_out.detail and ort_out.detail.endswith(
         "32x512x4096 custom/out 1.02 [1.02, 1.02]"
     )
+
+
+def test_copy_shares_are_judged_at_the_natural_layout_and_again_at_each_other_one(rng):
+    # The same op row at two layouts, on opposite sides of the bar: the target reads the natural layout's (what
+    # a user's tensors get); the page offset's verdict is a target of its own, named by its layout.
+    low, high = rng.uniform(0.40, 0.75), rng.uniform(0.86, 1.2)
+    natural = _frame([("op", "8x128x1024", "fused", "out", 10.0, low)]).assign(layout="natural")
+    placed = _frame([("op", "8x128x1024", "fused", "out", 10.0, high)]).assign(layout="page_offset")
+    results = {r.name: r for r in evaluate_targets(pd.concat([placed, natural], ignore_index=True))}
+    out = next(t for t in TARGETS if t.name.startswith("fused out variant: "))
+    assert results[out.name].met is False and f"{100 * low:.0f}%" in results[out.name].detail
+    assert f"{100 * high:.0f}%" not in results[out.name].detail
+    other = results[f"layout page_offset: {out.name}"]
+    assert other.met is True and f"{100 * high:.0f}%" in other.detail
+    # Only the copy-share targets are judged per layout.
+    assert {name for name in results if name.startswith("layout ")} == {
+        f"layout page_offset: {t.name}" for t in TARGETS if t.per_layout
+    }
+    assert len([t for t in TARGETS if t.per_layout]) == 3
+
+
+def test_a_report_from_before_the_layout_column_is_judged_at_its_only_layout(rng):
+    share = rng.uniform(0.40, 0.75)
+    placed = _frame([("op", "8x128x1024", "fused", "out", 10.0, share)]).assign(layout="page_offset")
+    results = {r.name: r for r in evaluate_targets(placed)}
+    out = next(t for t in TARGETS if t.name.startswith("fused out variant: "))
+    assert results[out.name].met is False and f"{100 * share:.0f}%" in results[out.name].detail
+    assert not any(name.startswith("layout ") for name in results)

@@ -107,7 +107,8 @@ def test_a_wrong_baseline_is_a_failure_and_never_a_row(tmp_path, wrong_baseline_
         device="cpu",
     )
     outcome = run_bench(options, Console(file=io.StringIO()))
-    assert len(outcome.failures) == 2
+    assert len(outcome.failures) == 4  # each wrong variant at both layouts, the page offset's named
+    assert sum("page_offset test_wrong/" in f for f in outcome.failures) == 2
     assert all("WRONG OUTPUT" in f for f in outcome.failures)
     assert any("test_wrong/no_bias" in f for f in outcome.failures)
     assert any("test_wrong/half_written_out" in f and "not finite" in f for f in outcome.failures)

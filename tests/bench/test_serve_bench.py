@@ -48,7 +48,8 @@ def test_quick_serve_run_writes_one_checked_row_per_configuration(tmp_path_facto
     assert (frame.median_us <= frame.p90_us).all() and (frame.p99_us <= frame.max_us).all()
     samples = read_samples(outcome.paths.csv)
     for row in frame.itertuples():
-        values = samples[("serve", row.shape, row.dtype, row.baseline, row.variant, row.device)].values
+        assert row.layout == "natural"  # a served model's inputs are placed nowhere
+        values = samples[("serve", row.shape, row.dtype, row.baseline, row.variant, row.device, row.layout)].values
         assert len(values) == row.requests and values.max() == pytest.approx(row.max_us)
     ort_rows = frame[frame.baseline == "ort"]
     assert set(ort_rows.allow_spinning) <= {"0", "1"} and (ort_rows.inter_op_threads == 1).all()

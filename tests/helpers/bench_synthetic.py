@@ -7,16 +7,39 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.measure.hardware import HARDWARE_COLUMNS
 from bench.measure.timing import summarize
-from bench.report.schema import COLUMNS, SCHEMA_VERSION, RowKey, RowSamples, to_frame, write_report
+from bench.report.schema import (
+    COLUMNS,
+    KEY_COLUMNS,
+    SCHEMA_VERSION,
+    ReportPaths,
+    RowKey,
+    RowSamples,
+    to_frame,
+    write_report,
+)
 
 _DEFAULTS = {"string": "synthetic", "int64": 1, "Int64": 1, "float64": math.nan}
 
 
 def make_key(
-    shape: str = "8x128x1024", baseline: str = "fused", variant: str = "call", workload: str = "op", device: str = "cpu"
+    shape: str = "8x128x1024",
+    baseline: str = "fused",
+    variant: str = "call",
+    workload: str = "op",
+    device: str = "cpu",
+    layout: str = "natural",
 ) -> RowKey:
-    return RowKey(workload=workload, shape=shape, dtype="float32", baseline=baseline, variant=variant, device=device)
+    return RowKey(
+        workload=workload,
+        shape=shape,
+        dtype="float32",
+        baseline=baseline,
+        variant=variant,
+        device=device,
+        layout=layout,
+    )
 
 
 def in_rounds(values: np.ndarray, rounds: int = 3) -> RowSamples:
@@ -51,3 +74,26 @@ def synthetic_report(
 def lognormal(rng: np.random.Generator, median_us: float, n: int, sigma: float = 0.1) -> np.ndarray:
     """Timing-like samples: right-skewed around ``median_us``."""
     return median_us * rng.lognormal(0.0, sigma, n)
+
+
+def as_earlier_schema(csv: Path, version: int) -> Path:
+    """The report (CSV and samples) rewritten as schema ``version`` wrote it: without what later schemas added."""
+    import pandas as pd
+
+    frame = pd.read_csv(csv, dtype=str)
+    added = [*(HARDWARE_COLUMNS if version < 6 else ()), *(["layout"] if version < 7 else ())]
+    if version < 5:
+        added += ["machine_id", "cpu_governor", "cpu_epp", "cpu_boost", "cpu_freq_range_mhz", "cpu_cur_mhz"]
+        added += ["gpu_policy", "gpu_clocks"]
+    frame = frame.drop(columns=added)
+    frame["schema_version"] = version
+    frame.to_csv(csv, index=False)
+    path = ReportPaths.for_csv(csv).samples
+    with np.load(path) as data:
+        arrays = {name: data[name] for name in data.files}
+    if version < 7:  # the sidecar's keys had no layout either
+        arrays["keys"] = arrays["keys"][:, : KEY_COLUMNS.index("layout")]
+    arrays["schema_version"] = np.array(version)
+    with open(path, "wb") as handle:
+        np.savez_compressed(handle, **arrays)
+    return csv

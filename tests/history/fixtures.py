@@ -9,7 +9,7 @@ from bench.history.synthetic import History, Machine
 
 ZEN = Machine("zen vm", "id-zen", "AMD EPYC")
 XEON = Machine("xeon vm", "id-xeon", "Intel(R) Xeon(R) Processor", noise=0.03, scale=1.4)
-REGRESSED_ROW = ("op", "8x128x1024", "float32", "fused", "call", "cpu")
+REGRESSED_ROW = ("op", "8x128x1024", "float32", "fused", "call", "cpu", "page_offset")
 
 
 def seed_of(request) -> int:

@@ -17,7 +17,7 @@ from env.paths import REPO_ROOT, build_dir
 from tests.history.browser import FLAGS, Visit, open_page, require_chromium, wait_for_charts
 from tests.history.fixtures import XEON, ZEN, seed_of
 
-FUSED_CALL_ROW = ("op", "8x128x1024", "float32", "fused", "call", "cpu")
+FUSED_CALL_ROW = ("op", "8x128x1024", "float32", "fused", "call", "cpu", "page_offset")
 HOSTILE = {
     "host": '<img src=x onerror="window.__pwned=1">',
     "note": "<script>window.__pwned=2</script>",
@@ -114,7 +114,7 @@ def test_every_chart_draws_a_mark_per_point(browser, fixture_site):
         assert chart.locator(".barlayer .point path").count() == 3  # one bar per op shape
     points = con.execute(
         "SELECT count(*) FROM rows WHERE workload = ? AND shape = ? AND dtype = ? AND baseline = ? AND variant = ? "
-        "AND device = ?",
+        "AND device = ? AND layout = ?",
         list(FUSED_CALL_ROW),
     ).fetchone()[0]
     page = open_page(browser, (site / "rows" / f"{row_slug(FUSED_CALL_ROW)}.html").as_uri(), visit)

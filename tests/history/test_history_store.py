@@ -200,3 +200,44 @@ def test_commit_subjects_and_dates_come_from_git():
     assert found[sha][0] == subject
     assert pd.Timestamp(found[sha][1]) == pd.Timestamp(date)
     assert split_commit(sha + "-dirty") == (sha, True) and split_commit(sha) == (sha, False)
+
+
+def _report(folder: Path, rng, medians: dict[str, float]) -> Path:
+    """A schema-7 report: the op row at each layout of ``medians``, and the copy at each."""
+    from tests.helpers.bench_synthetic import lognormal, make_key, synthetic_report
+
+    samples = {make_key(layout=layout): lognormal(rng, median, 60) for layout, median in medians.items()}
+    for layout in medians:
+        copy = make_key(workload="limit", baseline="copy", variant="into_preallocated", layout=layout)
+        samples[copy] = lognormal(rng, 8.0, 60)
+    folder.mkdir(parents=True)
+    environment = {"timestamp_utc": "20261201T120000Z", "git_commit": "a" * 40, "threads": 1}
+    return synthetic_report(folder / "r.csv", samples, environment=environment)
+
+
+@pytest.mark.parametrize("version", [6, 7])
+def test_the_layout_is_part_of_a_stored_row_and_an_earlier_report_takes_the_page_offset(tmp_path, rng, version):
+    from tests.helpers.bench_synthetic import as_earlier_schema
+
+    # Schema 7 measures both layouts (here the natural one twice as slow); schema 6 measured the page offset
+    # alone, with no column saying so.
+    medians = {"natural": 20.0, "page_offset": 10.0} if version == 7 else {"page_offset": 10.0}
+    csv = _report(tmp_path / "reports", rng, medians)
+    if version == 6:
+        as_earlier_schema(csv, 6)
+        assert "layout" not in pd.read_csv(csv).columns
+    con = connect(":memory:")
+    result = ingest(con, [tmp_path / "reports"], NO_LABELS)
+    assert (result.added, result.invalid) == (1, [])
+    stored = con.execute("SELECT layout, median_us FROM rows WHERE workload = 'op'").fetchall()
+    assert sorted(layout for layout, _ in stored) == sorted(medians)
+    for layout, median in stored:
+        assert median == pytest.approx(medians[layout], rel=0.1)
+    # Every row's units (one per round) under its own layout: the copy's too.
+    units = con.execute("SELECT workload, layout, count(*) FROM units GROUP BY ALL").fetchall()
+    assert sorted(units) == sorted((w, layout, 3) for w in ("op", "limit") for layout in medians)
+
+
+@pytest.fixture
+def rng(generator):
+    return np.random.default_rng(int(generator.initial_seed()))

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import t as student_t
 
-from bench.history.sources import KEY_COLUMNS, targets_of
+from bench.history.sources import KEY_COLUMNS, op_layouts, targets_of
 
 FUSED = ("fused", "call")
 INTERVAL_CONFIDENCE = 0.95
@@ -71,15 +71,18 @@ def latest_headline_runs(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
 
 
 def headline(con: duckdb.DuckDBPyConnection, report_id: str) -> pd.DataFrame:
-    """Per op shape, dtype and device of one report: fused/call's median, each peer's speed-up, the copy shares."""
+    """Per op shape, dtype and device of one report: fused/call's median, each peer's speed-up, the copy shares;
+    at the natural layout (a report from before the layout column: at the one it has)."""
     rows = con.execute("SELECT * FROM rows WHERE report_id = ? AND workload = 'op'", [report_id]).df()
+    layout = (op_layouts(rows) or [""])[0]
+    rows = rows[rows.layout == layout]
     lines = []
     for (shape, dtype, device), group in rows.groupby(["shape", "dtype", "device"], sort=False):
         fused = group[(group.baseline == FUSED[0]) & (group.variant == FUSED[1])]
         if fused.empty:
             continue
         fused_median = float(fused.median_us.iloc[0])
-        line = {"shape": shape, "dtype": dtype, "device": device, "fused_call_us": fused_median}
+        line = {"shape": shape, "dtype": dtype, "device": device, "layout": layout, "fused_call_us": fused_median}
         out = group[(group.baseline == "fused") & (group.variant == "out")]
         line["copy_share_call"] = float(fused.copy_share.iloc[0])
         line["copy_share_out"] = float(out.copy_share.iloc[0]) if len(out) else math.nan

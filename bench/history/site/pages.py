@@ -101,7 +101,18 @@ def overview(
                                 for line in lines
                             ],
                             "links": [
-                                row_links.get(("op", line["shape"], line["dtype"], "fused", "call", line["device"]), "")
+                                row_links.get(
+                                    (
+                                        "op",
+                                        line["shape"],
+                                        line["dtype"],
+                                        "fused",
+                                        "call",
+                                        line["device"],
+                                        line["layout"],
+                                    ),
+                                    "",
+                                )
                                 for line in lines
                             ],
                         }
