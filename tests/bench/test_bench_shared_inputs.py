@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 import bench.plan.workloads as workloads
+from bench.measure.placement import LAYOUTS
 from bench.plan.jobs import plan_jobs
 from bench.plan.options import BenchOptions
 from bench.rounds import Results, run_round, run_settings
@@ -32,7 +33,8 @@ def test_a_shapes_add_norm_jobs_follow_its_op_jobs(tmp_path):
     shapes = [label.split(" ")[1] for label in labels]
     assert shapes == sorted(shapes, key=shapes.index)  # each shape's jobs are consecutive
     first = [label for label in labels if label.split(" ")[1] == "2x8x256"]
-    assert [label.split(" ")[0] for label in first] == ["op"] * 3 + ["add_norm"] * 3  # copy, unfused, fused; then three
+    # copy, unfused, fused at each layout; then the three add_norm jobs
+    assert [label.split(" ")[0] for label in first] == ["op"] * 3 * len(LAYOUTS) + ["add_norm"] * 3
 
 
 def test_inputs_are_built_once_per_shape_and_left_as_drawn(tmp_path, monkeypatch):
