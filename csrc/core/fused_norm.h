@@ -125,6 +125,16 @@ bool cpu_streams_output(const NormProblem& p);
 // at::internal::GRAIN_SIZE).
 int64_t cpu_rows_per_task(int64_t hidden);
 
+// Rows per parallel task of `p` on `threads` threads, so that the split
+// follows the cache: where every thread gets work (at least `threads` tasks
+// of cpu_rows_per_task(hidden) rows) and one thread's share of x and y fits
+// a core's L2 (what Linux reports for cpu0, or FUSED_NORM_L2_BYTES if set;
+// read once per process), one contiguous share per thread, so that each
+// core keeps the same rows in its own L2 from call to call, whatever order
+// a pool hands tasks out in; else cpu_rows_per_task(hidden). Each row's bits
+// do not depend on the split.
+int64_t cpu_rows_per_task(const NormProblem& p, int64_t threads);
+
 // --- CUDA (csrc/core/fused_norm_cuda.cu; present only in CUDA builds) --------
 
 // Launches the forward kernel on `stream` (a cudaStream_t) of the current

@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(std::strtoull(argv[1], nullptr, 10));
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> scale(0.01f, 10.0f);
-  const int64_t hiddens[] = {1, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 768, 1023, 4097, 5001};
+  const int64_t hiddens[] = {1, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 768, 1023, 2047, 2049, 4097, 5001};
   for (DType dtype : kDTypes) {
     const size_t esize = element_size(dtype);
     for (int64_t hidden : hiddens) {
