@@ -16,11 +16,9 @@
 // passes -ffp-contract=off).
 #include "fused_norm.h"
 
+#include <atomic>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -736,6 +734,11 @@ inline __attribute__((always_inline)) int64_t first_group_element(const T* y) {
 // rows of x the block filled the L1.
 constexpr int64_t kAffineInFloatElements = 1024;
 
+// And tasks of at least kAffineInFloatMinRows rows: converting for a few
+// blocks saves a few conversions and costs the buffer's stores and loads
+// (8x512 bfloat16 took 1.07-1.09x the time of the per-group conversion).
+constexpr int64_t kAffineInFloatMinRows = 16;
+
 template <typename T>
 constexpr bool kConvertsAffine = sizeof(T) == 2;
 
@@ -870,9 +873,10 @@ struct TaskAffine {
   const acc_v* wf = nullptr;
   const acc_v* bf = nullptr;
 
-  inline __attribute__((always_inline)) TaskAffine(const T* w, const T* b, const T* y, int64_t hidden) {
+  inline __attribute__((always_inline)) TaskAffine(const T* w, const T* b, const T* y, int64_t hidden, int64_t rows) {
     if constexpr (kConvertsAffine<T>) {
-      if (in_float.convert(w, b, hidden, first_group_element<T, Stream>(y))) wf = in_float.w, bf = in_float.b;
+      if (rows >= kAffineInFloatMinRows && in_float.convert(w, b, hidden, first_group_element<T, Stream>(y)))
+        wf = in_float.w, bf = in_float.b;
     }
   }
 };
@@ -912,94 +916,45 @@ inline int most_in_one_set(const uintptr_t* starts, int count) {
   return most;
 }
 
-// The most rows (4, 2 or 1) a write block of this problem can take with no
-// L1 set holding more than kBlockLinesPerSet of its lines: x's and y's rows (y's only
-// where its stores are ordinary: streamed lines bypass the L1), weight and
-// bias. The bits do not depend on the blocking.
-template <typename T, bool Stream>
-inline int write_block_rows(const T* x, const T* w, const T* b, const T* y, int64_t hidden) {
-  const int64_t row_bytes = hidden * static_cast<int64_t>(sizeof(T));
+// The most rows (4, 2 or 1) a write block can take with no L1 set holding
+// more than kBlockLinesPerSet of its lines: x's and y's rows (y's only where
+// its stores are ordinary: streamed lines bypass the L1), weight and bias.
+// Only the starts' offsets into a page (and the row length's) matter.
+inline int count_block_rows(uintptr_t x, uintptr_t w, uintptr_t b, uintptr_t y, uintptr_t row_bytes, bool stream) {
   for (const int rows : {kRowBlock, 2}) {
     uintptr_t starts[2 * kRowBlock + 2];
     int count = 0;
-    starts[count++] = reinterpret_cast<uintptr_t>(w);
-    starts[count++] = reinterpret_cast<uintptr_t>(b);
+    starts[count++] = w;
+    starts[count++] = b;
     for (int j = 0; j < rows; ++j) {
-      starts[count++] = reinterpret_cast<uintptr_t>(x) + static_cast<uintptr_t>(j * row_bytes);
-      if (!Stream) starts[count++] = reinterpret_cast<uintptr_t>(y) + static_cast<uintptr_t>(j * row_bytes);
+      starts[count++] = x + j * row_bytes;
+      if (!stream) starts[count++] = y + j * row_bytes;
     }
     if (most_in_one_set(starts, count) <= kBlockLinesPerSet) return rows;
   }
   return 1;
 }
 
-// The first line of a small text file, empty if it cannot be read.
-std::string first_line(const char* path) {
-  std::string line;
-  if (FILE* f = std::fopen(path, "r")) {
-    char buffer[64];
-    if (std::fgets(buffer, sizeof buffer, f)) line = buffer;
-    std::fclose(f);
-  }
-  return line;
-}
-
-// The data caches Linux describes for cpu0, as (level, bytes of one
-// instance) read from /sys/devices/system/cpu/cpu0/cache/index*/ ("32768K").
-// Not sysconf: glibc adds up every instance in the package on some CPUs (384
-// MiB for twelve 32 MiB L3s on an AMD EPYC).
-struct CacheSizes {
-  int64_t level2 = 0;      // 0 where nothing tells
-  int64_t last_level = 0;  // 0 where nothing tells
-};
-
-CacheSizes read_cache_sizes() {
-  CacheSizes sizes;
-  int64_t top_level = 0;
-  for (int index = 0; index < 16; ++index) {
-    char dir[64];
-    std::snprintf(dir, sizeof dir, "/sys/devices/system/cpu/cpu0/cache/index%d/", index);
-    const std::string level = first_line((std::string(dir) + "level").c_str());
-    if (level.empty()) break;
-    if (first_line((std::string(dir) + "type").c_str()).rfind("Instruction", 0) == 0) continue;
-    const std::string text = first_line((std::string(dir) + "size").c_str());
-    char* unit = nullptr;
-    int64_t value = std::strtoll(text.c_str(), &unit, 10);
-    if (unit && *unit == 'K') value <<= 10;
-    if (unit && *unit == 'M') value <<= 20;
-    const int64_t this_level = std::strtoll(level.c_str(), nullptr, 10);
-    if (value <= 0) continue;
-    if (this_level == 2) sizes.level2 = value;
-    if (this_level > top_level) top_level = this_level, sizes.last_level = value;
-  }
-  return sizes;
-}
-
-// A size in bytes from the environment variable `name` if it is set (0 for
-// a value that is not a positive number), else `otherwise`.
-int64_t bytes_from_env(const char* name, int64_t otherwise) {
-  if (const char* set = std::getenv(name)) {
-    const long long value = std::strtoll(set, nullptr, 10);
-    return value > 0 ? static_cast<int64_t>(value) : int64_t{0};
-  }
-  return otherwise;
-}
-
-// One instance of the last-level cache, in bytes. FUSED_NORM_LLC_BYTES, read
-// once per process, sets it instead: for a machine whose share of a cache
-// differs from what it reports, and for tests of the streaming stores on
-// small tensors. 0 where nothing tells: then no output streams.
-int64_t last_level_cache_bytes() {
-  static const int64_t bytes = bytes_from_env("FUSED_NORM_LLC_BYTES", read_cache_sizes().last_level);
-  return bytes;
-}
-
-// One core's L2, in bytes (FUSED_NORM_L2_BYTES sets it instead, read once
-// per process). 0 where nothing tells: then the thread split is by task
-// size alone.
-int64_t level2_cache_bytes() {
-  static const int64_t bytes = bytes_from_env("FUSED_NORM_L2_BYTES", read_cache_sizes().level2);
-  return bytes;
+// count_block_rows for this problem, remembered for the last layout seen:
+// counting takes about as long as the whole kernel on a 16 KiB problem, and
+// a caller usually hands the same buffers (or the same offsets) again. The
+// layout's five 12-bit page offsets and the stream flag make the key, the
+// answer sits in the top bits; threads that race only count again. The bits
+// written do not depend on the blocking.
+template <typename T, bool Stream>
+inline int write_block_rows(const T* x, const T* w, const T* b, const T* y, int64_t hidden) {
+  static std::atomic<uint64_t> last{0};
+  constexpr uint64_t kPage = static_cast<uint64_t>(kL1WayBytes) - 1;
+  const auto offset = [](const void* p) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)) & kPage; };
+  const uint64_t row_bytes = static_cast<uint64_t>(hidden) * sizeof(T);
+  const uint64_t key = offset(x) | offset(w) << 12 | offset(b) << 24 | offset(y) << 36 | (row_bytes & kPage) << 48 |
+                       uint64_t{Stream} << 60;
+  const uint64_t seen = last.load(std::memory_order_relaxed);
+  if ((seen & ((uint64_t{1} << 61) - 1)) == key && (seen >> 61) != 0) return static_cast<int>(seen >> 61);
+  const int rows = count_block_rows(reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(w),
+                                    reinterpret_cast<uintptr_t>(b), reinterpret_cast<uintptr_t>(y), row_bytes, Stream);
+  last.store(key | static_cast<uint64_t>(rows) << 61, std::memory_order_relaxed);
+  return rows;
 }
 
 // Whether the scaled write streams its output past the caches (put_vector):
@@ -1015,7 +970,7 @@ int64_t level2_cache_bytes() {
 // stores at 4 MiB of y, 0.85-1.25x at 8 MiB, 1.1-1.2x at 10 MiB, 0.75-1.05x
 // at 12 MiB and 0.55-0.8x from 16 MiB to 128 MiB.
 bool streams_output(const NormProblem& p, int64_t element_bytes) {
-  const int64_t cache = last_level_cache_bytes();
+  const int64_t cache = p.caches.last_level;
   const int64_t footprint = 2 * p.rows * p.hidden * element_bytes;  // x and y
   return kCanStream && cache > 0 && 4 * footprint > 3 * cache && (p.hidden * element_bytes) % kCacheLineBytes == 0 &&
          p.y != p.x && !p.output_just_allocated;
@@ -1061,7 +1016,7 @@ inline __attribute__((always_inline)) void normalise_rows_as(const NormProblem& 
   const T* bias = static_cast<const T*>(p.bias);
   const T* y = static_cast<const T*>(p.y);
   const bool affine_finite = affine_allows_finite_stores<T, B>(weight, bias, p.hidden);
-  const TaskAffine<T, B, Stream> affine(weight, bias, y + row_begin * p.hidden, p.hidden);
+  const TaskAffine<T, B, Stream> affine(weight, bias, y + row_begin * p.hidden, p.hidden, row_end - row_begin);
   int64_t r = row_begin;
   const int block = write_block_rows<T, Stream>(x, weight, bias, y, p.hidden);
   if (block == kRowBlock) {
@@ -1100,8 +1055,7 @@ constexpr int64_t kAddNormSingleRowBytes = 4096;
 // s = x + residual and sums its squares, the second pass is the same scaled
 // write, reading s (just written, still in L1/L2) instead of x.
 template <typename T, int B, int Rows, bool Stream>
-inline __attribute__((always_inline)) int64_t add_normalise_blocks(const AddNormProblem& p, int64_t r,
-                                                                   int64_t row_end,
+inline __attribute__((always_inline)) int64_t add_normalise_blocks(const AddNormProblem& p, int64_t r, int64_t row_end,
                                                                    const TaskAffine<T, B, Stream>& affine) {
   using acc_t = typename Numeric<T>::acc_t;
   const T* x = static_cast<const T*>(p.norm.x);
@@ -1132,7 +1086,8 @@ inline __attribute__((always_inline)) void add_normalise_rows_as(const AddNormPr
                                                                  int64_t row_end) {
   const int64_t hidden = p.norm.hidden;
   const TaskAffine<T, B, Stream> affine(static_cast<const T*>(p.norm.weight), static_cast<const T*>(p.norm.bias),
-                                        static_cast<const T*>(p.norm.y) + row_begin * hidden, hidden);
+                                        static_cast<const T*>(p.norm.y) + row_begin * hidden, hidden,
+                                        row_end - row_begin);
   int64_t r = row_begin;
   if (hidden * static_cast<int64_t>(sizeof(T)) < kAddNormSingleRowBytes) {
     r = add_normalise_blocks<T, B, kRowBlock, Stream>(p, r, row_end, affine);
@@ -1264,7 +1219,7 @@ int64_t cpu_rows_per_task(const NormProblem& p, int64_t threads) {
   const int64_t element_bytes =
       visit(p.dtype, [](auto tag) { return static_cast<int64_t>(sizeof(typename decltype(tag)::type)); });
   const int64_t share = (p.rows + threads - 1) / threads;
-  const int64_t l2 = level2_cache_bytes();
+  const int64_t l2 = p.caches.level2;
   const bool share_fits_l2 = l2 > 0 && 2 * share * p.hidden * element_bytes <= l2;  // its x and y
   return share_fits_l2 ? share : by_size;
 }
