@@ -147,12 +147,16 @@ def cuda_build_possible() -> tuple[bool, str]:
 def torch_sources(with_cuda: bool) -> list[Path]:
     """The torch op library's sources (with the CUDA kernels and their adapter when ``with_cuda``)."""
     torch_dir = csrc_dir() / "torch"
-    sources = core_cpu_sources() + platform_cpu_sources() + [
-        torch_dir / "torch_schema.cpp",
-        torch_dir / "torch_adapter.cpp",
-        torch_dir / "torch_cpu_impl.cpp",
-        torch_dir / "torch_autograd.cpp",
-    ]
+    sources = (
+        core_cpu_sources()
+        + platform_cpu_sources()
+        + [
+            torch_dir / "torch_schema.cpp",
+            torch_dir / "torch_adapter.cpp",
+            torch_dir / "torch_cpu_impl.cpp",
+            torch_dir / "torch_autograd.cpp",
+        ]
+    )
     if with_cuda:
         sources += core_cuda_sources() + [torch_dir / "torch_cuda_impl.cpp"]
     return sources
