@@ -19,8 +19,8 @@
 // a run is repeatable. Build it with the kernel's own flags and run it
 // pinned, nothing else running (float32, 1 thread):
 //
-//   g++ -std=c++17 -O3 -ffp-contract=off -Icsrc/core
-//       csrc/core/fused_norm_cpu.cpp bench/experiments/core_timing.cpp -o build/core_timing
+//   g++ -std=c++17 -O3 -ffp-contract=off -Icsrc csrc/core/fused_norm_cpu.cpp
+//       csrc/platform/cpu_caches.cpp bench/experiments/core_timing.cpp -o build/core_timing
 //   taskset -c 1 build/core_timing norm 1024 1024 31
 //
 // Each repetition times a block of calls of each contender back to back
@@ -38,8 +38,9 @@
 #include <string>
 #include <vector>
 
-#include "fused_norm.h"
-#include "numeric_types.h"
+#include "core/fused_norm.h"
+#include "core/numeric_types.h"
+#include "platform/cpu_caches.h"
 
 namespace {
 
@@ -141,7 +142,7 @@ void time_norm(int64_t rows, int64_t hidden, int reps, const Element& e) {
               static_cast<long long>(hidden), fused_norm::dtype_name(e.dtype), calls);
   for (int d : {0, 64, 128, 512, 1024, 2048, 3072, 4032}) {
     void* y = y_pages + d;
-    fused_norm::NormProblem p{x, weight, bias, y, rows, hidden, 1e-6, e.dtype};
+    fused_norm::NormProblem p{x, weight, bias, y, rows, hidden, 1e-6, e.dtype, false, fused_norm::cpu_caches()};
     std::vector<double> op, copy;
     for (int rep = 0; rep < reps + 2; ++rep) {  // the first two warm up
       const double t0 = now_ns();
@@ -168,6 +169,7 @@ void time_add(int64_t rows, int64_t hidden, int reps, int offset) {
   Inputs in(hidden, rng);
   for (size_t i = 0; i < n; ++i) x[i] = normal(rng);
   fused_norm::NormProblem norm{nullptr, in.weight, in.bias, nullptr, rows, hidden, 1e-6, fused_norm::DType::kFloat32};
+  norm.caches = fused_norm::cpu_caches();
   fused_norm::AddNormProblem fused{norm, r, r};
   fused.norm.x = fused.norm.y = x;
   fused_norm::NormProblem second = norm;  // the two-call form's norm: of the residual, into x

@@ -59,6 +59,14 @@ inline const char* dtype_name(DType dtype) {
   return visit(dtype, [](auto tag) { return Numeric<typename decltype(tag)::type>::kName; });
 }
 
+// The cache sizes the CPU kernel plans with, in bytes of one instance; 0
+// where not known. The core never asks the machine: the caller passes them
+// (csrc/platform/cpu_caches.h reads what the OS reports).
+struct CpuCaches {
+  int64_t level2 = 0;      // one core's L2: sizes the thread split (cpu_rows_per_task)
+  int64_t last_level = 0;  // one instance of the last-level cache: decides the streamed stores
+};
+
 // One call's operands. All tensors are dense, row-major, of element type
 // `dtype`; x and y are [rows, hidden], weight and bias are [hidden].
 struct NormProblem {
@@ -75,6 +83,9 @@ struct NormProblem {
   // stores write into those lines, where streaming ones would first push
   // the zeros out to memory (cpu_streams_output).
   bool output_just_allocated = false;
+  // Only the CPU kernel reads them; the default (nothing known) never
+  // streams and splits rows by task size alone.
+  CpuCaches caches;
 };
 
 // One call of the fused residual add + norm (myops::fused_add_norm):
@@ -112,18 +123,26 @@ void cpu_add_forward_rows(const AddNormProblem& p, int64_t row_begin, int64_t ro
 
 // Whether both CPU entry points write p's y with non-temporal stores, past
 // the caches: where x and y together take more than 3/4 of one instance of
-// the last-level cache (what Linux reports for cpu0, or FUSED_NORM_LLC_BYTES
-// if set; read once per process), every row of y is whole cache lines (from
-// its first line boundary on; the elements before it take ordinary
-// stores), y is not x (in place, each line of y is in the cache
-// already, read as x) and not just allocated. It changes how y reaches
-// memory, never its bits.
+// the last-level cache (p.caches.last_level; never where it is 0), every
+// row of y is whole cache lines (from its first line boundary on; the
+// elements before it take ordinary stores), y is not x (in place, each line
+// of y is in the cache already, read as x) and not just allocated. It
+// changes how y reaches memory, never its bits.
 bool cpu_streams_output(const NormProblem& p);
 
 // Rows per parallel task, so that a task touches about 32K elements: below
 // that the cost of waking a thread exceeds the work (same constant as
 // at::internal::GRAIN_SIZE).
 int64_t cpu_rows_per_task(int64_t hidden);
+
+// Rows per parallel task of `p` on `threads` threads, so that the split
+// follows the cache: where every thread gets work (at least `threads` tasks
+// of cpu_rows_per_task(hidden) rows) and one thread's share of x and y fits
+// a core's L2 (p.caches.level2; never where it is 0), one contiguous share
+// per thread, so that each core keeps the same rows in its own L2 from call
+// to call, whatever order a pool hands tasks out in; else
+// cpu_rows_per_task(hidden). Each row's bits do not depend on the split.
+int64_t cpu_rows_per_task(const NormProblem& p, int64_t threads);
 
 // --- CUDA (csrc/core/fused_norm_cuda.cu; present only in CUDA builds) --------
 

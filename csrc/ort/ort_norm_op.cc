@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/numeric_types.h"
+#include "platform/cpu_caches.h"
 
 namespace fused_norm_ort {
 namespace {
@@ -173,6 +174,7 @@ fused_norm::NormProblem NormOperands(const Ort::ConstValue& x, const Ort::ConstV
   problem.hidden = xf.Last();
   problem.eps = static_cast<double>(epsilon);
   problem.dtype = dtype;
+  problem.caches = fused_norm::cpu_caches();
   return problem;
 }
 

@@ -9,6 +9,7 @@
 #include <optional>
 #include <utility>
 
+#include "../platform/cpu_caches.h"
 #include "torch_adapter.h"
 
 namespace fused_norm_torch {
@@ -137,6 +138,7 @@ fused_norm::NormProblem make_problem(const at::Tensor& x, const at::Tensor& weig
   const std::optional<fused_norm::DType> dtype = core_dtype(x.scalar_type());
   TORCH_INTERNAL_ASSERT(dtype.has_value(), "dtype was validated by check_norm_args");
   p.dtype = *dtype;
+  p.caches = fused_norm::cpu_caches();
   return p;
 }
 

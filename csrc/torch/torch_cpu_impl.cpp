@@ -18,7 +18,7 @@ void run_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bi
              bool y_just_allocated) {
   fused_norm::NormProblem p = make_problem(x, weight, bias, y, eps);
   p.output_just_allocated = y_just_allocated;
-  at::parallel_for(0, p.rows, fused_norm::cpu_rows_per_task(p.hidden),
+  at::parallel_for(0, p.rows, fused_norm::cpu_rows_per_task(p, at::get_num_threads()),
                    [&p](int64_t begin, int64_t end) { fused_norm::cpu_forward_rows(p, begin, end); });
 }
 
@@ -41,7 +41,7 @@ void fused_norm_out_cpu(const at::Tensor& x, const at::Tensor& weight, const at:
 }
 
 void run_add_cpu(const fused_norm::AddNormProblem& p) {
-  at::parallel_for(0, p.norm.rows, fused_norm::cpu_rows_per_task(p.norm.hidden),
+  at::parallel_for(0, p.norm.rows, fused_norm::cpu_rows_per_task(p.norm, at::get_num_threads()),
                    [&p](int64_t begin, int64_t end) { fused_norm::cpu_add_forward_rows(p, begin, end); });
 }
 

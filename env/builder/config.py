@@ -166,6 +166,11 @@ def core_cpu_sources() -> list[Path]:
     return [csrc_dir() / "core" / "fused_norm_cpu.cpp"]
 
 
+def platform_cpu_sources() -> list[Path]:
+    """What the adapters ask the machine (the cache sizes the CPU core is given)."""
+    return [csrc_dir() / "platform" / "cpu_caches.cpp"]
+
+
 def core_cuda_sources() -> list[Path]:
     return [csrc_dir() / "core" / "fused_norm_cuda.cu"]
 
@@ -202,12 +207,16 @@ def cuda_build_possible() -> tuple[bool, str]:
 def torch_sources(with_cuda: bool) -> list[Path]:
     """The torch op library's sources (with the CUDA kernels and their adapter when ``with_cuda``)."""
     torch_dir = csrc_dir() / "torch"
-    sources = core_cpu_sources() + [
-        torch_dir / "torch_schema.cpp",
-        torch_dir / "torch_adapter.cpp",
-        torch_dir / "torch_cpu_impl.cpp",
-        torch_dir / "torch_autograd.cpp",
-    ]
+    sources = (
+        core_cpu_sources()
+        + platform_cpu_sources()
+        + [
+            torch_dir / "torch_schema.cpp",
+            torch_dir / "torch_adapter.cpp",
+            torch_dir / "torch_cpu_impl.cpp",
+            torch_dir / "torch_autograd.cpp",
+        ]
+    )
     if with_cuda:
         sources += core_cuda_sources() + [torch_dir / "torch_cuda_impl.cpp"]
     return sources

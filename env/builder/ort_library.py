@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from env.builder.commands import BuildError, run_logged
-from env.builder.config import CXX_STANDARD_PORTABLE, core_cpu_sources, core_cuda_sources, cxx_opt_flags
+from env.builder.config import (
+    CXX_STANDARD_PORTABLE,
+    core_cpu_sources,
+    core_cuda_sources,
+    cxx_opt_flags,
+    platform_cpu_sources,
+)
 from env.builder.cxx_runtime import SHARED_CXX_RUNTIME_FLAGS, check_shared_cxx_runtime
 from env.builder.ort_headers import OrtHeaders, check_runtime_compatible, ensure_ort_headers
 from env.builder.ort_runtime import cuda_provider_status, runtime_api
@@ -45,7 +51,7 @@ def _ort_dir() -> Path:
 
 
 def common_sources() -> list[Path]:
-    """Sources of every build: entry point, shared op, CPU adapter, CPU core."""
+    """Sources of every build: entry point, shared op, CPU adapter, CPU core, the cache probe."""
     ort = _ort_dir()
     return [
         ort / "ort_library.cc",
@@ -53,6 +59,7 @@ def common_sources() -> list[Path]:
         ort / "ort_cpu_op.cc",
         ort / "ort_debug_dump.cc",
         *core_cpu_sources(),
+        *platform_cpu_sources(),
     ]
 
 

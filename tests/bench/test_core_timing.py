@@ -31,10 +31,11 @@ def tool(tmp_path_factory) -> Path:
     exe = tmp_path_factory.mktemp("core_timing") / "core_timing"
     sources = [
         str(csrc_dir() / "core" / "fused_norm_cpu.cpp"),
+        str(csrc_dir() / "platform" / "cpu_caches.cpp"),
         str(REPO_ROOT / "bench" / "experiments" / "core_timing.cpp"),
     ]
     subprocess.run(
-        [cxx_compiler(), "-std=c++17", *OPT_FLAGS, "-Wno-psabi", f"-I{csrc_dir() / 'core'}", *sources, "-o", str(exe)],
+        [cxx_compiler(), "-std=c++17", *OPT_FLAGS, "-Wno-psabi", f"-I{csrc_dir()}", *sources, "-o", str(exe)],
         check=True,
     )
     return exe

@@ -45,7 +45,11 @@ LEVELS = {
 
 def build(directory: Path, name: str, extra: list[str]) -> Path:
     exe = directory / name
-    sources = [str(PROBE), str(csrc_dir() / "core" / "fused_norm_cpu.cpp")]
+    sources = [
+        str(PROBE),
+        str(csrc_dir() / "core" / "fused_norm_cpu.cpp"),
+        str(csrc_dir() / "platform" / "cpu_caches.cpp"),
+    ]
     subprocess.run(
         [cxx_compiler(), "-std=c++17", *OPT_FLAGS, "-Wno-psabi", f"-I{csrc_dir()}", *extra, *sources, "-o", str(exe)],
         check=True,

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "core/fused_norm.h"
+#include "platform/cpu_caches.h"
 
 using namespace fused_norm;
 
@@ -119,7 +120,7 @@ void special_values(DType dtype, int64_t hidden, std::mt19937_64& rng) {
   }
   std::vector<unsigned char> y_storage, sum(x.size(), 0xff);
   unsigned char* y = output_buffer(y_storage, x.size(), esize);
-  NormProblem norm{x.data(), w.data(), b.data(), y, rows, hidden, 1e-6, dtype};
+  NormProblem norm{x.data(), w.data(), b.data(), y, rows, hidden, 1e-6, dtype, false, cpu_caches()};
   count_streaming(norm);
   cpu_forward_rows(norm, 0, 5);
   cpu_forward_rows(norm, 5, rows);
@@ -162,7 +163,7 @@ void nan_sources(DType dtype, int64_t hidden, std::mt19937_64& rng) {
       write_element(dtype, &w[at * esize], INFINITY);
       write_element(dtype, &b[at * esize], -INFINITY);
     }
-    NormProblem norm{x.data(), w.data(), b.data(), y, rows, hidden, kind >= 3 ? 0.0 : 1e-6, dtype};
+    NormProblem norm{x.data(), w.data(), b.data(), y, rows, hidden, kind >= 3 ? 0.0 : 1e-6, dtype, false, cpu_caches()};
     if (kind == 4) norm.x = x.data() + 2 * hidden * esize, norm.rows = rows - 2;  // rows 2-5: no zero row
     std::memset(y, 0xff, x.size());
     count_streaming(norm);
@@ -189,7 +190,7 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(std::strtoull(argv[1], nullptr, 10));
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> scale(0.01f, 10.0f);
-  const int64_t hiddens[] = {1, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 768, 1023, 4097, 5001};
+  const int64_t hiddens[] = {1, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 768, 1023, 2047, 2049, 4097, 5001};
   for (DType dtype : kDTypes) {
     const size_t esize = element_size(dtype);
     for (int64_t hidden : hiddens) {
@@ -201,7 +202,7 @@ int main(int argc, char** argv) {
         write_element(dtype, &w[i * esize], 1.0f + 0.1f * normal(rng));
         write_element(dtype, &b[i * esize], 0.1f * normal(rng));
       }
-      NormProblem p{x.data(), w.data(), b.data(), y, rows, hidden, 1e-6, dtype};
+      NormProblem p{x.data(), w.data(), b.data(), y, rows, hidden, 1e-6, dtype, false, cpu_caches()};
       count_streaming(p);
       cpu_forward_rows(p, 0, 3);
       cpu_forward_rows(p, 3, rows);
