@@ -89,22 +89,24 @@ def test_schema_4_and_the_committed_reports_load_through_the_migration(history_d
     v4.mkdir()
     old.to_csv(v4 / "old.csv", index=False)
     baseline = tmp_path / "baseline"
-    shutil.copytree(REPO_ROOT / "reports" / "baseline", baseline)  # real reports: the full one schema 4, with samples
+    shutil.copytree(REPO_ROOT / "reports" / "baseline", baseline)  # real reports, one full run of schema 4 with samples
     con = connect(":memory:")
     result = ingest(con, [v4, baseline], NO_LABELS)
-    assert (result.added, result.invalid) == (3, [])
+    assert (result.added, result.invalid) == (4, [])
     machines = dict(con.execute("SELECT path, machine_id FROM runs JOIN machines USING (machine_key)").fetchall())
     versions = dict(con.execute("SELECT path, schema_version FROM runs").fetchall())
     for path, version in versions.items():
-        assert version in (4, 5, 6), path
+        assert version in (4, 5, 6, 7), path
         if version == 4:  # schema 4 recorded no machine id: the migration says so rather than inventing one
             assert machines[path] == NOT_RECORDED, path
     assert sorted(v for p, v in versions.items() if p.endswith("old.csv")) == [4]
-    assert [v for p, v in versions.items() if p.endswith("cpu-all.csv")] == [4]
+    assert [v for p, v in versions.items() if p.endswith("schema-4/cpu-all.csv")] == [4]
     full_units = con.execute(
-        "SELECT count(*) FROM units JOIN runs USING (report_id) WHERE path LIKE '%cpu-all.csv'"
+        "SELECT count(*) FROM units JOIN runs USING (report_id) WHERE path LIKE '%schema-4/cpu-all.csv'"
     ).fetchone()[0]
-    rows, rounds = pd.read_csv(REPO_ROOT / "reports" / "baseline" / "cpu-all.csv")[["workload", "rounds"]].T.values
+    rows, rounds = pd.read_csv(REPO_ROOT / "reports" / "baseline" / "schema-4" / "cpu-all.csv")[
+        ["workload", "rounds"]
+    ].T.values
     assert full_units == sum(rounds)  # one unit per row and round, from the real v4 samples sidecar
 
 
