@@ -4,9 +4,10 @@
         [--runs 10] [--out reports/power_curves] [--reuse]
 
 This checkout is copied into a scratch repository as commit "clean"; for each
-slowdown P a commit on top of it turns the build-time switch to P
-(csrc/torch/slowdown.h: every call of the torch op busy-waits P % of its
-period). Every tree is built once, at once, and reused. Then, interleaved so
+slowdown P the clean commit is checked out apart and built with the build-time
+switch at P (FUSEDBENCH_SLOWDOWN_PERCENT; csrc/torch/slowdown.h: every call of
+the torch op busy-waits P % of its period), so no source text is edited. Every
+tree is built once, at once, and reused. Then, interleaved so
 that a stopped measurement still covers every point:
   * quick   `bench --quick --against clean` from the slowed tree (P = 0: clean
             against itself, an A/A run);
@@ -36,14 +37,11 @@ import pandas as pd
 from rich.console import Console
 
 from bench.ab import driver as ab
-from bench.ab import scratch
-from bench.experiments.ab_measure import Workspace, build_all, prepare
+from bench.experiments.ab_measure import Workspace, add_slowdown, build_all, prepare
 from bench.plan.options import BenchOptions
 from bench.stats import compare
 from env.paths import REPO_ROOT, reports_dir
 
-SWITCH = "csrc/torch/slowdown.h"
-SWITCH_DEFAULT = "#define FUSED_NORM_SLOWDOWN_PERCENT 0\n"
 OP_BASELINE = "fused"
 KINDS = {"quick": "quick A/B", "full": "full A/B", "separate": "separate full reports, 3 processes"}
 FIELDS = (
@@ -67,20 +65,11 @@ def _load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def add_switch_commit(workspace: Workspace, clean: str, percent: int) -> str:
-    """A commit on top of clean that turns the slowdown switch to ``percent``, checked out apart; its tree's name."""
-    name = f"switch{percent}"
-    header = scratch.git("show", f"{clean}:{SWITCH}", cwd=workspace.repo) + "\n"
-    if SWITCH_DEFAULT not in header:
-        raise SystemExit(f"{SWITCH} no longer defaults the switch to 0 - update bench/experiments/power_measure.py")
-    text = header.replace(SWITCH_DEFAULT, f"#define FUSED_NORM_SLOWDOWN_PERCENT {percent}\n")
-    scratch.git("checkout", "--quiet", "-B", name, clean, cwd=workspace.repo)
-    try:
-        sha = scratch.commit_change(workspace.repo, SWITCH, text, f"fused op {percent}% slower")
-    finally:
-        scratch.git("checkout", "--quiet", "--detach", clean, cwd=workspace.repo)
-    scratch.checkout(sha, workspace.tree(name).root, workspace.repo)
-    return name
+def slowed_trees(workspace: Workspace, clean: str, percents: list[int], console: Console) -> dict[int, str]:
+    """Per slowdown P > 0, the clean commit checked out apart and built with the switch at P; the trees' names."""
+    trees = {p: add_slowdown(workspace, clean, p) for p in percents if p}
+    build_all(workspace, clean, trees, console)
+    return trees
 
 
 def _line(comparison: compare.Comparison, kind: str, percent: int, run: int, code: int, started: float) -> dict:
@@ -187,8 +176,7 @@ def main(argv: list[str] | None = None) -> None:
     console = Console(width=200)
     workspace = Workspace(args.workspace.resolve())
     clean = prepare(workspace, args.reuse, console)
-    trees = {p: add_switch_commit(workspace, clean, p) for p in percents if p}
-    build_all(workspace, clean, list(trees.values()), console)
+    trees = slowed_trees(workspace, clean, percents, console)
     done: dict[tuple[str, int], int] = {}
     if args.reuse and (args.out / "measured_runs.csv").exists():
         recorded = pd.read_csv(args.out / "measured_runs.csv")

@@ -99,3 +99,19 @@ def test_a_a_pairs_of_separate_reports_count_false_alarms_and_coverage(tmp_path,
     pairs = aa_reports.judge_all(reports)
     assert len(pairs) == 6 and set(pairs.rows) == {6}
     assert pairs.false_regressions.sum() == 0 and pairs.covered_95.sum() >= 0.8 * 36
+
+
+def test_slowed_trees_are_the_clean_commit_built_with_the_switch(tmp_path, monkeypatch):
+    # The slowdown reaches a build through the build-time switch, never through an edited source file.
+    from bench.experiments import ab_measure
+
+    checkouts, builds = [], []
+    monkeypatch.setattr(ab_measure.scratch, "checkout", lambda sha, dest, repo: checkouts.append((sha, dest)) or dest)
+    monkeypatch.setattr(ab_measure, "_build", lambda tree, console, percent=0: builds.append((tree.root, percent)))
+    workspace = ab_measure.Workspace(tmp_path)
+    trees = power_measure.slowed_trees(workspace, "c1ea4", [0, 5, 10], console=None)
+    assert trees == {5: "slow5", 10: "slow10"}
+    assert {sha for sha, _ in checkouts} == {"c1ea4"}  # every tree is the clean commit itself
+    built = dict(builds)
+    assert built[workspace.tree("slow5").root] == 5 and built[workspace.tree("slow10").root] == 10
+    assert built[workspace.tree("clean").root] == 0 and len(builds) == 4  # clean, REF, and the two slowed
