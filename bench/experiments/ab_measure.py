@@ -76,7 +76,8 @@ FIELDS = (
 )
 
 
-def _load() -> str:
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, recorded beside every run (a loaded machine widens every interval)."""
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
@@ -121,7 +122,8 @@ def _build(tree: ab.Tree, console: Console, slowdown_percent: int = 0) -> None:
     started = time.perf_counter()
     log = tree.root.parent / f"{tree.root.name}-build.log"
     scratch.build(tree.root, tree.build, log, variables={SLOWDOWN_VARIABLE: str(slowdown_percent)})
-    console.print(f"built {tree.root} in {time.perf_counter() - started:.0f} s (load {_load()})", highlight=False)
+    took = time.perf_counter() - started
+    console.print(f"built {tree.root} in {took:.0f} s (load {load_average()})", highlight=False)
 
 
 def add_slowdown(workspace: Workspace, clean: str, percent: int) -> str:
@@ -156,7 +158,8 @@ def one_run(
     options: BenchOptions,
     console: Console,
 ) -> dict:
-    load_before, started_utc, started = _load(), datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), time.perf_counter()
+    load_before, started = load_average(), time.perf_counter()
+    started_utc = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     quiet = Console(file=io.StringIO(), width=250)
     result = ab.run_ab(ref, options, quiet, threshold=threshold, new=tree, ref_cache=workspace.ref_cache)
     wall = time.perf_counter() - started
@@ -194,7 +197,7 @@ def one_run(
         "median_detectable": round(float(pd.Series([r.detectable_80 for r in rows]).median()), 3),
         "wall_s": round(wall),
         "load_before": load_before,
-        "load_after": _load(),
+        "load_after": load_average(),
         "max_other_cpu": round(float(busy), 3),
         "started_utc": started_utc,
         "folder": str(result.folder),
@@ -318,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     workspace = Workspace(args.workspace.resolve())
     options = BenchOptions(quick=True, out_dir=workspace.runs)
     clean = prepare(workspace, args.reuse, console)
-    console.print(f"scratch repository {workspace.repo} at {clean}; load {_load()}", highlight=False)
+    console.print(f"scratch repository {workspace.repo} at {clean}; load {load_average()}", highlight=False)
     slowed = {p: add_slowdown(workspace, clean, p) for p in percents}
     build_all(workspace, clean, slowed, console)
     done = {"aa": 0, **{p: 0 for p in percents}}

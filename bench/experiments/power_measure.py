@@ -37,7 +37,7 @@ import pandas as pd
 from rich.console import Console
 
 from bench.ab import driver as ab
-from bench.experiments.ab_measure import Workspace, add_slowdown, build_all, prepare
+from bench.experiments.ab_measure import Workspace, add_slowdown, build_all, load_average, prepare
 from bench.plan.options import BenchOptions
 from bench.stats import compare
 from env.paths import REPO_ROOT, reports_dir
@@ -59,10 +59,6 @@ FIELDS = (
     "started_utc",
     "folder",
 )
-
-
-def _load() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def slowed_trees(workspace: Workspace, clean: str, percents: list[int], console: Console) -> dict[int, str]:
@@ -186,12 +182,12 @@ def main(argv: list[str] | None = None) -> None:
             for kind in kinds:
                 if done.get((KINDS[kind], percent), 0) > run:
                     continue
-                load, started_utc = _load(), datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                load, started_utc = load_average(), datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
                 if kind == "separate":
                     line = one_separate(workspace, percent, run + 1, trees)
                 else:
                     line = one_ab(workspace, kind, percent, run + 1, clean, trees)
-                line.update(load_before=load, load_after=_load(), started_utc=started_utc)
+                line.update(load_before=load, load_after=load_average(), started_utc=started_utc)
                 append(args.out, line)
                 console.print(
                     f"{KINDS[kind]} at {percent}% run {run + 1}: op rows flagged {line['op_rows_flagged']}/"

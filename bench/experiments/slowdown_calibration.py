@@ -40,6 +40,7 @@ from rich.console import Console
 
 from bench.ab import driver as ab
 from bench.ab import scratch
+from bench.experiments.ab_measure import load_average
 from bench.measure.allocator import FIXED_MMAP
 from bench.plan.options import BenchOptions
 from env.builder.config import MAX_SLOWDOWN_PERCENT, SLOWDOWN_TABLE_VARIABLE, SLOWDOWN_VARIABLE
@@ -68,10 +69,6 @@ FIELDS = (
     "started_utc",
     "folder",
 )
-
-
-def _load() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def read_table(path: Path | None) -> dict[tuple[str, str], float]:
@@ -110,7 +107,8 @@ def corrections(rows: list[dict], asked: float) -> dict[tuple[str, str], float]:
 def _build(tree: ab.Tree, log: Path, variables: dict[str, str], console: Console) -> None:
     started = time.perf_counter()
     scratch.build(tree.root, tree.build, log, variables=variables)
-    console.print(f"built {tree.root} in {time.perf_counter() - started:.0f} s (load {_load()})", highlight=False)
+    took = time.perf_counter() - started
+    console.print(f"built {tree.root} in {took:.0f} s (load {load_average()})", highlight=False)
 
 
 def iterate(
@@ -129,7 +127,7 @@ def iterate(
     variables = {SLOWDOWN_VARIABLE: str(asked), **({SLOWDOWN_TABLE_VARIABLE: str(table)} if table else {})}
     _build(tree, workspace / f"slow{asked}-{iteration}-build.log", variables, console)
     options = BenchOptions(baseline=OP_BASELINE, quick=True, model_batches=(), out_dir=out / "runs")
-    load, started_utc = _load(), datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    load, started_utc = load_average(), datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     folder = reports_dir(options.out_dir) / "ab" / f"calibration-{asked}-{iteration}"
     folder.mkdir(parents=True, exist_ok=True)
     quiet = Console(file=io.StringIO(), width=250)
@@ -162,7 +160,7 @@ def iterate(
                 "ci_high": round(row.ci_high, 4),
                 "within_tolerance": abs(row.ratio - 1 - asked / 100) <= TOLERANCE,
                 "next_percent": round(next_percent(percent, asked, row.ratio, (row.ci_low, row.ci_high)), 3),
-                "load": f"{load} -> {_load()}",
+                "load": f"{load} -> {load_average()}",
                 "started_utc": started_utc,
                 "folder": str(folder),
             }
