@@ -8,8 +8,8 @@ scale, with the penalty 2 log(n) sigma^2 (a BIC-like cost per change)
 where sigma is the series' noise read from the differences of successive
 points (1.4826 MAD / sqrt 2: a level shift is one large difference, so it
 barely moves that estimate). A found change is kept when its size, the ratio
-of the median level after it to the median level before it, is at least the
-threshold the verdicts use: a shift smaller than that is not a regression
+of the median level after it to the median level before it (between the kept
+changes on either side), is at least the threshold the verdicts use: a shift smaller than that is not a regression
 anywhere else in the project either. Series shorter than MIN_POINTS are not
 tested. Each split is one pass of cumulative sums (numpy), so a series of
 thousands of runs costs milliseconds; PELT (ruptures), tried first, costs
@@ -50,14 +50,26 @@ def find_changes(values: np.ndarray, threshold: float) -> list[Change]:
         return []
     logs = np.log(values)
     sigma = noise(logs)
-    bounds = [0, *_segment(logs, 0, 2 * math.log(len(logs)) * sigma**2), len(logs)]
-    changes = []
-    for i in range(1, len(bounds) - 1):
-        before, after = values[bounds[i - 1] : bounds[i]], values[bounds[i] : bounds[i + 1]]
-        size = float(np.median(after) / np.median(before))
-        if abs(math.log(size)) >= math.log(1 + threshold):
-            changes.append(Change(bounds[i], size))
-    return changes
+    splits = _segment(logs, 0, 2 * math.log(len(logs)) * sigma**2)
+    # A split smaller than the threshold is noise, not a level: merge it away (the smallest first) and
+    # measure the others again, so a change's size is read between the levels on either side of it, not
+    # against a short stretch of noise beside it.
+    while splits:
+        sizes = _sizes(values, splits)
+        smallest = min(range(len(splits)), key=lambda i: abs(math.log(sizes[i])))
+        if abs(math.log(sizes[smallest])) >= math.log(1 + threshold):
+            return [Change(index, size) for index, size in zip(splits, sizes, strict=True)]
+        del splits[smallest]
+    return []
+
+
+def _sizes(values: np.ndarray, splits: list[int]) -> list[float]:
+    """Per split, the median level after it over the median level before it, between the neighbouring splits."""
+    bounds = [0, *splits, len(values)]
+    return [
+        float(np.median(values[bounds[i] : bounds[i + 1]]) / np.median(values[bounds[i - 1] : bounds[i]]))
+        for i in range(1, len(bounds) - 1)
+    ]
 
 
 def _segment(logs: np.ndarray, offset: int, penalty: float) -> list[int]:

@@ -76,9 +76,13 @@ def test_fixed_malloc_gives_every_large_block_fresh_pages_whatever_was_freed_bef
 def test_default_malloc_serves_repeated_large_blocks_from_the_heap_in_steady_state():
     # What a model's repeated calls see: once frees have raised the threshold past the output's size, the
     # output comes back from the heap without faults (seen here after 2-8 calls); fixed, every call faults.
+    # Not every later call: where the freed output leaves more free memory at the heap's top than the trim
+    # threshold (twice the raised mmap threshold), glibc returns it and the next call faults again (seen
+    # under a parallel test run: [240, 0, 192, 193, 192, 192, ..., 0, 192, 0, 0]).
     probed = _probe("default", _REPEATED_CALL)
     assert probed["allocator"].endswith("glibc default (mmap threshold adapts)") and probed["policy"] == "default"
-    assert probed["faults"][0] >= PAGES_768KIB and probed["faults"][-4:] == [0, 0, 0, 0], probed["faults"]
+    steady = probed["faults"][-8:]
+    assert probed["faults"][0] >= PAGES_768KIB and sum(count == 0 for count in steady) >= 4, probed["faults"]
     fixed = _probe("fixed-mmap", _REPEATED_CALL)["faults"]
     assert all(count >= PAGES_768KIB for count in fixed), fixed
 
