@@ -45,7 +45,7 @@ from bench.experiments.defaults import AB_MEASURE as DEFAULTS
 from bench.plan.options import BenchOptions
 from bench.report.schema import read_report
 from bench.stats.compare import INCONCLUSIVE, LIMIT_WORKLOAD, REGRESSION
-from env.builder.config import SLOWDOWN_VARIABLE
+from env.builder.config import SLOWDOWN_TABLE_VARIABLE, SLOWDOWN_VARIABLE
 from env.paths import REPO_ROOT, reports_dir
 
 OP_BASELINE = "fused"  # the rows that run torch.ops.myops.fused_norm(_out) on the CPU
@@ -118,10 +118,13 @@ def prepare(workspace: Workspace, reuse: bool, console: Console) -> str:
     return scratch.snapshot(workspace.repo)
 
 
-def _build(tree: ab.Tree, console: Console, slowdown_percent: int = 0) -> None:
+def _build(tree: ab.Tree, console: Console, slowdown_percent: int = 0, table: Path | None = None) -> None:
     started = time.perf_counter()
     log = tree.root.parent / f"{tree.root.name}-build.log"
-    scratch.build(tree.root, tree.build, log, variables={SLOWDOWN_VARIABLE: str(slowdown_percent)})
+    variables = {SLOWDOWN_VARIABLE: str(slowdown_percent)}
+    if slowdown_percent and table is not None:
+        variables[SLOWDOWN_TABLE_VARIABLE] = str(table.resolve())
+    scratch.build(tree.root, tree.build, log, variables=variables)
     took = time.perf_counter() - started
     console.print(f"built {tree.root} in {took:.0f} s (load {load_average()})", highlight=False)
 
@@ -133,8 +136,15 @@ def add_slowdown(workspace: Workspace, clean: str, percent: int) -> str:
     return name
 
 
-def build_all(workspace: Workspace, clean: str, slowed: dict[int, str], console: Console) -> None:
-    """Every tree a run needs, built at once: clean, REF (clean again, where `bench --against` looks), the slowed ones.
+def build_all(
+    workspace: Workspace,
+    clean: str,
+    slowed: dict[int, str],
+    console: Console,
+    tables: dict[int, Path] | None = None,
+) -> None:
+    """Every tree a run needs, built at once: clean, REF (clean again, where `bench --against` looks), the slowed ones
+    (``tables``: a slowdown's calibrated per-row table, bench/experiments/slowdown_calibration.py).
 
     Concurrent builds: on a shared machine they finish sooner together than one after the other.
     """
@@ -144,7 +154,8 @@ def build_all(workspace: Workspace, clean: str, slowed: dict[int, str], console:
     )
     trees = [(workspace.tree("clean"), 0), (ref, 0), *((workspace.tree(n), p) for p, n in slowed.items())]
     with ThreadPoolExecutor(len(trees)) as pool:
-        for future in [pool.submit(_build, tree, console, percent) for tree, percent in trees]:
+        tables = tables or {}
+        for future in [pool.submit(_build, tree, console, p, tables.get(p)) for tree, p in trees]:
             future.result()
 
 

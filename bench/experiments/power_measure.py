@@ -1,12 +1,14 @@
 """The measured points of the power curves: runs of each comparison against commits made slower on purpose.
 
     python -m bench.experiments.power_measure [--kinds quick,full,separate] [--slowdowns 0,2,3,5,10,20]
-        [--runs 10] [--out reports/power_curves] [--reuse]
+        [--runs 10] [--out reports/power_curves] [--reuse] [--table 5=reports/power/.../table.csv]
 
 This checkout is copied into a scratch repository as commit "clean"; for each
 slowdown P the clean commit is checked out apart and built with the build-time
 switch at P (FUSEDBENCH_SLOWDOWN_PERCENT; csrc/torch/slowdown.h: every call of
-the torch op busy-waits P % of its period), so no source text is edited. Every
+the torch op busy-waits P % of its period), so no source text is edited. A
+``--table P=CSV`` builds P's tree with a calibration's per-row percents
+(bench/experiments/slowdown_calibration.py), so each op row is P % slower. Every
 tree is built once, at once, and reused. Then, interleaved so
 that a stopped measurement still covers every point:
   * quick   `bench --quick --against clean` from the slowed tree (P = 0: clean
@@ -61,11 +63,25 @@ FIELDS = (
 )
 
 
-def slowed_trees(workspace: Workspace, clean: str, percents: list[int], console: Console) -> dict[int, str]:
-    """Per slowdown P > 0, the clean commit checked out apart and built with the switch at P; the trees' names."""
+def slowed_trees(
+    workspace: Workspace, clean: str, percents: list[int], console: Console, tables: dict[int, Path] | None = None
+) -> dict[int, str]:
+    """Per slowdown P > 0, the clean commit checked out apart and built with the switch at P (and P's table, if
+    ``tables`` has one); the trees' names."""
     trees = {p: add_slowdown(workspace, clean, p) for p in percents if p}
-    build_all(workspace, clean, trees, console)
+    build_all(workspace, clean, trees, console, tables)
     return trees
+
+
+def parse_tables(texts: list[str]) -> dict[int, Path]:
+    """``--table`` values (P=CSV) as {P: path}; ValueError naming the bad one."""
+    tables = {}
+    for text in texts:
+        percent, _, path = text.partition("=")
+        if not percent.strip().isdigit() or not path or not Path(path).is_file():
+            raise ValueError(f"--table wants P=CSV with a whole percent and an existing file, got {text!r}")
+        tables[int(percent)] = Path(path)
+    return tables
 
 
 def _line(comparison: compare.Comparison, kind: str, percent: int, run: int, code: int, started: float) -> dict:
@@ -80,7 +96,8 @@ def _line(comparison: compare.Comparison, kind: str, percent: int, run: int, cod
         "op_rows_flagged": sum(r.verdict == compare.REGRESSION for r in op_rows),
         "other_rows_flagged": sum(r.verdict == compare.REGRESSION for r in rows if r not in op_rows),
         "op_rows_intervals": "; ".join(
-            f"{r.key[4]} {r.key[1]} {r.ratio:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] {r.verdict}" for r in op_rows
+            f"{r.key[4]} {r.key[1]} {r.key[6]} {r.ratio:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] {r.verdict}"
+            for r in op_rows
         ),
         "wall_s": round(time.perf_counter() - started),
     }
@@ -135,7 +152,7 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
     """One line per (comparison, slowdown): the columns power_curves.py reads, plus the delivered slowdown."""
     lines = []
     for (name, percent), group in runs.groupby(["comparison", "slowdown_pct"], sort=False):
-        ratios = [float(part.split()[2]) for text in group.op_rows_intervals.dropna() for part in text.split("; ")]
+        ratios = [float(part.split()[-4]) for text in group.op_rows_intervals.dropna() for part in text.split("; ")]
         lines.append(
             {
                 "comparison": name,
@@ -160,10 +177,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=reports_dir() / "power_curves")
     parser.add_argument("--workspace", type=Path, default=REPO_ROOT / "build" / "power_measure")
     parser.add_argument("--reuse", action="store_true", help="resume in an existing workspace (its commit and builds)")
+    parser.add_argument(
+        "--table", action="append", default=[], help="P=CSV: build P's tree with this calibrated per-row table"
+    )
     args = parser.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     if not kinds or set(kinds) - set(KINDS):
         parser.error(f"--kinds must be a comma list of {', '.join(KINDS)}, got {args.kinds!r}")
+    try:
+        tables = parse_tables(args.table)
+    except ValueError as error:
+        parser.error(str(error))
     percents = [int(p) for p in args.slowdowns.split(",") if p.strip()]
     if not percents or min(percents) < 0:
         parser.error(f"--slowdowns must be integer percents >= 0, got {args.slowdowns!r}")
@@ -172,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     console = Console(width=200)
     workspace = Workspace(args.workspace.resolve())
     clean = prepare(workspace, args.reuse, console)
-    trees = slowed_trees(workspace, clean, percents, console)
+    trees = slowed_trees(workspace, clean, percents, console, tables)
     done: dict[tuple[str, int], int] = {}
     if args.reuse and (args.out / "measured_runs.csv").exists():
         recorded = pd.read_csv(args.out / "measured_runs.csv")

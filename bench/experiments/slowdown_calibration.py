@@ -17,7 +17,8 @@ both sides by this checkout's harness), and derives each row's next percent
 (the wait is proportional to its percent; a row whose delivered change is not
 above 0.2 %, or whose interval is wider than MAX_INTERVAL_WIDTH, keeps its
 percent: noise, not a measure of it). The table is keyed
-by shape and dtype, which the call and the out variant share, so their
+by shape, dtype and entry point (the allocating call and the out variant read
+about 2 points apart at one percent); a row's layouts share the key, so their
 corrections are averaged (geometric mean). Iteration k measures with
 ``table-<k>.csv`` (none for k = 0), appends its rows to ``calibration.csv`` and
 writes the next table as ``table-<k+1>.csv`` and ``table.csv``; a run resumes
@@ -59,6 +60,7 @@ FIELDS = (
     "shape",
     "dtype",
     "variant",
+    "layout",
     "table_percent",
     "delivered",
     "ci_low",
@@ -71,20 +73,29 @@ FIELDS = (
 )
 
 
-def read_table(path: Path | None) -> dict[tuple[str, str], float]:
-    """(shape, dtype) -> percent of a table CSV (empty for None)."""
+TableKey = tuple[str, str, str]  # shape, dtype, variant ("" for both entry points)
+
+
+def read_table(path: Path | None) -> dict[TableKey, float]:
+    """(shape, dtype, variant) -> percent of a table CSV (empty for None; a table without the variant
+    column names both entry points)."""
     if path is None:
         return {}
     with open(path, newline="") as handle:
-        return {(r["shape"], r["dtype"]): float(r["percent"]) for r in csv.DictReader(handle)}
+        return {(r["shape"], r["dtype"], r.get("variant") or ""): float(r["percent"]) for r in csv.DictReader(handle)}
 
 
-def write_table(path: Path, table: dict[tuple[str, str], float]) -> None:
+def table_percent(table: dict[TableKey, float], shape: str, dtype: str, variant: str, asked: float) -> float:
+    """The percent a build with ``table`` waits on this row: its own entry, else the entry for both, else P."""
+    return table.get((shape, dtype, variant), table.get((shape, dtype, ""), asked))
+
+
+def write_table(path: Path, table: dict[TableKey, float]) -> None:
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["shape", "dtype", "percent"])
-        for (shape, dtype), percent in sorted(table.items()):
-            writer.writerow([shape, dtype, f"{percent:.3f}"])
+        writer.writerow(["shape", "dtype", "variant", "percent"])
+        for (shape, dtype, variant), percent in sorted(table.items()):
+            writer.writerow([shape, dtype, variant, f"{percent:.3f}"])
 
 
 def next_percent(current: float, asked: float, delivered: float, interval: tuple[float, float] = (0, 0)) -> float:
@@ -96,11 +107,11 @@ def next_percent(current: float, asked: float, delivered: float, interval: tuple
     return min(MAX_SLOWDOWN_PERCENT, current * (asked / 100) / change)
 
 
-def corrections(rows: list[dict], asked: float) -> dict[tuple[str, str], float]:
-    """Per (shape, dtype): the geometric mean of its variants' next percents."""
-    grouped: dict[tuple[str, str], list[float]] = {}
+def corrections(rows: list[dict], asked: float) -> dict[TableKey, float]:
+    """Per (shape, dtype, variant): the geometric mean of its layouts' next percents."""
+    grouped: dict[TableKey, list[float]] = {}
     for row in rows:
-        grouped.setdefault((row["shape"], row["dtype"]), []).append(row["next_percent"])
+        grouped.setdefault((row["shape"], row["dtype"], row["variant"]), []).append(row["next_percent"])
     return {key: math.exp(sum(map(math.log, values)) / len(values)) for key, values in grouped.items()}
 
 
@@ -143,10 +154,10 @@ def iterate(
     current = read_table(table)
     lines = []
     for row in result.comparison.rows:
-        workload, shape, dtype, baseline, variant, _device = row.key
+        workload, shape, dtype, baseline, variant, _device, layout = row.key
         if workload != "op" or baseline != OP_BASELINE:
             continue
-        percent = current.get((shape, dtype), float(asked))
+        percent = table_percent(current, shape, dtype, variant, float(asked))
         lines.append(
             {
                 "iteration": iteration,
@@ -154,6 +165,7 @@ def iterate(
                 "shape": shape,
                 "dtype": dtype,
                 "variant": variant,
+                "layout": layout,
                 "table_percent": round(percent, 3),
                 "delivered": round(row.ratio, 4),
                 "ci_low": round(row.ci_low, 4),
@@ -166,7 +178,7 @@ def iterate(
             }
         )
         console.print(
-            f"iteration {iteration}: {variant} {shape} {dtype} at {percent:.2f} % delivered {row.ratio:.3f} "
+            f"iteration {iteration}: {variant} {shape} {dtype} {layout} at {percent:.2f} % delivered {row.ratio:.3f} "
             f"[{row.ci_low:.3f}, {row.ci_high:.3f}] (asked {1 + asked / 100:.2f})",
             highlight=False,
         )

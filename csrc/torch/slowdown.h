@@ -14,7 +14,9 @@
 // Per row, the asked P is not what a comparison reads: the wait's own cost and what it does to the caches
 // come on top (10 % asked read 1.15x at 1x8x512). A calibrated build (FUSED_NORM_SLOWDOWN_TABLE, made by
 // env/builder/config.py from a calibration's table) names a percent per (rows, width, dtype); the adapter
-// constructs the slowdown from its input, and a row the table does not name waits P %.
+// constructs the slowdown from its input and its entry point (the allocating call and the out variant read
+// about 2 points apart at one percent, so a row may be named per entry point), and a row the table does not
+// name waits P %.
 #pragma once
 
 #include <algorithm>
@@ -27,12 +29,16 @@
 
 namespace fused_norm {
 
+// Which function of the op a call came through; a table row for kAnyEntry covers both.
+enum class SlowdownEntry : int { kAnyEntry = 0, kCall = 1, kOut = 2 };
+
 // One calibrated row: the input's rows (all but the last dimension), its width, its dtype (c10::ScalarType's
-// value) and the percent to wait there.
+// value), the entry point it names and the percent to wait there.
 struct SlowdownRow {
   std::int64_t rows;
   std::int64_t width;
   int dtype;
+  SlowdownEntry entry;
   double percent;
 };
 
@@ -52,18 +58,29 @@ class CallSlowdown {
   CallSlowdown() {
     if constexpr (kSlowdownPercent > 0) start_ = Clock::now();
   }
-  // The calibrated percent of the row ``x`` (a tensor) belongs to.
+  // The calibrated percent of the row ``x`` (a tensor) belongs to, called through ``entry``: a row naming the
+  // entry point wins over one for either.
   template <class Tensor>
-  explicit CallSlowdown(const Tensor& x) {
+  CallSlowdown(const Tensor& x, SlowdownEntry entry) {
     if constexpr (kSlowdownPercent > 0) {
 #ifdef FUSED_NORM_SLOWDOWN_TABLE
       if (x.dim() > 0 && x.size(-1) > 0) {
         const std::int64_t width = x.size(-1), rows = x.numel() / width;
         const int dtype = static_cast<int>(x.scalar_type());
+        bool exact = false;
         for (const SlowdownRow& row : kSlowdownTable) {
-          if (row.rows == rows && row.width == width && row.dtype == dtype) share_ = row.percent / 100.0;
+          if (row.rows != rows || row.width != width || row.dtype != dtype) continue;
+          if (row.entry == entry) {
+            share_ = row.percent / 100.0;
+            exact = true;
+          } else if (row.entry == SlowdownEntry::kAnyEntry && !exact) {
+            share_ = row.percent / 100.0;
+          }
         }
       }
+#else
+      (void)x;
+      (void)entry;
 #endif
       start_ = Clock::now();
     }

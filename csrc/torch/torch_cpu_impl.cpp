@@ -23,7 +23,8 @@ void run_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bi
 }
 
 at::Tensor fused_norm_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
-  const fused_norm::CallSlowdown slowdown(x);  // nothing unless built with FUSED_NORM_SLOWDOWN_PERCENT
+  // Nothing unless built with FUSED_NORM_SLOWDOWN_PERCENT.
+  const fused_norm::CallSlowdown slowdown(x, fused_norm::SlowdownEntry::kCall);
   check_norm_args("fused_norm", x, weight, bias, eps);
   // Non-contiguous inputs are copied once; the kernel needs dense rows.
   const at::Tensor xc = x.contiguous();
@@ -34,7 +35,7 @@ at::Tensor fused_norm_cpu(const at::Tensor& x, const at::Tensor& weight, const a
 
 void fused_norm_out_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps,
                         const at::Tensor& out) {
-  const fused_norm::CallSlowdown slowdown(x);  // nothing unless built with FUSED_NORM_SLOWDOWN_PERCENT
+  const fused_norm::CallSlowdown slowdown(x, fused_norm::SlowdownEntry::kOut);  // as above
   check_norm_args("fused_norm_out", x, weight, bias, eps);
   check_out_arg(out, x, weight, bias);
   run_cpu(x.contiguous(), weight.contiguous(), bias.contiguous(), out, eps, /*y_just_allocated=*/false);

@@ -107,11 +107,23 @@ def test_slowed_trees_are_the_clean_commit_built_with_the_switch(tmp_path, monke
 
     checkouts, builds = [], []
     monkeypatch.setattr(ab_measure.scratch, "checkout", lambda sha, dest, repo: checkouts.append((sha, dest)) or dest)
-    monkeypatch.setattr(ab_measure, "_build", lambda tree, console, percent=0: builds.append((tree.root, percent)))
+    monkeypatch.setattr(
+        ab_measure, "_build", lambda tree, console, percent=0, table=None: builds.append((tree.root, percent, table))
+    )
     workspace = ab_measure.Workspace(tmp_path)
-    trees = power_measure.slowed_trees(workspace, "c1ea4", [0, 5, 10], console=None)
+    table = tmp_path / "table-5.csv"
+    trees = power_measure.slowed_trees(workspace, "c1ea4", [0, 5, 10], console=None, tables={5: table})
     assert trees == {5: "slow5", 10: "slow10"}
     assert {sha for sha, _ in checkouts} == {"c1ea4"}  # every tree is the clean commit itself
-    built = dict(builds)
-    assert built[workspace.tree("slow5").root] == 5 and built[workspace.tree("slow10").root] == 10
-    assert built[workspace.tree("clean").root] == 0 and len(builds) == 4  # clean, REF, and the two slowed
+    built = {root: (percent, used) for root, percent, used in builds}
+    # Only the tree of the slowdown the table was calibrated for is built with it.
+    assert built[workspace.tree("slow5").root] == (5, table) and built[workspace.tree("slow10").root] == (10, None)
+    assert built[workspace.tree("clean").root] == (0, None) and len(builds) == 4  # clean, REF, the two slowed
+
+
+def test_a_table_option_names_its_percent_and_an_existing_file(tmp_path):
+    (tmp_path / "t.csv").write_text("shape,dtype,variant,percent\n")
+    assert power_measure.parse_tables([f"5={tmp_path / 't.csv'}"]) == {5: tmp_path / "t.csv"}
+    for bad in (f"five={tmp_path / 't.csv'}", "5=", f"5={tmp_path / 'missing.csv'}"):
+        with pytest.raises(ValueError, match="--table wants P=CSV"):
+            power_measure.parse_tables([bad])

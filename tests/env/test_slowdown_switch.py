@@ -80,9 +80,11 @@ struct FakeTensor {  // the three facts the slowdown reads of an at::Tensor
 };
 int main() {
   const FakeTensor calls[] = {{8, 512, 6}, {1024, 1024, 6}, {8, 512, 5}, {16, 512, 6}};
-  for (const FakeTensor& x : calls) {
-    const fused_norm::CallSlowdown slowdown(x);
-    std::printf("%g ", slowdown.share());
+  for (const auto entry : {fused_norm::SlowdownEntry::kCall, fused_norm::SlowdownEntry::kOut}) {
+    for (const FakeTensor& x : calls) {
+      const fused_norm::CallSlowdown slowdown(x, entry);
+      std::printf("%g ", slowdown.share());
+    }
   }
 }
 """
@@ -110,8 +112,9 @@ TABLE = "shape,dtype,percent\n1x8x512,float32,6.5\n8x128x1024,float32,10.9\n"
 @pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
 def test_a_calibrated_table_sets_each_named_rows_percent_and_the_rest_keep_the_asked_one(tmp_path, monkeypatch):
     # Rows by (rows, width, dtype): 1x8x512 is 8 rows of 512; the half-precision call and 16 rows are not named.
-    assert _shares(tmp_path, monkeypatch, TABLE, "10") == [0.065, 0.109, 0.1, 0.1]
-    assert _shares(tmp_path, monkeypatch, None, "10") == [0.1, 0.1, 0.1, 0.1]
+    # Without a variant column a row covers the allocating call and the out variant alike.
+    assert _shares(tmp_path, monkeypatch, TABLE, "10") == [0.065, 0.109, 0.1, 0.1] * 2
+    assert _shares(tmp_path, monkeypatch, None, "10") == [0.1, 0.1, 0.1, 0.1] * 2
     # Without the switch the table is not even read: no define, no wait.
     monkeypatch.setenv(SLOWDOWN_VARIABLE, "0")
     monkeypatch.setenv(SLOWDOWN_TABLE_VARIABLE, str(tmp_path / "table.csv"))
@@ -134,3 +137,25 @@ def test_a_bad_table_line_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv(SLOWDOWN_TABLE_VARIABLE, str(tmp_path / "table.csv"))
     with pytest.raises(ValueError, match=r"table.csv:3: needs shape"):
         slowdown_defines(tmp_path)
+
+
+VARIANT_TABLE = (
+    "shape,dtype,variant,percent\n"
+    "1x8x512,float32,out,3.5\n"
+    "1x8x512,float32,,6.5\n"  # either entry point, after the out variant's own row: that one still wins
+    "8x128x1024,float32,call,10.9\n"
+)
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
+def test_a_row_may_name_the_entry_point_and_wins_over_a_row_for_either(tmp_path, monkeypatch):
+    calls, outs = [0.065, 0.109, 0.1, 0.1], [0.035, 0.1, 0.1, 0.1]
+    assert _shares(tmp_path, monkeypatch, VARIANT_TABLE, "10") == calls + outs
+
+
+def test_a_table_with_an_unknown_variant_names_its_line(tmp_path, monkeypatch):
+    (tmp_path / "table.csv").write_text("shape,dtype,variant,percent\n1x8x512,float32,both,3\n")
+    monkeypatch.setenv(SLOWDOWN_VARIABLE, "10")
+    monkeypatch.setenv(SLOWDOWN_TABLE_VARIABLE, str(tmp_path / "table.csv"))
+    with pytest.raises(ValueError, match=r"table.csv:2: .*variant of call, out or empty"):
+        slowdown_defines(tmp_path / "build")
