@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reuse", action="store_true", help="keep the scratch repository and clean build")
     args = parser.parse_args(argv)
     console = Console(width=200)
-    out = Path(args.out) if args.out else reports_dir() / "power" / "slowdown_calibration"
+    out = (Path(args.out) if args.out else reports_dir() / "power" / "slowdown_calibration").resolve()
     out.mkdir(parents=True, exist_ok=True)
     workspace = build_dir() / "slowdown_calibration"
     clean = ab.Tree(workspace / "repo", workspace / "repo" / "build")
