@@ -11,15 +11,13 @@ each iteration builds it with the switch at P and the table so far
 ($FUSEDBENCH_SLOWDOWN_TABLE, env/builder/config.py; none at first), measures it
 against the clean build as the quick A/B run does (the fused op's rows only,
 both sides by this checkout's harness), and derives each row's next percent
-
-    next = current * (P / 100) / (delivered - 1)
-
-(the wait is proportional to its percent; a row whose delivered change is not
-above 0.2 %, or whose interval is wider than MAX_INTERVAL_WIDTH, keeps its
-percent: noise, not a measure of it). The table is keyed
-by shape, dtype and entry point (the allocating call and the out variant read
-about 2 points apart at one percent); a row's layouts share the key, so their
-corrections are averaged (geometric mean). Iteration k measures with
+from a line fitted through every iteration's (percent, delivered) of that row
+(``fitted_percent``: one run's interval is too wide to step from alone; an
+interval wider than MAX_INTERVAL_WIDTH is left out). The table is keyed by
+shape, dtype and entry point (the allocating call and the out variant read
+about 2 points apart at one percent); a row's layouts share the key, so they
+share the fit. ``--iterations 0`` refits the table from the recorded lines
+without measuring. Iteration k measures with
 ``table-<k>.csv`` (none for k = 0), appends its rows to ``calibration.csv`` and
 writes the next table as ``table-<k+1>.csv`` and ``table.csv``; a run resumes
 after the iterations ``calibration.csv`` holds. No source file is edited.
@@ -30,7 +28,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import math
 import shutil
 import time
 from dataclasses import replace
@@ -107,12 +104,44 @@ def next_percent(current: float, asked: float, delivered: float, interval: tuple
     return min(MAX_SLOWDOWN_PERCENT, current * (asked / 100) / change)
 
 
-def corrections(rows: list[dict], asked: float) -> dict[TableKey, float]:
-    """Per (shape, dtype, variant): the geometric mean of its layouts' next percents."""
-    grouped: dict[TableKey, list[float]] = {}
-    for row in rows:
-        grouped.setdefault((row["shape"], row["dtype"], row["variant"]), []).append(row["next_percent"])
-    return {key: math.exp(sum(map(math.log, values)) / len(values)) for key, values in grouped.items()}
+def fitted_percent(points: list[tuple[float, float, float, float]], asked: float) -> float | None:
+    """The percent that delivers ``asked`` on a line fitted through every measured (percent, delivered, low,
+    high) of one row; None where the points say nothing (all too wide, or no rise with the percent).
+
+    One quick run's interval is +-2-7 % on these rows, so the proportional step from the last run alone
+    jumps with the noise (8x128x1024: 8.4 % read 1.095, then 4.5 % read 1.032). A weighted least-squares
+    line delivered - 1 = a + b * percent through all the runs (weights 1 / width^2) averages it out, and
+    its intercept a is the switch's fixed cost (its clock reads), which the proportional rule ignores.
+    """
+    kept = [(p, d, hi - lo) for p, d, lo, hi in points if 0 < hi - lo <= MAX_INTERVAL_WIDTH]
+    if not kept:
+        return None
+    weights = [1 / width**2 for _, _, width in kept]
+    total = sum(weights)
+    x_mean = sum(w * p for w, (p, _, _) in zip(weights, kept, strict=True)) / total
+    y_mean = sum(w * (d - 1) for w, (_, d, _) in zip(weights, kept, strict=True)) / total
+    spread = sum(w * (p - x_mean) ** 2 for w, (p, _, _) in zip(weights, kept, strict=True))
+    if spread < 1e-9 * total:  # one percent measured: the proportional rule through the origin
+        return next_percent(x_mean, asked, 1 + y_mean) if y_mean >= NOISE_FLOOR else None
+    slope = sum(w * (p - x_mean) * (d - 1 - y_mean) for w, (p, d, _) in zip(weights, kept, strict=True)) / spread
+    if slope <= 0:
+        return None
+    return min(MAX_SLOWDOWN_PERCENT, max(0.0, x_mean + (asked / 100 - y_mean) / slope))
+
+
+def fitted_table(lines: list[dict], asked: float) -> dict[TableKey, float]:
+    """Per (shape, dtype, variant), :func:`fitted_percent` over every line of every iteration at ``asked``
+    (all layouts: the wait does not know the layout)."""
+    grouped: dict[TableKey, list[tuple[float, float, float, float]]] = {}
+    for line in lines:
+        if float(line["asked_percent"]) != asked:
+            continue
+        key = (line["shape"], line["dtype"], line["variant"])
+        grouped.setdefault(key, []).append(
+            (float(line["table_percent"]), float(line["delivered"]), float(line["ci_low"]), float(line["ci_high"]))
+        )
+    fitted = {key: fitted_percent(points, asked) for key, points in grouped.items()}
+    return {key: round(percent, 3) for key, percent in fitted.items() if percent is not None}
 
 
 def _build(tree: ab.Tree, log: Path, variables: dict[str, str], console: Console) -> None:
@@ -197,7 +226,9 @@ def append(path: Path, lines: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--percent", type=int, default=10, help="the asked slowdown, whole percent (default 10)")
-    parser.add_argument("--iterations", type=int, default=3, help="builds measured, each with the last table")
+    parser.add_argument(
+        "--iterations", type=int, default=3, help="builds measured, each with the last table (0: refit only)"
+    )
     parser.add_argument("--processes", type=int, default=ab.PROCESSES["quick"], help="A/B pairs per iteration")
     parser.add_argument("--out", default=None, help="report folder (default reports/power/slowdown_calibration)")
     parser.add_argument("--table", default=None, help="start from this table instead of none")
@@ -206,6 +237,14 @@ def main(argv: list[str] | None = None) -> None:
     console = Console(width=200)
     out = (Path(args.out) if args.out else reports_dir() / "power" / "slowdown_calibration").resolve()
     out.mkdir(parents=True, exist_ok=True)
+    if args.iterations == 0:  # refit only: nothing is built or measured
+        if not (out / "calibration.csv").is_file():
+            parser.error(f"--iterations 0 refits {out / 'calibration.csv'}, which does not exist")
+        measured = list(csv.DictReader(open(out / "calibration.csv", newline="")))
+        start = Path(args.table).resolve() if args.table else None
+        write_table(out / "table.csv", {**read_table(start), **fitted_table(measured, args.percent)})
+        console.print(f"refitted {out / 'table.csv'} from {len(measured)} recorded lines", highlight=False)
+        return
     workspace = build_dir() / "slowdown_calibration"
     clean = ab.Tree(workspace / "repo", workspace / "repo" / "build")
     if not (args.reuse and (clean.build / "toolchain.json").is_file()):
@@ -225,7 +264,8 @@ def main(argv: list[str] | None = None) -> None:
     for iteration in range(done, done + args.iterations):
         lines = iterate(workspace, clean, iteration, args.percent, table, args.processes, out, console)
         append(out / "calibration.csv", lines)
-        derived = {**read_table(table), **corrections(lines, args.percent)}
+        measured = list(csv.DictReader(open(out / "calibration.csv", newline="")))
+        derived = {**read_table(table), **fitted_table(measured, args.percent)}
         table = out / f"table-{iteration + 1}.csv"  # table-k: the table iteration k measures with
         write_table(table, derived)
         write_table(out / "table.csv", derived)

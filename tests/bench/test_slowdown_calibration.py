@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bench.experiments.slowdown_calibration import (
-    corrections,
+    fitted_percent,
+    fitted_table,
     next_percent,
     read_table,
     table_percent,
@@ -27,19 +28,31 @@ def test_a_row_that_delivered_no_measurable_change_keeps_its_percent():
     assert next_percent(10, 10, 1.153, (1.093, 1.215)) == pytest.approx(6.536, abs=1e-3)
 
 
-def test_each_entry_point_gets_its_own_percent_from_the_geometric_mean_of_its_layouts(tmp_path):
-    rows = [
-        {"shape": "1x8x512", "dtype": "float32", "variant": "call", "layout": "natural", "next_percent": 4.0},
-        {"shape": "1x8x512", "dtype": "float32", "variant": "call", "layout": "page_offset", "next_percent": 9.0},
-        {"shape": "1x8x512", "dtype": "float32", "variant": "out", "layout": "natural", "next_percent": 3.0},
-        {"shape": "8x128x1024", "dtype": "float32", "variant": "call", "layout": "natural", "next_percent": 11.0},
+def test_a_line_through_every_iteration_finds_the_percent_and_the_fixed_cost():
+    # delivered - 1 = 0.01 + 0.9 * percent / 100 at three percents: 5 % is delivered at (0.05 - 0.01) / 0.009.
+    points = [(p, 1 + 0.01 + 0.009 * p, 1 + 0.009 * p - 0.02, 1 + 0.009 * p + 0.04) for p in (3.0, 5.0, 8.0)]
+    assert fitted_percent(points, 5) == pytest.approx(4.4444, abs=1e-3)
+    # A far wider point pulls the line less than a narrow one; one beyond MAX_INTERVAL_WIDTH not at all.
+    wide = [*points, (6.0, 1.30, 1.10, 1.30)]
+    unweighted = fitted_percent([(p, d, 0.0, 0.06) for p, d, _, _ in wide], 5)
+    assert unweighted < fitted_percent(wide, 5) < 4.4444
+    assert fitted_percent([*points, (6.0, 2.0, 0.5, 3.0)], 5) == pytest.approx(4.4444, abs=1e-3)
+    # One percent measured: the proportional rule; nothing measurable or a falling line: no percent.
+    assert fitted_percent([(5.0, 1.10, 1.08, 1.12)], 5) == pytest.approx(2.5)
+    assert fitted_percent([(5.0, 1.001, 0.99, 1.01)], 5) is None
+    assert fitted_percent([(3.0, 1.08, 1.06, 1.10), (6.0, 1.04, 1.02, 1.06)], 5) is None
+
+
+def test_the_fitted_table_keys_each_entry_point_and_fits_its_layouts_together(tmp_path):
+    line = {"asked_percent": "5", "shape": "1x8x512", "dtype": "float32"}
+    lines = [
+        {**line, "variant": "call", "table_percent": "5", "delivered": "1.06", "ci_low": "1.04", "ci_high": "1.08"},
+        {**line, "variant": "call", "table_percent": "5", "delivered": "1.08", "ci_low": "1.06", "ci_high": "1.10"},
+        {**line, "variant": "out", "table_percent": "4", "delivered": "1.08", "ci_low": "1.06", "ci_high": "1.10"},
+        {**line, "variant": "out", "asked_percent": "10", "table_percent": "9", "delivered": "1.5"},  # another P
     ]
-    table = corrections(rows, 10)
-    assert table == {
-        ("1x8x512", "float32", "call"): pytest.approx(6.0),
-        ("1x8x512", "float32", "out"): pytest.approx(3.0),
-        ("8x128x1024", "float32", "call"): pytest.approx(11.0),
-    }
+    table = fitted_table(lines, 5)
+    assert table == {("1x8x512", "float32", "call"): pytest.approx(3.571, abs=1e-3), ("1x8x512", "float32", "out"): 2.5}
     write_table(tmp_path / "t.csv", table)
     assert read_table(tmp_path / "t.csv") == pytest.approx(table)
     assert (tmp_path / "t.csv").read_text().splitlines()[0] == "shape,dtype,variant,percent"
