@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import math
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from rich.console import Console
+from scipy.stats import t as student_t
 
 from bench.ab import driver as ab
 from bench.experiments.ab_measure import Workspace, add_slowdown, build_all, load_average, prepare
@@ -145,7 +147,9 @@ def append(out: Path, line: dict) -> None:
         if new:
             writer.writeheader()
         writer.writerow(line)
-    summarise(pd.read_csv(path)).to_csv(out / "measured.csv", index=False, float_format="%.4f")
+    recorded = pd.read_csv(path)
+    summarise(recorded).to_csv(out / "measured.csv", index=False, float_format="%.4f")
+    delivered_per_row(recorded).to_csv(out / "delivered.csv", index=False, float_format="%.4f")
 
 
 def summarise(runs: pd.DataFrame) -> pd.DataFrame:
@@ -166,6 +170,44 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
                 "delivered_range": f"{min(ratios):.3f}-{max(ratios):.3f}" if ratios else "",
             }
         )
+    return pd.DataFrame(lines)
+
+
+DELIVERY_TOLERANCE = 0.01  # a calibrated slowdown delivers the asked one within +-1 percentage point
+
+
+def delivered_per_row(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per comparison, slowdown and op row: the geometric mean of its ratio over the runs and the 95 % t
+    interval of that mean. At P > 0 it is the injection's delivered slowdown, each run's interval (+-2-7 %
+    on these rows) too wide alone to check a calibration to +-1 point; at P = 0 it is the A/A runs' bias."""
+    lines = []
+    for (name, percent), group in runs.groupby(["comparison", "slowdown_pct"], sort=False):
+        per_row: dict[str, list[float]] = {}
+        for text in group.op_rows_intervals.dropna():
+            for part in text.split("; "):
+                words = part.split()
+                per_row.setdefault(" ".join(words[:-4]), []).append(math.log(float(words[-4])))
+        for row, logs in per_row.items():
+            mean = float(np.mean(logs))
+            half = float(student_t.ppf(0.975, len(logs) - 1) * np.std(logs, ddof=1) / math.sqrt(len(logs)))
+            half = half if len(logs) > 1 else math.nan
+            low, high = math.exp(mean - half), math.exp(mean + half)
+            lines.append(
+                {
+                    "comparison": name,
+                    "slowdown_pct": percent,
+                    "row": row,
+                    "runs": len(logs),
+                    "delivered": math.exp(mean),
+                    "ci_low": low,
+                    "ci_high": high,
+                    # The asked change within the tolerance of the delivered one, and the interval that narrow.
+                    "within_1_point": bool(abs(math.exp(mean) - 1 - percent / 100) <= DELIVERY_TOLERANCE),
+                    "interval_within_1_point": bool(
+                        1 + percent / 100 - DELIVERY_TOLERANCE <= low and high <= 1 + percent / 100 + DELIVERY_TOLERANCE
+                    ),
+                }
+            )
     return pd.DataFrame(lines)
 
 

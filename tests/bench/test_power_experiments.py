@@ -87,6 +87,24 @@ def test_measured_runs_are_summarised_per_point_with_the_delivered_slowdown():
     assert line["delivered_median"] == pytest.approx(1.098) and line["delivered_range"] == "1.094-1.102"
 
 
+def test_the_delivered_slowdown_of_each_op_row_is_pooled_over_the_runs():
+    texts = [
+        "call 1x8x512 natural 1.040 [1.00, 1.08] REGRESSION; out 8x128x1024 natural 1.10 [1.0, 1.2] INCONCLUSIVE",
+        "call 1x8x512 natural 1.060 [1.02, 1.10] REGRESSION; out 8x128x1024 natural 1.00 [0.9, 1.1] SAME",
+        "call 1x8x512 natural 1.050 [1.01, 1.09] REGRESSION",
+    ]
+    runs = pd.DataFrame({"comparison": "quick A/B", "slowdown_pct": 5, "op_rows_intervals": texts})
+    rows = power_measure.delivered_per_row(runs).set_index("row")
+    call = rows.loc["call 1x8x512 natural"]
+    logs = np.log([1.04, 1.06, 1.05])
+    assert call.runs == 3 and call.delivered == pytest.approx(math.exp(logs.mean()))
+    half = 4.302653 * logs.std(ddof=1) / math.sqrt(3)  # t(0.975, 2 dof)
+    assert call.ci_low == pytest.approx(math.exp(logs.mean() - half), rel=1e-5)
+    assert call.within_1_point and not call.interval_within_1_point  # 1.05 on the mark, +-2.5 % around it
+    out = rows.loc["out 8x128x1024 natural"]
+    assert out.runs == 2 and out.delivered == pytest.approx(math.sqrt(1.1)) and out.within_1_point
+
+
 def test_a_a_pairs_of_separate_reports_count_false_alarms_and_coverage(tmp_path, rng):
     from bench.experiments import aa_reports
     from tests.helpers.bench_synthetic import lognormal, make_key, synthetic_report
