@@ -10,7 +10,9 @@ rows split between two calls as threads split them, values in every
 conversion's corner cases); all outputs must be identical to the byte. Each
 build runs twice: as the problems come (small: ordinary stores) and with
 FUSED_NORM_LLC_BYTES=1, where every problem whose rows are whole cache lines
-writes its output with streaming (non-temporal) stores.
+writes its output with streaming (non-temporal) stores, and every problem's
+scaled write prefetches the next block's rows (both rules take a problem past
+the last-level cache).
 """
 
 from __future__ import annotations
