@@ -1045,8 +1045,7 @@ inline __attribute__((always_inline)) void fence_streamed_stores() {
 template <typename T, int B, int Rows, bool Stream>
 inline __attribute__((always_inline)) int64_t normalise_blocks(const NormProblem& p, int64_t r, int64_t row_end,
                                                                bool affine_finite,
-                                                               const TaskAffine<T, B, Stream>& affine,
-                                                               bool prefetch) {
+                                                               const TaskAffine<T, B, Stream>& affine, bool prefetch) {
   using acc_t = typename Numeric<T>::acc_t;
   const T* __restrict x = static_cast<const T*>(p.x);
   const T* __restrict weight = static_cast<const T*>(p.weight);
