@@ -1,5 +1,8 @@
 #!/bin/bash
-# Builds core_ab (HEAD's kernel = before, working tree = after) and core_timing (after), runs them pinned.
+# The kernel of REV (default HEAD) against the working tree's, alternating in one process (core_ab), then the
+# working tree's against memcpy (core_timing), pinned to CPU 1. Run from the repository, nothing else running:
+#   REV=23cceb7 bash reports/offset_sweep/2026-12-05-prefetch/run.sh                      # core_ab.txt's cases
+#   REV=23cceb7 bash reports/offset_sweep/2026-12-05-prefetch/run.sh "2048 4096 9 float16"  # chosen core_ab cases
 set -e
 cd "$(git rev-parse --show-toplevel)"
 B=build/core_ab_work; rm -rf $B; mkdir -p $B/before
@@ -12,11 +15,14 @@ wait
 g++ -std=c++17 -O3 -Icsrc bench/experiments/core_ab.cpp csrc/platform/cpu_caches.cpp $B/new.o $B/before.o -o $B/core_ab
 g++ $F -Icsrc csrc/core/fused_norm_cpu.cpp csrc/platform/cpu_caches.cpp bench/experiments/core_timing.cpp -o $B/core_timing
 echo "load $(cut -d' ' -f1-3 /proc/loadavg)"
-for case in "1024 1024 9 float32" "4096 2048 9 float32" "16384 4096 3 float32" "256 768 9 float32" "8 512 9 float32" "1024 1024 9 bfloat16" "4096 2048 5 bfloat16"; do
+if [ $# -gt 0 ]; then cases=("$@"); else
+  cases=("1024 1024 9 float32" "4096 2048 9 float32" "16384 4096 3 float32" "4096 2048 5 bfloat16" "2048 4096 5 float16")
+fi
+for case in "${cases[@]}"; do
   echo "== core_ab $case"; taskset -c 1 $B/core_ab $case
 done
-echo "load $(cut -d' ' -f1-3 /proc/loadavg)"
+[ $# -gt 0 ] && exit 0
 for case in "1024 1024 15" "4096 2048 9" "16384 4096 3"; do
-  echo "== core_timing norm $case (after)"; taskset -c 1 build/core_ab_work/core_timing norm $case
+  echo "== core_timing norm $case (after)"; taskset -c 1 $B/core_timing norm $case
 done
 echo "load $(cut -d' ' -f1-3 /proc/loadavg)"
