@@ -17,7 +17,8 @@ interval wider than MAX_INTERVAL_WIDTH is left out). The table is keyed by
 shape, dtype and entry point (the allocating call and the out variant read
 about 2 points apart at one percent); a row's layouts share the key, so they
 share the fit. ``--iterations 0`` refits the table from the recorded lines
-without measuring. Iteration k measures with
+without measuring, with ``--pooled`` also from the rows' ratios pooled over
+power runs that used the table (fp32 op rows). Iteration k measures with
 ``table-<k>.csv`` (none for k = 0), appends its rows to ``calibration.csv`` and
 writes the next table as ``table-<k+1>.csv`` and ``table.csv``; a run resumes
 after the iterations ``calibration.csv`` holds. No source file is edited.
@@ -144,6 +145,30 @@ def fitted_table(lines: list[dict], asked: float) -> dict[TableKey, float]:
     return {key: round(percent, 3) for key, percent in fitted.items() if percent is not None}
 
 
+def pooled_lines(delivered_csv: Path, used: dict[TableKey, float], asked: float) -> list[dict]:
+    """Calibration lines from power runs (bench/experiments/power_measure.py's ``delivered.csv``): each op row's
+    ratio pooled over the runs at ``asked`` %, measured with the percents of ``used`` (the table their slowed
+    build had). Their intervals are a few times narrower than one calibration run's, so the fit leans on them."""
+    lines = []
+    with open(delivered_csv, newline="") as handle:
+        for row in csv.DictReader(handle):
+            if float(row["slowdown_pct"]) != asked:
+                continue
+            variant, shape, _layout = row["row"].split()
+            percent = table_percent(used, shape, "float32", variant, asked)
+            lines.append(
+                {
+                    "asked_percent": str(asked),
+                    "shape": shape,
+                    "dtype": "float32",
+                    "variant": variant,
+                    "table_percent": str(percent),
+                    **{k: row[k] for k in ("delivered", "ci_low", "ci_high")},
+                }
+            )
+    return lines
+
+
 def _build(tree: ab.Tree, log: Path, variables: dict[str, str], console: Console) -> None:
     started = time.perf_counter()
     scratch.build(tree.root, tree.build, log, variables=variables)
@@ -233,6 +258,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default=None, help="report folder (default reports/power/slowdown_calibration)")
     parser.add_argument("--table", default=None, help="start from this table instead of none")
     parser.add_argument("--reuse", action="store_true", help="keep the scratch repository and clean build")
+    parser.add_argument(
+        "--pooled",
+        default=None,
+        help="with --iterations 0: also fit a power run's delivered.csv (measured with this folder's table.csv)",
+    )
     args = parser.parse_args(argv)
     console = Console(width=200)
     out = (Path(args.out) if args.out else reports_dir() / "power" / "slowdown_calibration").resolve()
@@ -242,6 +272,8 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--iterations 0 refits {out / 'calibration.csv'}, which does not exist")
         measured = list(csv.DictReader(open(out / "calibration.csv", newline="")))
         start = Path(args.table).resolve() if args.table else None
+        if args.pooled:
+            measured += pooled_lines(Path(args.pooled), read_table(out / "table.csv"), args.percent)
         write_table(out / "table.csv", {**read_table(start), **fitted_table(measured, args.percent)})
         console.print(f"refitted {out / 'table.csv'} from {len(measured)} recorded lines", highlight=False)
         return

@@ -8,6 +8,7 @@ from bench.experiments.slowdown_calibration import (
     fitted_percent,
     fitted_table,
     next_percent,
+    pooled_lines,
     read_table,
     table_percent,
     write_table,
@@ -67,3 +68,20 @@ def test_a_table_without_the_variant_column_names_both_entry_points_and_a_named_
     both = {**old, ("1x8x512", "float32", "out"): 3.0}
     assert table_percent(both, "1x8x512", "float32", "out", 10.0) == 3.0
     assert table_percent(both, "1x8x512", "float32", "call", 10.0) == 4.688
+
+
+def test_power_runs_pooled_ratios_join_the_fit_at_the_percent_their_build_used(tmp_path):
+    (tmp_path / "delivered.csv").write_text(
+        "comparison,slowdown_pct,row,runs,delivered,ci_low,ci_high\n"
+        "quick A/B,0,out 1x8x512 natural,7,1.001,0.995,1.007\n"
+        "quick A/B,5,out 1x8x512 natural,7,1.0425,1.0315,1.0537\n"
+        "quick A/B,5,call 8x128x1024 page_offset,7,1.046,1.034,1.058\n"
+    )
+    used = {("1x8x512", "float32", "out"): 2.567, ("8x128x1024", "float32", ""): 7.3}
+    lines = pooled_lines(tmp_path / "delivered.csv", used, 5)
+    assert [(x["variant"], x["shape"], x["table_percent"], x["delivered"]) for x in lines] == [
+        ("out", "1x8x512", "2.567", "1.0425"),
+        ("call", "8x128x1024", "7.3", "1.046"),
+    ]
+    # Alone, a pooled point sets the percent by the proportional rule: 2.567 * 5 / 4.25.
+    assert fitted_table(lines, 5)[("1x8x512", "float32", "out")] == pytest.approx(3.02, abs=0.01)
