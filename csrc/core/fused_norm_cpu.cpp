@@ -821,7 +821,7 @@ inline __attribute__((always_inline)) void write_groups(const T* __restrict x, c
 // one: the elements before the first line boundary go through write_part
 // too, so that every streamed vector is aligned. With `wf` and `bf` (16-bit
 // types, AffineInFloat) the whole groups read weight and bias in float.
-template <typename T, int B, int Rows, bool Stream>
+template <typename T, int B, int Rows, bool Stream, bool Prefetch = false>
 inline __attribute__((always_inline)) void write_rows(const T* __restrict x, const T* __restrict w,
                                                       const T* __restrict b, T* __restrict y, int64_t hidden,
                                                       const typename Numeric<T>::acc_t* inv_rms,
@@ -833,14 +833,7 @@ inline __attribute__((always_inline)) void write_rows(const T* __restrict x, con
   if (start > 0) write_part<T, B, Rows>(x, w, b, y, hidden, inv_rms, 0, start < hidden ? start : hidden);
   const int64_t groups = hidden > start ? (hidden - start) / L::kGroup : 0;
   const bool backward = writes_backward(x, w, b, y);
-  // Compiled with and without the prefetch, so that a problem that does not
-  // prefetch tests nothing per group (bfloat16 at 4096x2048 took 1.02-1.05x
-  // the time with the test in the loop).
-  if (ahead != nullptr) {
-    write_groups<T, B, Rows, Stream, true>(x, w, b, y, hidden, inv_rms, wf, bf, ahead, start, groups, backward);
-  } else {
-    write_groups<T, B, Rows, Stream, false>(x, w, b, y, hidden, inv_rms, wf, bf, ahead, start, groups, backward);
-  }
+  write_groups<T, B, Rows, Stream, Prefetch>(x, w, b, y, hidden, inv_rms, wf, bf, ahead, start, groups, backward);
   const int64_t k = start + groups * L::kGroup;
   if (k < hidden) write_part<T, B, Rows>(x, w, b, y, hidden, inv_rms, k, hidden - k);
 }
@@ -882,7 +875,7 @@ inline __attribute__((always_inline)) bool affine_allows_finite_stores(const T* 
 // |x * inv_rms| stays below 65504 * 2^75 and times a finite float16 weight
 // below 2^107, and adding a finite bias gives a finite float; its float16
 // is finite or infinite, never NaN. Such blocks store without the rewrite.
-template <typename T, int B, int Rows, bool Stream>
+template <typename T, int B, int Rows, bool Stream, bool Prefetch = false>
 inline __attribute__((always_inline)) void write_block(const T* __restrict x, const T* __restrict w,
                                                        const T* __restrict b, T* __restrict y, int64_t hidden,
                                                        const typename Numeric<T>::acc_t* inv_rms, bool affine_finite,
@@ -894,13 +887,13 @@ inline __attribute__((always_inline)) void write_block(const T* __restrict x, co
     for (int j = 0; j < Rows; ++j) finite = finite && std::isfinite(inv_rms[j]) && inv_rms[j] > 0.0f;
     if (finite) {
       using F = const HalfFinite*;
-      write_rows<HalfFinite, B, Rows, Stream>(reinterpret_cast<F>(x), reinterpret_cast<F>(w), reinterpret_cast<F>(b),
-                                              reinterpret_cast<HalfFinite*>(y), hidden, inv_rms, wf, bf,
-                                              reinterpret_cast<F>(ahead));
+      write_rows<HalfFinite, B, Rows, Stream, Prefetch>(reinterpret_cast<F>(x), reinterpret_cast<F>(w),
+                                                        reinterpret_cast<F>(b), reinterpret_cast<HalfFinite*>(y),
+                                                        hidden, inv_rms, wf, bf, reinterpret_cast<F>(ahead));
       return;
     }
   }
-  write_rows<T, B, Rows, Stream>(x, w, b, y, hidden, inv_rms, wf, bf, ahead);
+  write_rows<T, B, Rows, Stream, Prefetch>(x, w, b, y, hidden, inv_rms, wf, bf, ahead);
 }
 
 // Weight and bias for a task's write blocks: their whole groups in float
@@ -1042,10 +1035,11 @@ inline __attribute__((always_inline)) void fence_streamed_stores() {
 // The norm of `Rows` rows at a time from row r while whole blocks remain;
 // returns the first row left. Each block's scales come first, in a loop
 // unrolled whole, so that the scaled write's loop holds vector work only.
-template <typename T, int B, int Rows, bool Stream>
+// With Prefetch, each block but the last asks for the next one's rows of x.
+template <typename T, int B, int Rows, bool Stream, bool Prefetch>
 inline __attribute__((always_inline)) int64_t normalise_blocks(const NormProblem& p, int64_t r, int64_t row_end,
                                                                bool affine_finite,
-                                                               const TaskAffine<T, B, Stream>& affine, bool prefetch) {
+                                                               const TaskAffine<T, B, Stream>& affine) {
   using acc_t = typename Numeric<T>::acc_t;
   const T* __restrict x = static_cast<const T*>(p.x);
   const T* __restrict weight = static_cast<const T*>(p.weight);
@@ -1058,14 +1052,18 @@ inline __attribute__((always_inline)) int64_t normalise_blocks(const NormProblem
     acc_t inv_rms[Rows];
 #pragma GCC unroll 4
     for (int j = 0; j < Rows; ++j) inv_rms[j] = row_inv_rms<T, B>(x + (r + j) * hidden, hidden, inv_hidden, eps);
-    const T* ahead = prefetch && r + Rows < row_end ? x + (r + Rows) * hidden : nullptr;
-    write_block<T, B, Rows, Stream>(x + r * hidden, weight, bias, y + r * hidden, hidden, inv_rms, affine_finite,
-                                    affine.wf, affine.bf, ahead);
+    if (Prefetch && r + Rows < row_end) {
+      write_block<T, B, Rows, Stream, true>(x + r * hidden, weight, bias, y + r * hidden, hidden, inv_rms,
+                                            affine_finite, affine.wf, affine.bf, x + (r + Rows) * hidden);
+    } else {
+      write_block<T, B, Rows, Stream>(x + r * hidden, weight, bias, y + r * hidden, hidden, inv_rms, affine_finite,
+                                      affine.wf, affine.bf);
+    }
   }
   return r;
 }
 
-template <typename T, int B, bool Stream>
+template <typename T, int B, bool Stream, bool Prefetch>
 inline __attribute__((always_inline)) void normalise_rows_as(const NormProblem& p, int64_t row_begin, int64_t row_end) {
   const T* x = static_cast<const T*>(p.x);
   const T* weight = static_cast<const T*>(p.weight);
@@ -1075,24 +1073,41 @@ inline __attribute__((always_inline)) void normalise_rows_as(const NormProblem& 
   const TaskAffine<T, B, Stream> affine(weight, bias, y + row_begin * p.hidden, p.hidden, row_end - row_begin);
   int64_t r = row_begin;
   const int block = write_block_rows<T, Stream>(x, weight, bias, y, p.hidden);
-  const bool prefetch = prefetches_next_block(p, sizeof(T));
   if (block == kRowBlock) {
-    r = normalise_blocks<T, B, kRowBlock, Stream>(p, r, row_end, affine_finite, affine, prefetch);
+    r = normalise_blocks<T, B, kRowBlock, Stream, Prefetch>(p, r, row_end, affine_finite, affine);
   } else if (block == 2) {
-    r = normalise_blocks<T, B, 2, Stream>(p, r, row_end, affine_finite, affine, prefetch);
+    r = normalise_blocks<T, B, 2, Stream, Prefetch>(p, r, row_end, affine_finite, affine);
   }
-  normalise_blocks<T, B, 1, Stream>(p, r, row_end, affine_finite, affine, prefetch);
+  normalise_blocks<T, B, 1, Stream, Prefetch>(p, r, row_end, affine_finite, affine);
+}
+
+template <typename T, int B, bool Prefetch>
+inline __attribute__((always_inline)) void normalise_rows_prefetching_as(const NormProblem& p, int64_t row_begin,
+                                                                         int64_t row_end) {
+  static_assert(kCacheLineBytes % B == 0, "a streamed row is whole vectors");
+  if (streams_output(p, sizeof(T))) {
+    normalise_rows_as<T, B, true, Prefetch>(p, row_begin, row_end);
+    fence_streamed_stores();
+  } else {
+    normalise_rows_as<T, B, false, Prefetch>(p, row_begin, row_end);
+  }
+}
+
+// The kernel without and with the prefetch (prefetches_next_block), each its
+// own entry point, chosen before the CPU version: the kernel that most calls
+// run is the same machine code as before the prefetch existed. (Tested per
+// block, the prefetch made an allocating call at 8x128x1024 float32, where it
+// is off, 1.03-1.15x slower; 1025 page faults a call make such a row move
+// with where its code sits, reports/gate/2026-12-05-fault-bound-call.)
+template <typename T, int B>
+inline __attribute__((always_inline)) void normalise_rows(const NormProblem& p, int64_t row_begin, int64_t row_end) {
+  normalise_rows_prefetching_as<T, B, false>(p, row_begin, row_end);
 }
 
 template <typename T, int B>
-inline __attribute__((always_inline)) void normalise_rows(const NormProblem& p, int64_t row_begin, int64_t row_end) {
-  static_assert(kCacheLineBytes % B == 0, "a streamed row is whole vectors");
-  if (streams_output(p, sizeof(T))) {
-    normalise_rows_as<T, B, true>(p, row_begin, row_end);
-    fence_streamed_stores();
-  } else {
-    normalise_rows_as<T, B, false>(p, row_begin, row_end);
-  }
+inline __attribute__((always_inline)) void normalise_rows_prefetching(const NormProblem& p, int64_t row_begin,
+                                                                      int64_t row_end) {
+  normalise_rows_prefetching_as<T, B, true>(p, row_begin, row_end);
 }
 
 // Rows of at least this many bytes run the residual add + norm one at a
@@ -1231,13 +1246,15 @@ struct BuildType<BFloat16> {
   }
 #define FUSED_NORM_CPU_BFLOAT16_ENTRY(NAME, PROBLEM, KERNEL) FUSED_NORM_CPU_ENTRY(NAME, PROBLEM, KERNEL, BFloat16)
 #endif
-#define FUSED_NORM_CPU_ENTRIES(T)                                  \
-  FUSED_NORM_CPU_ENTRY(clone_rows, NormProblem, normalise_rows, T) \
+#define FUSED_NORM_CPU_ENTRIES(T)                                                          \
+  FUSED_NORM_CPU_ENTRY(clone_rows, NormProblem, normalise_rows, T)                         \
+  FUSED_NORM_CPU_ENTRY(clone_prefetching_rows, NormProblem, normalise_rows_prefetching, T) \
   FUSED_NORM_CPU_ENTRY(clone_add_rows, AddNormProblem, add_normalise_rows, T)
 FUSED_NORM_CPU_ENTRIES(float)
 FUSED_NORM_CPU_ENTRIES(double)
 FUSED_NORM_CPU_ENTRIES(Half)
 FUSED_NORM_CPU_BFLOAT16_ENTRY(clone_rows, NormProblem, normalise_rows)
+FUSED_NORM_CPU_BFLOAT16_ENTRY(clone_prefetching_rows, NormProblem, normalise_rows_prefetching)
 FUSED_NORM_CPU_BFLOAT16_ENTRY(clone_add_rows, AddNormProblem, add_normalise_rows)
 #undef FUSED_NORM_CPU_ENTRIES
 #undef FUSED_NORM_CPU_BFLOAT16_ENTRY
@@ -1247,7 +1264,13 @@ FUSED_NORM_CPU_BFLOAT16_ENTRY(clone_add_rows, AddNormProblem, add_normalise_rows
 
 void cpu_forward_rows(const NormProblem& p, int64_t row_begin, int64_t row_end) {
   if (row_begin >= row_end || p.hidden <= 0 || !is_known_dtype(p.dtype)) return;
-  visit(p.dtype, [&](auto tag) { clone_rows(tag, p, row_begin, row_end); });
+  visit(p.dtype, [&](auto tag) {
+    if (prefetches_next_block(p, static_cast<int64_t>(sizeof(typename decltype(tag)::type)))) {
+      clone_prefetching_rows(tag, p, row_begin, row_end);
+    } else {
+      clone_rows(tag, p, row_begin, row_end);
+    }
+  });
 }
 
 void cpu_add_forward_rows(const AddNormProblem& p, int64_t row_begin, int64_t row_end) {
