@@ -83,9 +83,11 @@ def test_30_percent_slowdown_with_many_samples_is_a_regression(tmp_path, rng):
     verdicts = {r.key: r for r in comparison.rows}
     assert verdicts[slow].verdict == REGRESSION
     # Two draws of one distribution: never a change; SAME needs the interval inside +-3 %, which three
-    # unpaired units a side do not always give, so the unchanged row may also read INCONCLUSIVE.
+    # unpaired units a side do not always give, so the unchanged row may also read INCONCLUSIVE. Its 95 %
+    # interval misses 1 in some draws (4 seeds in 300, [1.005, 1.015] among them), which is what 95 % means:
+    # the coverage is tested over many draws (test_ratio_interval_covers_the_true_ratio), not on one.
     unchanged = verdicts[same]
-    assert unchanged.verdict in (SAME, INCONCLUSIVE) and unchanged.ci_low <= 1 <= unchanged.ci_high
+    assert unchanged.verdict in (SAME, INCONCLUSIVE) and 0.97 < unchanged.ratio < 1.03
     row = verdicts[slow]
     assert 1.2 < row.ci_low < row.ratio < row.ci_high < 1.4 and 1.25 < row.ratio < 1.35
     code, text = _run(base, new)
@@ -178,8 +180,11 @@ def test_rows_in_only_one_report_are_listed(tmp_path, rng):
         make_key(baseline="native"),
         make_key(baseline="ort", variant="custom-run"),
     )
-    base = synthetic_report(tmp_path / "a.csv", {shared: lognormal(rng, 5, 100), gone: lognormal(rng, 9, 100)})
-    new = synthetic_report(tmp_path / "b.csv", {shared: lognormal(rng, 5, 100), added: lognormal(rng, 4, 100)})
+    # The shared row has the same samples in both: two draws of 100 would read REGRESSION in about 1 seed in
+    # 100 (a 95 % interval past 1 and a ratio past 3 %), and this test is about the rows that are not shared.
+    shared_samples = lognormal(rng, 5, 100)
+    base = synthetic_report(tmp_path / "a.csv", {shared: shared_samples, gone: lognormal(rng, 9, 100)})
+    new = synthetic_report(tmp_path / "b.csv", {shared: shared_samples, added: lognormal(rng, 4, 100)})
     comparison = compare_reports(base, new)
     assert comparison.only_in_base == [gone] and comparison.only_in_new == [added]
     assert [r.key for r in comparison.rows] == [shared]
