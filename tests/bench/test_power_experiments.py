@@ -116,7 +116,10 @@ def test_a_a_pairs_of_separate_reports_count_false_alarms_and_coverage(tmp_path,
     ]
     pairs = aa_reports.judge_all(reports)
     assert len(pairs) == 6 and set(pairs.rows) == {6}
-    assert pairs.false_regressions.sum() == 0 and pairs.covered_95.sum() >= 0.8 * 36
+    # 36 row-pairs at 95 %, but not independent (each report is in three pairs): over 200 seeds the count
+    # was 29-36 (mean 34.2), and one seed gave 27, so the bound sits below that; the rate itself is tested
+    # over many independent draws (test_the_simulated_separate_reports_keep_their_coverage).
+    assert pairs.false_regressions.sum() == 0 and pairs.covered_95.sum() >= 0.7 * 36
 
 
 def test_slowed_trees_are_the_clean_commit_built_with_the_switch(tmp_path, monkeypatch):
