@@ -616,9 +616,10 @@ def dist(c):
 
 @task(
     name="history",
-    iterable=["from_"],
+    iterable=["from_", "advisory"],
     help={
         "from_": "another folder of reports to ingest besides <repo>/reports (repeatable: CI artifacts of runners)",
+        "advisory": "reports under this folder are judged and shown but never fail --check (repeatable: CI's own run)",
         "db": "the store (default <repo>/build/history.duckdb; rebuildable, never committed)",
         "check": "exit 1 when the latest report of a machine and run options holds a REGRESSION",
         "site": "write the static dashboard into this folder (open DIR/index.html)",
@@ -631,6 +632,7 @@ def dist(c):
 def bench_history(
     c,
     from_=None,
+    advisory=None,
     db="",
     check=False,
     site="",
@@ -650,6 +652,7 @@ def bench_history(
         roots=[reports_dir(), *(Path(f) for f in from_ or [])],
         db=Path(db) if db else None,
         check=check,
+        advisory=[Path(f) for f in advisory or []],
         site=Path(site) if site else None,
         export_parquet=Path(export_parquet) if export_parquet else None,
         threshold=threshold,

@@ -15,6 +15,9 @@ changed (a report ingested late, between two others).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+
 import duckdb
 import numpy as np
 import pandas as pd
@@ -94,19 +97,42 @@ def _judge(con: duckdb.DuckDBPyConnection, todo: pd.DataFrame, threshold: float,
     return pd.concat([todo.drop(columns="both_units"), judged], axis=1)
 
 
-def open_regressions(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+def open_regressions(con: duckdb.DuckDBPyConnection, advisory: Sequence[Path] = ()) -> pd.DataFrame:
     """REGRESSION rows (limit rows excluded: they measure the machine) in the latest report of each machine and
-    run options: what ``--check`` fails on."""
+    run options: what ``--check`` fails on. Reports under an ``advisory`` folder are left out, so that one of
+    them never stands in for the history's latest."""
+    latest = """
+        SELECT report_id FROM (
+          SELECT report_id, row_number() OVER (PARTITION BY machine_key, options_key
+                                               ORDER BY started_at DESC, path DESC) AS k
+          FROM runs WHERE NOT list_contains(?, report_id))
+        WHERE k = 1"""
+    return _regressions(con, latest, advisory_reports(con, advisory))
+
+
+def advisory_regressions(con: duckdb.DuckDBPyConnection, advisory: Sequence[Path]) -> pd.DataFrame:
+    """REGRESSION rows of every report under an ``advisory`` folder, each against its previous: shown, never
+    failing ``--check``."""
+    return _regressions(con, "SELECT unnest(?) AS report_id", advisory_reports(con, advisory))
+
+
+def advisory_reports(con: duckdb.DuckDBPyConnection, advisory: Sequence[Path]) -> list[str]:
+    """The ids of the reports whose files lie under one of the ``advisory`` folders."""
+    folders = [Path(f).resolve() for f in advisory]
+    if not folders:
+        return []
+    runs = con.execute("SELECT report_id, path FROM runs").fetchall()
+    return [rid for rid, path in runs if any(Path(path).resolve().is_relative_to(f) for f in folders)]
+
+
+def _regressions(con: duckdb.DuckDBPyConnection, latest: str, ids: list[str]) -> pd.DataFrame:
     return con.execute(
         f"""
-        WITH latest AS (
-          SELECT report_id FROM (
-            SELECT report_id, row_number() OVER (PARTITION BY machine_key, options_key
-                                                 ORDER BY started_at DESC, path DESC) AS k FROM runs)
-          WHERE k = 1)
+        WITH latest AS ({latest})
         SELECT j.*, m.label, u.path, u.sha FROM judgements j JOIN latest USING (report_id)
           JOIN runs u USING (report_id) JOIN machines m USING (machine_key)
         WHERE j.verdict = '{REGRESSION}' AND j.workload <> '{LIMIT_WORKLOAD}'
         ORDER BY m.label, j.workload, j.shape, j.dtype, j.baseline, j.variant
-        """
+        """,
+        [ids],
     ).df()

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from rich.console import Console
 
 from bench.history.changepoints import find_changes
 from bench.history.cli import EXIT_OK, EXIT_REGRESSION, HistoryOptions, main
 from bench.history.labels import Labels
-from bench.history.regressions import judge_history, open_regressions
+from bench.history.reader import samples_path
+from bench.history.regressions import advisory_regressions, judge_history, open_regressions
 from bench.history.sources import INSUFFICIENT, KEY_COLUMNS, REGRESSION
 from bench.history.store import connect, ingest
 from bench.history.synthetic import sha_of, write_history
@@ -24,10 +26,27 @@ def _store(history, tmp_path):
     return con
 
 
-def _check(tmp_path) -> tuple[int, str]:
+def _check(tmp_path, advisory=()) -> tuple[int, str]:
     console = Console(record=True, width=250)
-    options = HistoryOptions(roots=[tmp_path / "reports"], db=tmp_path / "h.duckdb", labels=None, check=True)
+    options = HistoryOptions(
+        roots=[tmp_path / "reports"], db=tmp_path / "h.duckdb", labels=None, check=True, advisory=list(advisory)
+    )
     return main(options, console), console.export_text()
+
+
+def _move_commit(paths, commit: int, folder) -> None:
+    """Move every machine's report of ``commit`` (and its samples) into ``folder``, as CI's own run lies."""
+    moved = 0
+    for path in paths:
+        frame = pd.read_csv(path)
+        if frame["git_commit"].iloc[0] != sha_of(commit):
+            continue
+        target = folder / path.parent.name
+        target.mkdir(parents=True, exist_ok=True)
+        for part in (path, samples_path(path)):
+            part.rename(target / part.name)
+        moved += 1
+    assert moved == 2  # one a machine
 
 
 def test_check_fails_on_an_injected_regression_and_names_it(tmp_path, request):
@@ -39,6 +58,39 @@ def test_check_fails_on_an_injected_regression_and_names_it(tmp_path, request):
     assert set(map(tuple, found[list(KEY_COLUMNS)].values.tolist())) == {REGRESSED_ROW}
     assert set(found["sha"]) == {sha_of(5)} and len(found) == 2  # the last commit, on both machines
     assert "open regressions" in text and "8x128x1024" in text
+
+
+def test_an_advisory_report_is_judged_and_shown_but_does_not_fail_the_check(tmp_path, request):
+    paths = write_history(regressed_history(seed_of(request), commits=6, slowdown=1.3), tmp_path / "reports")
+    advisory = tmp_path / "reports" / "ci"
+    _move_commit(paths, 5, advisory)
+    code, text = _check(tmp_path, [advisory])
+    assert code == EXIT_OK, text
+    assert "open regressions (latest report of each machine and run options): none - OK" in text
+    con = connect(tmp_path / "h.duckdb")
+    shown = advisory_regressions(con, [advisory])
+    assert set(map(tuple, shown[list(KEY_COLUMNS)].values.tolist())) == {REGRESSED_ROW}
+    assert set(shown["sha"]) == {sha_of(5)} and len(shown) == 2
+    assert "advisory reports" in text and "8x128x1024" in text
+    con.close()
+    # The same store without the advisory folder: the regression fails the check.
+    code, _ = _check(tmp_path)
+    assert code == EXIT_REGRESSION
+
+
+def test_an_advisory_report_does_not_hide_a_regression_of_the_history_before_it(tmp_path, request):
+    history = regressed_history(seed_of(request), commits=7, slowdown=1.3)
+    history.slowdown = {REGRESSED_ROW: (5, 1.3)}  # slower from commit 5 on: 5 regressed, 6 the same as 5
+    paths = write_history(history, tmp_path / "reports")
+    advisory = tmp_path / "reports" / "ci"
+    _move_commit(paths, 6, advisory)
+    code, text = _check(tmp_path, [advisory])
+    assert code == EXIT_REGRESSION, text
+    con = connect(tmp_path / "h.duckdb")
+    found = open_regressions(con, [advisory])
+    assert set(found["sha"]) == {sha_of(5)} and len(found) == 2
+    assert set(map(tuple, found[list(KEY_COLUMNS)].values.tolist())) == {REGRESSED_ROW}
+    assert advisory_regressions(con, [advisory]).empty  # commit 6 is no slower than commit 5
 
 
 def test_check_passes_an_aa_history(tmp_path, request):
