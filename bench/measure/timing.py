@@ -10,7 +10,9 @@ Method on the CPU (the README states it too):
     two windows;
   * perf_counter_ns around each call; when one call takes less than
     ``BLOCK_FACTOR`` x the measured timer resolution, around a block of calls
-    (time / calls per block), so the timer's own cost stays below 1 %;
+    (time / calls per block), so the timer's own cost stays below 1 %. The
+    steady warm-up times its calls: where the fastest of them already lasts
+    the target, the block is one call with no probe;
   * the garbage collector is off while sampling (a collection inside one
     sample would be charged to whatever op happened to run);
   * sampling continues until the time budget is spent AND at least
@@ -176,6 +178,13 @@ def warm_up(call: Callable[[], object], config: TimingConfig, sync: Callable[[],
     (never before ``MIN_WARMUP_CALLS``); return the calls made. ``sync`` waits for queued device work,
     so that the time read is the calls' own. With ``config.steady_warmup`` (host clock only), stop at
     the steady state too."""
+    return _warm_up(call, config, sync)[0]
+
+
+def _warm_up(
+    call: Callable[[], object], config: TimingConfig, sync: Callable[[], object] | None = None
+) -> tuple[int, float]:
+    """:func:`warm_up`, and the fastest warm-up call in ns where they were timed one by one (0 where not)."""
     if config.steady_warmup and sync is None:
         return _warm_up_to_steady_state(call, config)
     deadline = time.perf_counter_ns() + config.budget_s * 1e9
@@ -184,27 +193,30 @@ def warm_up(call: Callable[[], object], config: TimingConfig, sync: Callable[[],
             if sync is not None:
                 sync()
             if time.perf_counter_ns() >= deadline:
-                return made
+                return made, 0.0
         call()
-    return config.warmup
+    return config.warmup, 0.0
 
 
-def _warm_up_to_steady_state(call: Callable[[], object], config: TimingConfig) -> int:
+def _warm_up_to_steady_state(call: Callable[[], object], config: TimingConfig) -> tuple[int, float]:
     """Timed warm-up calls in windows of WARMUP_WINDOW: stop when two consecutive windows agree (after at least
-    two), at ``config.warmup`` calls, or once the calls have taken ``config.budget_s`` (after MIN_WARMUP_CALLS)."""
+    two), at ``config.warmup`` calls, or once the calls have taken ``config.budget_s`` (after MIN_WARMUP_CALLS).
+    Returns the calls made and the fastest of them in ns (0 when none was made)."""
     clock = time.perf_counter_ns
     deadline = clock() + config.budget_s * 1e9
     times = np.empty(max(config.warmup, 1), dtype=np.float64)
-    for made in range(config.warmup):
+    made = 0
+    while made < config.warmup:
         if made >= MIN_WARMUP_CALLS and clock() >= deadline:
-            return made
+            break
         if made >= 2 * WARMUP_WINDOW and made % WARMUP_WINDOW == 0:
             if steady(times[made - 2 * WARMUP_WINDOW : made - WARMUP_WINDOW], times[made - WARMUP_WINDOW : made]):
-                return made
+                break
         start = clock()
         call()
         times[made] = clock() - start
-    return config.warmup
+        made += 1
+    return made, float(times[:made].min()) if made else 0.0
 
 
 def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: float, block: int | None = None) -> Timing:
@@ -212,8 +224,11 @@ def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: flo
 
     ``block`` fixes the calls per sample (later rounds reuse the first round's).
     """
-    warmed = warm_up(call, config)
-    block = block or block_size(call, resolution_ns)
+    warmed, fastest_ns = _warm_up(call, config)
+    if block is None:
+        # Every timed warm-up call alone outlasted the block's target: one call a sample, and no probe (whose
+        # one call costs 0.1-0.6 s a variant at 32x512x4096).
+        block = 1 if fastest_ns >= BLOCK_FACTOR * resolution_ns else block_size(call, resolution_ns)
     samples = np.empty(config.max_samples, dtype=np.float64)
     budget_ns = config.budget_s * 1e9
     clock = time.perf_counter_ns

@@ -1,12 +1,24 @@
 """Check a baseline's output against the float64 reference before it is timed.
 
 A fast wrong baseline is a failure, not a row: :func:`verify` raises.
+
+An output narrower than float64 is compared in float32 against an
+:class:`Expected`: the reference rounded to float32 once, and each element's
+allowed error in float32, tightened by that rounding and the comparison's own,
+so that passing the float32 comparison implies |out - ref| <= atol + rtol *
+|ref| in float64. It is stricter than that rule by at most one float32 ulp of
+the reference (1.2e-7 of |ref|: the rounded reference may lie on the other side
+of the output), against tolerances of 1e-4 of it and looser.
+A run prepares it once per case and compares every variant's output with it:
+at 32x512x4096 float32 a comparison takes 0.32 s instead of 1.29 s in float64
+(1 thread), and a worker compares about 39 outputs of that size.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -19,45 +31,115 @@ class VerificationError(AssertionError):
     """A baseline's output differs from the reference (the message says where and by how much)."""
 
 
+# Elements compared at a time: whole-tensor temporaries of a 256 MiB output cost more in page faults than the
+# comparison itself; chunks of 1 Mi elements stay warm in the caches.
+CHUNK_ELEMENTS = 1 << 20
+# The float32 bound is shrunk by this share: it covers the bound's own rounding to float32 (2^-24) and the
+# rounding of the float32 difference |out - near| (2^-24 each way), with room to spare.
+_BOUND_SHRINK = 2.0**-20
+_NARROW = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """A float64 reference with its tolerance, and (where every element fits float32) the float32 comparison's
+    operands: ``near``, the reference rounded to float32, and ``bound``, each element's allowed |out - near|:
+    (atol + rtol * |ref| - |ref - near|) shrunk by _BOUND_SHRINK, in float32."""
+
+    reference: Tensor  # float64, the output's shape
+    tolerance: Tolerance
+    near: Tensor | None  # float32, flat; None where the reference does not fit float32
+    bound: Tensor | None
+
+    @classmethod
+    def of(cls, reference: Tensor, tolerance: Tolerance) -> Expected:
+        reference = torch.as_tensor(reference)
+        flat = reference.reshape(-1)
+        if flat.dtype != torch.float64:
+            return cls(reference, tolerance, None, None)
+        near = torch.empty(flat.numel(), dtype=torch.float32)
+        bound = torch.empty(flat.numel(), dtype=torch.float32)
+        for start in range(0, flat.numel(), CHUNK_ELEMENTS):
+            ref = flat[start : start + CHUNK_ELEMENTS]
+            rounded = ref.to(torch.float32)
+            if not bool(torch.isfinite(rounded).all()):
+                return cls(reference, tolerance, None, None)
+            slack = rounded.to(torch.float64).sub_(ref).abs_()
+            allowed = tolerance.bound(ref).sub_(slack).mul_(1.0 - _BOUND_SHRINK)
+            near[start : start + CHUNK_ELEMENTS] = rounded
+            bound[start : start + CHUNK_ELEMENTS] = allowed
+        return cls(reference, tolerance, near, bound)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.reference.shape)
+
+
 def verify_outputs(output: object, reference: Tensor | tuple[Tensor, ...], tolerance: Tolerance) -> float:
     """:func:`verify` of each output against its reference; ``reference`` a tuple where the call returns several.
 
-    Returns the largest error of any output.
+    The references' :class:`Expected` are kept for the next call with the same reference objects (the next
+    variant of the same case). Returns the largest error of any output.
     """
-    if not isinstance(reference, tuple):
-        return verify(output, reference, tolerance, "output")
+    expected = _expected(reference, tolerance)
+    if not isinstance(expected, tuple):
+        return verify(output, expected, tolerance, "output")
     outputs = list(output) if isinstance(output, Sequence) else [output]
-    if len(outputs) != len(reference):
-        raise VerificationError(f"expected {len(reference)} outputs, got {len(outputs)}")
-    return max(verify(o, r, tolerance, f"output {i}") for i, (o, r) in enumerate(zip(outputs, reference, strict=True)))
+    if len(outputs) != len(expected):
+        raise VerificationError(f"expected {len(expected)} outputs, got {len(outputs)}")
+    return max(verify(o, e, tolerance, f"output {i}") for i, (o, e) in enumerate(zip(outputs, expected, strict=True)))
 
 
-# Elements compared at a time: the float64 temporaries of a whole 256 MiB output (its copy, the error, the
-# bound: 512 MiB each) cost more in page faults than the comparison itself; chunks of 1 Mi elements stay warm.
-CHUNK_ELEMENTS = 1 << 20
+# The last references prepared, held (so ``is`` cannot match a new object at a reused address) until the next.
+_last: tuple[object, Tolerance, Expected | tuple[Expected, ...]] | None = None
 
 
-def verify(output: object, reference: Tensor, tolerance: Tolerance, what: str) -> float:
+def _expected(reference: Tensor | tuple[Tensor, ...], tolerance: Tolerance) -> Expected | tuple[Expected, ...]:
+    global _last
+    if _last is not None and _last[0] is reference and _last[1] == tolerance:
+        return _last[2]
+    _last = None  # the previous case's operands go before this one's are made
+    if isinstance(reference, tuple):
+        prepared = tuple(Expected.of(r, tolerance) for r in reference)
+    else:
+        prepared = Expected.of(reference, tolerance)
+    _last = (reference, tolerance, prepared)
+    return prepared
+
+
+def verify(output: object, reference: Tensor | Expected, tolerance: Tolerance, what: str) -> float:
     """Raise VerificationError unless |out - ref| <= atol + rtol * |ref| everywhere; return the max error.
 
-    Every element is compared, a chunk of CHUNK_ELEMENTS at a time.
+    Every element is compared, a chunk of CHUNK_ELEMENTS at a time: in float32 where the output is narrower
+    than float64 and the reference fits float32 (the module's docstring says why that is as strict), else in
+    float64. The largest error returned is the comparison's (|out - near| in float32).
     """
+    expected = reference if isinstance(reference, Expected) else Expected.of(reference, tolerance)
     out = _flat_values(output)
-    if tuple(out.shape) != tuple(reference.shape):
-        raise VerificationError(f"{what}: output shape {list(out.shape)}, expected {list(reference.shape)}")
-    flat_out, flat_ref = out.reshape(-1), torch.as_tensor(reference).reshape(-1)
+    if tuple(out.shape) != expected.shape:
+        raise VerificationError(f"{what}: output shape {list(out.shape)}, expected {list(expected.shape)}")
+    flat_out, flat_ref = out.reshape(-1), expected.reference.reshape(-1)
+    narrow = expected.near is not None and flat_out.dtype in _NARROW
     largest, not_finite, bad, worst, worst_excess = 0.0, 0, 0, -1, -math.inf
     for start in range(0, flat_out.numel(), CHUNK_ELEMENTS):
         chunk = flat_out[start : start + CHUNK_ELEMENTS]
-        ref = flat_ref[start : start + CHUNK_ELEMENTS]
         # NaN where the reference is finite: an element was not written (buffers start as NaN) or overflowed.
         finite = torch.isfinite(chunk)
         if not_finite or not bool(finite.all()):
             not_finite += int((~finite).sum())
             continue
-        error = chunk.to(torch.float64, copy=True).sub_(ref).abs_()  # a copy even of float64: never the output
+        end = start + chunk.numel()
+        if narrow:
+            error = torch.sub(
+                chunk.to(torch.float32), expected.near[start:end]
+            ).abs_()  # a new tensor: never the output
+            allowed = expected.bound[start:end]
+        else:
+            ref = flat_ref[start:end]
+            error = chunk.to(torch.float64, copy=True).sub_(ref).abs_()
+            allowed = tolerance.bound(ref)
         largest = max(largest, float(error.max()))
-        excess = error.sub_(tolerance.bound(ref))
+        excess = error.sub_(allowed)
         over = int((excess > 0).sum())
         if over:
             bad += over

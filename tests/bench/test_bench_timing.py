@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -82,6 +83,23 @@ def test_warm_up_of_long_calls_stops_at_the_budget_but_never_below_the_minimum()
     timing = measure(long_call, TimingConfig(warmup=50, budget_s=0.01, min_samples=2), resolution_ns=50.0)
     assert timing.warmup == MIN_WARMUP_CALLS  # the report records the calls made, not the number asked
     assert len(calls) == MIN_WARMUP_CALLS + 1 + len(timing.samples_us)  # + the block probe's single call
+
+
+def test_a_steady_warm_up_whose_calls_outlast_the_block_target_sets_the_block_with_no_probe():
+    calls = []
+
+    def long_call():  # 1 ms, against a block target of 100 x 50 ns = 5 us
+        calls.append(1)
+        _spin(1_000)
+
+    config = TimingConfig(warmup=50, budget_s=0.004, min_samples=3, steady_warmup=True)
+    timing = measure(long_call, config, resolution_ns=50.0)
+    assert timing.block == 1
+    assert len(calls) == timing.warmup + len(timing.samples_us)  # no probe call between warm-up and samples
+    # A call shorter than the target still gets its block probed: blocks of several calls.
+    calls.clear()
+    short = measure(lambda: calls.append(1), replace(config, budget_s=0.002), resolution_ns=5_000.0)
+    assert short.block > 1 and len(calls) > short.warmup + short.block * len(short.samples_us)
 
 
 def test_warm_up_of_short_calls_makes_every_call_asked():

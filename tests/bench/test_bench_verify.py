@@ -153,3 +153,58 @@ def test_every_chunk_is_checked_and_the_worst_element_named(case, monkeypatch):
     unwritten.view(-1)[3999] = float("nan")
     with pytest.raises(VerificationError, match=rf"1 of {y.numel()} outputs are not finite"):
         verify(unwritten, case.reference(), case.tolerance, "unwritten")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_the_narrow_comparison_never_passes_an_element_the_float64_rule_fails(dtype, generator):
+    # Each output element is the representable value of ``dtype`` just outside or just inside the float64 bound
+    # atol + rtol * |ref|, on either side of the reference: the count of failures must include every one outside.
+    from bench.measure.verify import Expected
+    from ops.reference import COMPOSITION_TOLERANCES
+
+    tolerance = COMPOSITION_TOLERANCES[dtype]
+    ref = torch.randn(20_000, generator=generator, dtype=torch.float64) * 3
+    bound = tolerance.bound(ref)
+    sign = torch.where(torch.rand(ref.shape, generator=generator) < 0.5, -1.0, 1.0).double()
+    edge = (ref + sign * bound).to(dtype)  # the nearest value of dtype to the edge: either side of it
+    outside = (edge.double() - ref).abs() > bound
+    step = torch.nextafter(edge.float(), (edge.float() + sign.float())).to(dtype)  # one step of dtype further out
+    for tries in range(8):  # move the inside ones out until both kinds are present
+        if 0 < int(outside.sum()) < ref.numel():
+            break
+        edge = torch.where(outside, edge, step)
+        outside = (edge.double() - ref).abs() > bound
+    expected = Expected.of(ref, tolerance)
+    assert expected.near is not None and expected.near.dtype == torch.float32  # compared in float32
+    with pytest.raises(VerificationError) as failed:
+        verify(edge, expected, tolerance, "edge")
+    counted = int(str(failed.value).split(" of ")[0].split()[-1])
+    # Never fewer than the float64 rule's failures. The float32 rule is stricter by twice the reference's rounding
+    # to float32 and a 2^-20 shrink of the bound: it may also reject an inside element within that sliver of the
+    # edge, and no other.
+    sliver = 2 * (ref.float().double() - ref).abs() + bound * 2.0**-19
+    in_sliver = ~outside & (bound - (edge.double() - ref).abs() <= sliver)
+    assert int(outside.sum()) <= counted <= int(outside.sum()) + int(in_sliver.sum())
+    assert int(in_sliver.sum()) < ref.numel() // 2  # the inside ones are not all in the sliver: the test can fail
+    assert verify(ref.to(dtype), expected, tolerance, "rounded") <= float(bound.max())
+
+
+def test_the_prepared_reference_is_made_once_per_case_and_dropped_for_the_next(case, tmp_path, monkeypatch):
+    import bench.measure.verify as verify_module
+
+    made = []
+    original = verify_module.Expected.of.__func__
+
+    def counting(cls, reference, tolerance):
+        made.append(reference)
+        return original(cls, reference, tolerance)
+
+    monkeypatch.setattr(verify_module.Expected, "of", classmethod(counting))
+    y = torch.ops.myops.fused_norm.default(case.x, case.weight, case.bias, case.eps)
+    for _ in range(3):
+        verify_module.verify_outputs(y, case.reference(), case.tolerance)
+    assert len(made) == 1
+    other = OpCase.create((2, 8, 256), torch.float32, tmp_path, seed=7)
+    with pytest.raises(VerificationError):
+        verify_module.verify_outputs(y, other.reference(), other.tolerance)  # another case's input: differs
+    assert len(made) == 2 and made[-1] is other.reference()
