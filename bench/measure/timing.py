@@ -178,10 +178,10 @@ def warm_up(call: Callable[[], object], config: TimingConfig, sync: Callable[[],
     (never before ``MIN_WARMUP_CALLS``); return the calls made. ``sync`` waits for queued device work,
     so that the time read is the calls' own. With ``config.steady_warmup`` (host clock only), stop at
     the steady state too."""
-    return _warm_up(call, config, sync)[0]
+    return warm_up_timed(call, config, sync)[0]
 
 
-def _warm_up(
+def warm_up_timed(
     call: Callable[[], object], config: TimingConfig, sync: Callable[[], object] | None = None
 ) -> tuple[int, float]:
     """:func:`warm_up`, and the fastest warm-up call in ns where they were timed one by one (0 where not)."""
@@ -224,7 +224,7 @@ def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: flo
 
     ``block`` fixes the calls per sample (later rounds reuse the first round's).
     """
-    warmed, fastest_ns = _warm_up(call, config)
+    warmed, fastest_ns = warm_up_timed(call, config)
     if block is None:
         # Every timed warm-up call alone outlasted the block's target: one call a sample, and no probe (whose
         # one call costs 0.1-0.6 s a variant at 32x512x4096).
