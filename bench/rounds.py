@@ -285,6 +285,7 @@ def run_settings(options: BenchOptions) -> RunSettings:
         min_samples=MIN_SAMPLES,
         precision=options.precision,
         steady_warmup=True,
+        calls_before=1,  # the verified call (_measure), which touched the output's pages and lazy state first
     )
     return RunSettings(
         config=config, rounds=options.rounds, resolution_ns=timer_resolution_ns(), l2_flush=options.l2_flush

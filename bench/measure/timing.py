@@ -45,8 +45,10 @@ from bench.measure.precision import PRECISION_FLOOR, WARMUP_WINDOW, half_width, 
 BLOCK_FACTOR = 100
 # Extra timings of the block probe's batch; the fastest sets the block.
 BLOCK_PROBE_REPEATS = 4
-# Warm-up calls made even when one call outlasts the budget: the first touches
-# the output's pages and lazy state, the next ones run on warm caches.
+# Calls made before timing even when one call outlasts the budget: the first touches
+# the output's pages and lazy state, the next ones run on warm caches. Calls the
+# caller already made (``TimingConfig.calls_before``: the run's verified call)
+# count towards them.
 MIN_WARMUP_CALLS = 3
 
 
@@ -58,6 +60,12 @@ class TimingConfig:
     max_samples: int = 20_000
     precision: float | None = None  # stop once the median's interval is within +-precision of it (a share)
     steady_warmup: bool = False  # end the warm-up at a steady state rather than after ``warmup`` calls
+    calls_before: int = 0  # calls of ``call`` the caller made just before (its verification): warm-up's first
+
+    @property
+    def min_warmup(self) -> int:
+        """Warm-up calls made even past the budget: MIN_WARMUP_CALLS less the calls made before."""
+        return max(0, MIN_WARMUP_CALLS - self.calls_before)
 
     def __post_init__(self) -> None:
         if self.precision is not None and not 0 < self.precision < 1:
@@ -66,6 +74,8 @@ class TimingConfig:
             raise ValueError(f"warmup must be >= 0 calls, got {self.warmup}")
         if not self.budget_s > 0:
             raise ValueError(f"budget_s must be > 0 seconds, got {self.budget_s}")
+        if self.calls_before < 0:
+            raise ValueError(f"calls_before must be >= 0 calls, got {self.calls_before}")
         if not 1 <= self.min_samples <= self.max_samples:
             raise ValueError(f"need 1 <= min_samples ({self.min_samples}) <= max_samples ({self.max_samples})")
 
@@ -175,7 +185,7 @@ def _time_batch(call: Callable[[], object], calls: int) -> int:
 
 def warm_up(call: Callable[[], object], config: TimingConfig, sync: Callable[[], object] | None = None) -> int:
     """Make up to ``config.warmup`` untimed calls, stopping once they have taken ``config.budget_s``
-    (never before ``MIN_WARMUP_CALLS``); return the calls made. ``sync`` waits for queued device work,
+    (never before ``config.min_warmup``); return the calls made. ``sync`` waits for queued device work,
     so that the time read is the calls' own. With ``config.steady_warmup`` (host clock only), stop at
     the steady state too."""
     return warm_up_timed(call, config, sync)[0]
@@ -189,7 +199,7 @@ def warm_up_timed(
         return _warm_up_to_steady_state(call, config)
     deadline = time.perf_counter_ns() + config.budget_s * 1e9
     for made in range(config.warmup):
-        if made >= MIN_WARMUP_CALLS:
+        if made >= config.min_warmup:
             if sync is not None:
                 sync()
             if time.perf_counter_ns() >= deadline:
@@ -200,14 +210,14 @@ def warm_up_timed(
 
 def _warm_up_to_steady_state(call: Callable[[], object], config: TimingConfig) -> tuple[int, float]:
     """Timed warm-up calls in windows of WARMUP_WINDOW: stop when two consecutive windows agree (after at least
-    two), at ``config.warmup`` calls, or once the calls have taken ``config.budget_s`` (after MIN_WARMUP_CALLS).
+    two), at ``config.warmup`` calls, or once the calls have taken ``config.budget_s`` (after ``min_warmup``).
     Returns the calls made and the fastest of them in ns (0 when none was made)."""
     clock = time.perf_counter_ns
     deadline = clock() + config.budget_s * 1e9
     times = np.empty(max(config.warmup, 1), dtype=np.float64)
     made = 0
     while made < config.warmup:
-        if made >= MIN_WARMUP_CALLS and clock() >= deadline:
+        if made >= config.min_warmup and clock() >= deadline:
             break
         if made >= 2 * WARMUP_WINDOW and made % WARMUP_WINDOW == 0:
             if steady(times[made - 2 * WARMUP_WINDOW : made - WARMUP_WINDOW], times[made - WARMUP_WINDOW : made]):

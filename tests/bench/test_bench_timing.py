@@ -102,6 +102,22 @@ def test_a_steady_warm_up_whose_calls_outlast_the_block_target_sets_the_block_wi
     assert short.block > 1 and len(calls) > short.warmup + short.block * len(short.samples_us)
 
 
+def test_calls_made_before_count_towards_the_minimum_warm_up():
+    calls = []
+
+    def long_call():  # 4 ms against a 1 ms budget: the minimum decides
+        calls.append(1)
+        _spin(4_000)
+
+    for before in (0, 1, 3, 5):
+        calls.clear()
+        config = TimingConfig(warmup=50, budget_s=0.001, calls_before=before, steady_warmup=before % 2 == 1)
+        # The minimum less the calls before; at least the one call the budget starts before it is spent.
+        assert warm_up(long_call, config) == len(calls) == max(1, MIN_WARMUP_CALLS - before)
+    with pytest.raises(ValueError, match="calls_before"):
+        TimingConfig(calls_before=-1)
+
+
 def test_warm_up_of_short_calls_makes_every_call_asked():
     calls = []
     assert warm_up(lambda: calls.append(_spin(20)), TimingConfig(warmup=50, budget_s=0.5)) == 50 == len(calls)
