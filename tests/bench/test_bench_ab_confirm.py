@@ -163,13 +163,16 @@ def test_suspects_are_inconclusive_counted_rows_past_a_bound():
     op = ("op", "1x8x512", "float32", "fused", "call", "cpu", "natural")
     rows = [
         _row(op, 1.08, INCONCLUSIVE),
-        _row(op[:4] + ("out", "cpu", "natural"), 1.04, INCONCLUSIVE),  # within the bound: nothing to confirm
+        _row(op[:4] + ("out", "cpu", "natural"), 1.01, INCONCLUSIVE),  # within the bound: nothing to confirm
+        # Short of the threshold, past half of it: a change past it may read lower on its first pairs.
+        _row(op[:4] + ("out", "cpu", "page_offset"), 1.035, INCONCLUSIVE),
+        _row(op[:4] + ("call", "cpu", "page_offset"), 1 / 1.035, INCONCLUSIVE),
         _row(op[:3] + ("native", "call", "cpu", "natural"), 0.90, INCONCLUSIVE),  # past the lower bound: a gain?
         _row(("limit",) + op[1:], 1.2, INCONCLUSIVE),  # a limit row measures the machine: never counted
         _row(op[:3] + ("ort", "custom-run", "cpu", "natural"), 1.2, REGRESSION),  # already settled
         _row(op[:3] + ("unfused", "call", "cpu", "natural"), 1.2, INCONCLUSIVE, units=1),  # no interval at all
     ]
-    assert compare.suspects(Comparison(rows), THRESHOLD) == [rows[0].key, rows[2].key]
+    assert compare.suspects(Comparison(rows), THRESHOLD) == [rows[0].key, rows[2].key, rows[3].key, rows[4].key]
 
 
 def test_the_narrowed_grid_plans_exactly_the_suspects_jobs(tmp_path):
