@@ -1,7 +1,7 @@
 """How an A/B run's alpha is best split between its two stages, judged on recorded runs.
 
     python -m bench.experiments.confirm_share [--runs reports/power_curves/measured_runs.csv]
-        [--shares 0.2,0.3,0.4,0.5,0.6,0.7] [--out reports/power_curves/confirm_share]
+        [--shares 0.2,0.3,0.4,0.5,0.6,0.7] [--bound-share 1.0] [--out reports/power_curves/confirm_share]
 
 An A/B run spends its family-wise alpha in two stages (bench/ab/driver.py,
 CONFIRM_ALPHA_SHARE): every row on the first pairs, then the suspects (rows left
@@ -9,7 +9,9 @@ INCONCLUSIVE with their estimate past the threshold) in fresh pairs, judged
 alone. The share given to the second stage trades the first stage's intervals
 against the confirmation's. This re-judges the quick A/B runs that measured the
 power curves (their folders are in ``measured_runs.csv``; the pooled reports of
-both stages are kept there) at each share, with this checkout's statistics.
+both stages are kept there) at each share, with this checkout's statistics and
+the suspect bound the runs were measured with (``--bound-share``: 1.0, the
+threshold itself; the product now takes half of it, SUSPECT_BOUND_SHARE).
 
 The recorded confirmation measured the suspects of the share the run used. A
 row that another share leaves a suspect but that was not measured again cannot
@@ -34,6 +36,7 @@ from env.paths import reports_dir
 
 OP_BASELINE = "fused"
 DEFAULT_SHARES = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
+RECORDED_BOUND_SHARE = 1.0  # the suspect bound the recorded runs were measured with: the threshold itself
 
 
 @dataclass(frozen=True)
@@ -49,10 +52,12 @@ def _pooled(where: Path) -> tuple[Path, Path]:
     return where / "base" / "pooled.csv", where / "new" / "pooled.csv"
 
 
-def judge_at_share(folder: Path, share: float, threshold: float, alpha: float) -> Judged:
+def judge_at_share(
+    folder: Path, share: float, threshold: float, alpha: float, bound_share: float = RECORDED_BOUND_SHARE
+) -> Judged:
     """A recorded quick A/B run's verdicts with ``share`` of ``alpha`` given to the confirmation."""
     first = compare.compare_reports(*_pooled(folder), threshold, alpha * (1 - share), paired=True)
-    suspects = compare.suspects(first, threshold)
+    suspects = compare.suspects(first, threshold, bound_share)
     again = _pooled(folder / "confirm")
     measured = set(compare.row_keys(read_report(again[0]))) if again[0].is_file() else set()
     confirmable = [k for k in suspects if k in measured]
@@ -73,13 +78,15 @@ def judge_at_share(folder: Path, share: float, threshold: float, alpha: float) -
     )
 
 
-def rejudge(runs: pd.DataFrame, shares: tuple[float, ...], threshold: float, alpha: float) -> pd.DataFrame:
+def rejudge(
+    runs: pd.DataFrame, shares: tuple[float, ...], threshold: float, alpha: float, bound_share: float
+) -> pd.DataFrame:
     """One line per recorded quick A/B run and share."""
     lines = []
     quick = runs[runs.comparison == "quick A/B"]
     for share in shares:
         for run in quick.itertuples():
-            judged = judge_at_share(Path(run.folder), share, threshold, alpha)
+            judged = judge_at_share(Path(run.folder), share, threshold, alpha, bound_share)
             lines.append({"share": share, "slowdown_pct": run.slowdown_pct, "run": run.run, **judged.__dict__})
     return pd.DataFrame(lines)
 
@@ -103,13 +110,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shares", default=",".join(map(str, DEFAULT_SHARES)))
     parser.add_argument("--threshold", type=float, default=compare.DEFAULT_THRESHOLD)
     parser.add_argument("--alpha", type=float, default=compare.DEFAULT_ALPHA)
+    parser.add_argument("--bound-share", type=float, default=RECORDED_BOUND_SHARE)
     parser.add_argument("--out", type=Path, default=reports_dir() / "power_curves" / "confirm_share")
     args = parser.parse_args(argv)
     runs = pd.read_csv(args.runs)
     missing = [f for f in runs.folder if not Path(f).is_dir()]
     if missing:
         raise SystemExit(f"the recorded runs are not on this machine (first: {missing[0]})")
-    lines = rejudge(runs, tuple(float(s) for s in args.shares.split(",")), args.threshold, args.alpha)
+    shares = tuple(float(s) for s in args.shares.split(","))
+    lines = rejudge(runs, shares, args.threshold, args.alpha, args.bound_share)
     summary = summarise(lines)
     args.out.mkdir(parents=True, exist_ok=True)
     lines.to_csv(args.out / "runs.csv", index=False)

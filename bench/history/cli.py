@@ -96,7 +96,7 @@ def main(options: HistoryOptions, console: Console | None = None) -> int:
         if options.site:
             from bench.history.site.build import build_site
 
-            index = build_site(con, options.site, options.threshold, changes)
+            index = build_site(con, options.site, options.threshold, changes, options.advisory)
             console.print(f"site: {index}", highlight=False)
     finally:
         con.close()

@@ -364,15 +364,15 @@ def with_confirmed(first: Comparison, second: Comparison) -> Comparison:
     return replace(first, rows=[again.get(r.key, r) for r in first.rows])
 
 
-def suspects(comparison: Comparison, threshold: float) -> list[Key]:
+def suspects(comparison: Comparison, threshold: float, bound_share: float = SUSPECT_BOUND_SHARE) -> list[Key]:
     """The counted rows left INCONCLUSIVE whose estimate lies past a bound: worth measuring again.
 
-    The bound is SUSPECT_BOUND_SHARE of ``threshold``: an estimate there may be a
+    The bound is ``bound_share`` of ``threshold``: an estimate there may be a
     change past the threshold read low by the first pairs' noise. Fresh pairs
     judged on their own settle them (bench/ab/driver.py confirms them); the
     choice reads only the first stage's data, so the second stage's alpha holds.
     """
-    bound = threshold * SUSPECT_BOUND_SHARE
+    bound = threshold * bound_share
     return [
         r.key
         for r in comparison.rows

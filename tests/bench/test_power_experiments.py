@@ -9,9 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.experiments import calibration, power_curves, power_measure
-from bench.stats import design
+from bench.experiments import calibration, confirm_share, power_curves, power_measure
+from bench.report.schema import RowSamples
+from bench.stats import compare, design
 from env.paths import REPO_ROOT
+from tests.helpers.bench_synthetic import make_key, synthetic_report
 
 
 @pytest.fixture
@@ -148,3 +150,32 @@ def test_a_table_option_names_its_percent_and_an_existing_file(tmp_path):
     for bad in (f"five={tmp_path / 't.csv'}", "5=", f"5={tmp_path / 'missing.csv'}"):
         with pytest.raises(ValueError, match="--table wants P=CSV"):
             power_measure.parse_tables([bad])
+
+
+def _paired_stage(folder, ratios: dict) -> None:
+    """A recorded stage of an A/B run: per row, BASE at 100 us in every round and NEW at that round's ratio."""
+
+    def rounds(values) -> RowSamples:
+        values = np.repeat(np.asarray(values, dtype=np.float64), 5)  # five samples a round: its median is its value
+        return RowSamples(values, np.repeat(np.arange(len(values) // 5), 5).astype(np.int16))
+
+    base = {key: rounds(np.full(len(r), 100.0)) for key, r in ratios.items()}
+    new = {key: rounds(100.0 * np.asarray(r)) for key, r in ratios.items()}
+    synthetic_report(folder / "base" / "pooled.csv", base)
+    synthetic_report(folder / "new" / "pooled.csv", new)
+
+
+def test_rejudging_at_another_share_counts_a_suspect_never_measured_again_as_missed(tmp_path):
+    wide = 1.06 * np.exp(np.array([-0.12, 0.12, -0.09, 0.09, -0.06, 0.06, -0.03, 0.03, -0.01, 0.01]))
+    measured_again, not_measured = make_key(variant="call"), make_key(variant="out")
+    unchanged = make_key(baseline="unfused")
+    _paired_stage(tmp_path, {measured_again: wide, not_measured: wide, unchanged: np.ones(10)})
+    # The recorded confirmation timed one of the two suspects: 20 pairs, 10 % slower within 0.5 %.
+    tight = 1.10 * np.exp(np.tile([-0.005, 0.005], 10))
+    _paired_stage(tmp_path / "confirm", {measured_again: tight})
+    judged = confirm_share.judge_at_share(tmp_path, share=0.2, threshold=0.03, alpha=0.05)
+    assert judged.op_rows == 2 and judged.op_flagged == 1 and judged.confirmed_op_rows == 1
+    assert judged.unmeasured_suspects == 1 and judged.other_flagged == 0
+    # The first stage alone, at the whole alpha, leaves both suspects undecided: the confirmation flagged one.
+    first = compare.compare_reports(tmp_path / "base/pooled.csv", tmp_path / "new/pooled.csv", 0.03, 0.05, paired=True)
+    assert sorted(compare.suspects(first, 0.03)) == sorted([measured_again, not_measured])

@@ -26,12 +26,27 @@ def _store(history, tmp_path):
     return con
 
 
-def _check(tmp_path, advisory=()) -> tuple[int, str]:
+def _check(tmp_path, advisory=(), site=None) -> tuple[int, str]:
     console = Console(record=True, width=250)
     options = HistoryOptions(
-        roots=[tmp_path / "reports"], db=tmp_path / "h.duckdb", labels=None, check=True, advisory=list(advisory)
+        roots=[tmp_path / "reports"],
+        db=tmp_path / "h.duckdb",
+        labels=None,
+        check=True,
+        advisory=list(advisory),
+        site=site,
     )
     return main(options, console), console.export_text()
+
+
+def _site_sections(index) -> dict[str, str]:
+    """The overview page's open-regression and advisory sections, as text between their headings."""
+    html = index.read_text(encoding="utf-8")
+    open_part = html.split("<h2>open regressions</h2>", 1)[1].split("<h2>", 1)[0]
+    advisory_part = (
+        html.split("<h2>advisory reports</h2>", 1)[1].split("<h2>", 1)[0] if "advisory reports" in html else ""
+    )
+    return {"open": open_part, "advisory": advisory_part}
 
 
 def _move_commit(paths, commit: int, folder) -> None:
@@ -64,9 +79,13 @@ def test_an_advisory_report_is_judged_and_shown_but_does_not_fail_the_check(tmp_
     paths = write_history(regressed_history(seed_of(request), commits=6, slowdown=1.3), tmp_path / "reports")
     advisory = tmp_path / "reports" / "ci"
     _move_commit(paths, 5, advisory)
-    code, text = _check(tmp_path, [advisory])
+    code, text = _check(tmp_path, [advisory], site=tmp_path / "site")
     assert code == EXIT_OK, text
     assert "open regressions (latest report of each machine and run options): none - OK" in text
+    # The site agrees: nothing open, the advisory run's regression listed apart, on both machines.
+    sections = _site_sections(tmp_path / "site" / "index.html")
+    assert 'id="regressions"' in sections["open"] and "none" in sections["open"]
+    assert 'class="advisory"' in sections["advisory"] and sections["advisory"].count(sha_of(5)[:10]) == 2
     con = connect(tmp_path / "h.duckdb")
     shown = advisory_regressions(con, [advisory])
     assert set(map(tuple, shown[list(KEY_COLUMNS)].values.tolist())) == {REGRESSED_ROW}

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import math
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
 import pandas as pd
 import plotly
 
-from bench.history.regressions import open_regressions
+from bench.history.regressions import advisory_regressions, open_regressions
 from bench.history.site import data, pages
 from bench.history.sources import INSUFFICIENT, KEY_COLUMNS, judge_units, row_alpha
 
@@ -30,7 +31,14 @@ MAX_POINTS = 1000
 MAX_LISTED = 300
 
 
-def build_site(con: duckdb.DuckDBPyConnection, out: Path, threshold: float, changes: pd.DataFrame) -> Path:
+def build_site(
+    con: duckdb.DuckDBPyConnection,
+    out: Path,
+    threshold: float,
+    changes: pd.DataFrame,
+    advisory: Sequence[Path] = (),
+) -> Path:
+    """The static site under ``out``; reports under an ``advisory`` folder are listed apart (never open)."""
     out = Path(out)
     for folder in ("rows", "reports", "ab", "assets"):
         if (out / folder).exists():
@@ -73,7 +81,9 @@ def build_site(con: duckdb.DuckDBPyConnection, out: Path, threshold: float, chan
         )
     machines.sort(key=lambda m: (m["label"], m["options"]))
     index = out / "index.html"
-    index.write_text(pages.overview(machines, open_regressions(con), changes, keys, row_links), encoding="utf-8")
+    shown = advisory_regressions(con, advisory) if advisory else None
+    overview = pages.overview(machines, open_regressions(con, advisory), changes, keys, row_links, shown)
+    index.write_text(overview, encoding="utf-8")
     return index
 
 

@@ -29,10 +29,33 @@ def verdict_cell(verdict: str) -> str:
     return cell(esc(verdict), cls=cls, metric="verdict")
 
 
+def _regression_table(regressions: pd.DataFrame, row_links: dict, table_id: str) -> str:
+    body = [
+        [
+            cell(esc(r.label)),
+            row_cell(tuple(getattr(r, c) for c in KEY_COLUMNS), row_links),
+            cell(f'<a href="reports/{esc(r.report_id)}.html">{esc(commit_text(r.sha, False))}</a>'),
+            cell(number(r.ratio), r.ratio, "ratio"),
+            cell(f"{number(r.ci_low)}-{number(r.ci_high)}"),
+        ]
+        for r in regressions.itertuples()
+    ]
+    return table(["machine", "row", "report", "ratio", "interval"], body, table_id)
+
+
 def overview(
-    machines: list[dict], regressions: pd.DataFrame, changes: pd.DataFrame, rows: list[tuple], row_links: dict
+    machines: list[dict],
+    regressions: pd.DataFrame,
+    changes: pd.DataFrame,
+    rows: list[tuple],
+    row_links: dict,
+    advisory: pd.DataFrame | None = None,
 ) -> str:
-    """``machines``: per machine and options, its label, run, headline frame and targets (build.py)."""
+    """``machines``: per machine and options, its label, run, headline frame and targets (build.py).
+
+    ``regressions``: what the history's check fails on; ``advisory``: the REGRESSION rows of advisory
+    reports (a CI run's own), listed apart since they fail nothing.
+    """
     parts, charts = [], []
     parts.append(
         "<p>Each machine's latest run of the fused op: its median against every other baseline at the same shape, "
@@ -143,17 +166,17 @@ def overview(
     if regressions.empty:
         parts.append('<p id="regressions">none: no REGRESSION in the latest report of any machine and run options</p>')
     else:
-        body = [
-            [
-                cell(esc(r.label)),
-                row_cell(tuple(getattr(r, c) for c in KEY_COLUMNS), row_links),
-                cell(f'<a href="reports/{esc(r.report_id)}.html">{esc(commit_text(r.sha, False))}</a>'),
-                cell(number(r.ratio), r.ratio, "ratio"),
-                cell(f"{number(r.ci_low)}-{number(r.ci_high)}"),
-            ]
-            for r in regressions.itertuples()
-        ]
-        parts.append(table(["machine", "row", "report", "ratio", "interval"], body, "regressions"))
+        parts.append(_regression_table(regressions, row_links, "regressions"))
+    if advisory is not None:
+        parts.append("<h2>advisory reports</h2>")
+        parts.append(
+            "<p>Reports held as advisory (a CI run's own): each judged against its machine's previous report, "
+            "shown here and never failing the check.</p>"
+        )
+        if advisory.empty:
+            parts.append('<p id="advisory">none: no REGRESSION against their previous</p>')
+        else:
+            parts.append(_regression_table(advisory, row_links, "advisory"))
     parts.append("<h2>level shifts</h2>")
     if changes.empty:
         parts.append("<p>none at or beyond the threshold</p>")
