@@ -1,15 +1,27 @@
 """The A/A check of separate reports: N reports of one commit, compared pairwise as `bench.compare` compares them.
 
     python -m bench.experiments.aa_reports [--reports 10] [--processes 3] [--full] [--out reports/power_curves]
+        [--judge-only]
 
 Each report measures this checkout in fresh processes (one round each, as a
 plain full `invoke bench` does; the quick grid unless --full), one after the
 other. Every pair of them is then compared unpaired with moderated variances:
 any REGRESSION or IMPROVEMENT is a false alarm, and each row's interval at
 95 % (per row) either covers 1 or not. Writes ``aa_pairs.csv`` (one line per
-pair) and prints the coverage and the false-alarm rate. N reports give
+pair) and ``aa_flagged.csv`` (every row a pair flagged, with both sides'
+unit values), and prints the coverage and the false-alarm rate. N reports give
 N (N - 1) / 2 pairs, not independent ones: they share reports, so the rate
 has the uncertainty of about N / 2 pairs.
+
+The same pairs give the power on measured noise: NEW's samples of the fused
+op rows are multiplied by 1 + s for each slowdown s in SHIFTS and the pair is
+judged again as `bench.compare` judges it (every counted row in the family).
+A row's process-to-process spread is what decides an unpaired verdict, and a
+slowdown that multiplies every call leaves it as it was, so these are the
+power curve's points for separate reports at this process count, on this
+machine's own noise rather than a model of it. Writes ``shifted_power.csv``
+(one line per pair and slowdown: op rows flagged, other rows flagged).
+``--judge-only`` judges the reports a previous run left in the workspace.
 """
 
 from __future__ import annotations
@@ -24,11 +36,22 @@ import numpy as np
 import pandas as pd
 from rich.console import Console
 
-from bench.report.schema import read_samples
+from bench.report.schema import KEY_COLUMNS, RowSamples, read_report, read_samples
 from bench.stats import compare
 from env.paths import REPO_ROOT, reports_dir
 
 ROW_ALPHA = 0.05  # the coverage is read at 95 % per row
+SHIFTS = (0.0, 0.02, 0.03, 0.05, 0.10, 0.20)  # the power curves' true slowdowns
+OP_BASELINE = "fused"
+
+
+def is_op_row(key: compare.Key) -> bool:
+    return key[0] == "op" and key[3] == OP_BASELINE
+
+
+def report_name(path: Path) -> str:
+    """A report's name in the tables: its run folder (r0, r1, ...) for a pooled report, else the file's stem."""
+    return path.parents[1].name if path.name == "pooled.csv" else path.stem
 
 
 def judge_pair(base: Path, new: Path) -> dict:
@@ -46,8 +69,8 @@ def judge_pair(base: Path, new: Path) -> dict:
         )
         covered += (not math.isnan(row.ci_low)) and row.ci_low <= 1 <= row.ci_high
     return {
-        "base": base.name,
-        "new": new.name,
+        "base": report_name(base),
+        "new": report_name(new),
         "rows": len(counted),
         "false_regressions": sum(r.verdict == compare.REGRESSION for r in counted),
         "false_improvements": sum(r.verdict == compare.IMPROVEMENT for r in counted),
@@ -57,6 +80,81 @@ def judge_pair(base: Path, new: Path) -> dict:
 
 def judge_all(reports: list[Path]) -> pd.DataFrame:
     return pd.DataFrame([judge_pair(a, b) for a, b in itertools.combinations(reports, 2)])
+
+
+def flagged_rows(reports: list[Path]) -> pd.DataFrame:
+    """Every counted row an A/A pair flags, with both sides' unit values: what a false alarm looked like."""
+    lines = []
+    for base, new in itertools.combinations(reports, 2):
+        base_samples, new_samples = read_samples(base), read_samples(new)
+        for row in compare.compare_reports(base, new).rows:
+            if row.key[0] == compare.LIMIT_WORKLOAD or row.verdict not in (compare.REGRESSION, compare.IMPROVEMENT):
+                continue
+            units = [compare.unit_medians(samples[row.key]) for samples in (base_samples, new_samples)]
+            lines.append(
+                {
+                    "base": report_name(base),
+                    "new": report_name(new),
+                    **dict(zip(KEY_COLUMNS, row.key, strict=True)),
+                    "verdict": row.verdict,
+                    "ratio": row.ratio,
+                    "ci_low": row.ci_low,
+                    "ci_high": row.ci_high,
+                    "base_units_us": " ".join(f"{v:.1f}" for v in units[0].values()),
+                    "new_units_us": " ".join(f"{v:.1f}" for v in units[1].values()),
+                }
+            )
+    return pd.DataFrame(lines)
+
+
+def shifted_pair(base: Path, new: Path, shifts=SHIFTS) -> list[dict]:
+    """Per slowdown s: the pair judged with NEW's fused op rows s slower, at the product's threshold and alpha."""
+    base_samples, new_samples = read_samples(base), read_samples(new)
+    keys = [k for k in compare.row_keys(read_report(base)) if k in new_samples]
+    lines = []
+    for shift in shifts:
+        slowed = {
+            k: RowSamples(v.values * (1 + shift), v.rounds) if is_op_row(k) else v for k, v in new_samples.items()
+        }
+        _, rows = compare.judge_rows(keys, base_samples, slowed, compare.DEFAULT_THRESHOLD, compare.DEFAULT_ALPHA)
+        counted = [r for r in rows if r.key[0] != compare.LIMIT_WORKLOAD]
+        op_rows = [r for r in counted if is_op_row(r.key)]
+        lines.append(
+            {
+                "base": report_name(base),
+                "new": report_name(new),
+                "slowdown_pct": round(shift * 100),
+                "counted_rows": len(counted),
+                "op_rows": len(op_rows),
+                "op_rows_flagged": sum(r.verdict == compare.REGRESSION for r in op_rows),
+                "other_rows_flagged": sum(r.verdict == compare.REGRESSION for r in counted if not is_op_row(r.key)),
+                "op_detectable_80_median": float(np.nanmedian([r.detectable_80 for r in op_rows])),
+            }
+        )
+    return lines
+
+
+def shifted_all(reports: list[Path]) -> pd.DataFrame:
+    return pd.DataFrame([line for a, b in itertools.combinations(reports, 2) for line in shifted_pair(a, b)])
+
+
+def power_summary(shifted: pd.DataFrame) -> pd.DataFrame:
+    """Per slowdown: P(REGRESSION) per op row, and the share of pairs with another row flagged."""
+    return (
+        shifted.groupby("slowdown_pct")
+        .agg(
+            pairs=("op_rows", "size"),
+            op_rows=("op_rows", "sum"),
+            op_rows_flagged=("op_rows_flagged", "sum"),
+            pairs_other_flagged=("other_rows_flagged", lambda x: int((x > 0).sum())),
+            op_detectable_80_median=("op_detectable_80_median", "median"),
+        )
+        .assign(
+            p_regression_op_row=lambda f: f.op_rows_flagged / f.op_rows,
+            p_false_alarm_pair=lambda f: f.pairs_other_flagged / f.pairs,
+        )
+        .reset_index()
+    )
 
 
 def measure(count: int, processes: int, full: bool, folder: Path) -> list[Path]:
@@ -75,6 +173,12 @@ def measure(count: int, processes: int, full: bool, folder: Path) -> list[Path]:
     return reports
 
 
+def measured_reports(folder: Path) -> list[Path]:
+    """The pooled reports a previous run left in ``folder``, in the order they were made."""
+    found = [(int(path.parents[1].name[1:]), path) for path in folder.glob("r*/run/pooled.csv")]
+    return [path for _, path in sorted(found)]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reports", type=int, default=10)
@@ -82,18 +186,36 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--full", action="store_true", help="the full grid (default: the quick grid)")
     parser.add_argument("--out", type=Path, default=reports_dir() / "power_curves")
     parser.add_argument("--workspace", type=Path, default=REPO_ROOT / "build" / "aa_reports")
+    parser.add_argument("--judge-only", action="store_true", help="judge the reports already in the workspace")
     args = parser.parse_args(argv)
     if args.reports < 2 or args.processes < 2:
         parser.error("--reports and --processes must be >= 2")
-    pairs = judge_all(measure(args.reports, args.processes, args.full, args.workspace))
+    if args.judge_only:
+        reports = measured_reports(args.workspace)
+        if len(reports) < 2:
+            parser.error(f"--judge-only needs at least 2 reports under {args.workspace}, found {len(reports)}")
+    else:
+        reports = measure(args.reports, args.processes, args.full, args.workspace)
+    pairs = judge_all(reports)
+    shifted = shifted_all(reports)
     args.out.mkdir(parents=True, exist_ok=True)
     pairs.to_csv(args.out / "aa_pairs.csv", index=False)
+    flagged_rows(reports).to_csv(args.out / "aa_flagged.csv", index=False, float_format="%.4f")
+    shifted.to_csv(args.out / "shifted_power.csv", index=False)
+    summary = power_summary(shifted)
+    summary.to_csv(args.out / "shifted_power_summary.csv", index=False, float_format="%.4f")
     rows = pairs.rows.sum()
     print(
-        f"{len(pairs)} pairs of {args.reports} reports: per-row 95 % coverage {pairs.covered_95.sum() / rows:.3f}; "
+        f"{len(pairs)} pairs of {len(reports)} reports: per-row 95 % coverage {pairs.covered_95.sum() / rows:.3f}; "
         f"pairs with a false REGRESSION {(pairs.false_regressions > 0).mean():.3f}, "
         f"with a false IMPROVEMENT {(pairs.false_improvements > 0).mean():.3f}"
     )
+    for line in summary.itertuples():
+        print(
+            f"  +{line.slowdown_pct} %: op rows flagged {line.op_rows_flagged}/{line.op_rows} "
+            f"({line.p_regression_op_row:.3f}), pairs with another row flagged {line.pairs_other_flagged}/"
+            f"{line.pairs}, median op detectable_80 {line.op_detectable_80_median:.3f}"
+        )
 
 
 if __name__ == "__main__":

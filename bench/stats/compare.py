@@ -393,6 +393,26 @@ def family_alpha_per_row(alpha: float, counted_rows: int) -> float:
     return alpha / max(1, counted_rows)
 
 
+def judge_rows(
+    keys: list[Key],
+    base: dict[Key, RowSamples],
+    new: dict[Key, RowSamples],
+    threshold: float,
+    alpha: float,
+    seed: int = 0,
+    paired: bool = False,
+) -> tuple[float, list[RowComparison]]:
+    """(each row's alpha, the rows judged): ``keys`` as one family at ``alpha``, the limit rows outside it."""
+    rng = np.random.default_rng(seed)  # a fixed seed: the same two reports always give the same table
+    row_alpha = family_alpha_per_row(alpha, sum(k[0] != LIMIT_WORKLOAD for k in keys))
+    priors = kind_priors(keys, base, new, paired)
+    rows = [
+        compare_samples(k, base[k], new[k], threshold, row_alpha, rng, paired, priors.get(kind_of(k), NO_PRIOR))
+        for k in keys
+    ]
+    return row_alpha, rows
+
+
 def compare_reports(
     base_csv: Path | str,
     new_csv: Path | str,
@@ -417,16 +437,8 @@ def compare_reports(
         missing = [k for k in keys if k not in samples]
         if missing:
             raise ReportError(f"{csv}: samples sidecar lacks rows {missing[:3]}{' ...' if len(missing) > 3 else ''}")
-    rng = np.random.default_rng(seed)  # a fixed seed: the same two reports always give the same table
     in_both = [k for k in base_keys if k in set(new_keys) and (only is None or k in set(only))]
-    row_alpha = family_alpha_per_row(alpha, sum(k[0] != LIMIT_WORKLOAD for k in in_both))
-    priors = kind_priors(in_both, base_samples, new_samples, paired)
-    rows = [
-        compare_samples(
-            k, base_samples[k], new_samples[k], threshold, row_alpha, rng, paired, priors.get(kind_of(k), NO_PRIOR)
-        )
-        for k in in_both
-    ]
+    row_alpha, rows = judge_rows(in_both, base_samples, new_samples, threshold, alpha, seed, paired)
     return Comparison(
         row_alpha=row_alpha,
         rows=rows,
