@@ -15,10 +15,13 @@ rules changes these curves. Rows the slowdown touches are the fused op's rows
 (4 in the quick grid, 10 in the full one); the rest are unchanged, so any
 REGRESSION among them is a false alarm.
 
-Measured points come from `measured.csv` in the output folder, written by
-bench/experiments/power_measure.py (runs on a quiet machine), and from the
-A/A and slowdown runs that `invoke bench.ab-measure` recorded (their op rows'
-intervals judged again by the current verdict). The CSV marks each point's
+Measured points come from the `measured.csv` files that
+bench/experiments/power_measure.py wrote (runs on a quiet machine; one folder
+per suspect bound, MEASURED_FOLDERS), from the A/A and slowdown runs that
+`invoke bench.ab-measure` recorded (their op rows' intervals judged again by
+the current verdict), and from pairs of separate quick reports of one commit
+judged with their fused op rows made slower (bench/experiments/aa_reports.py:
+the machine's own noise under a shifted mean). The CSV marks each point's
 source; the plot draws simulated points hollow.
 """
 
@@ -32,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.ab import driver as ab
 from bench.experiments.calibration import ReportNoise, pair_spreads, report_noise
 from bench.stats import compare
 from bench.stats.moderated import fit_prior, squeeze
@@ -39,8 +43,9 @@ from bench.stats.verdicts import DEFAULT_THRESHOLD, REGRESSION, verdict_of
 from env.paths import reports_dir
 
 SLOWDOWNS_PCT = (0, 2, 3, 5, 10, 20)
-FIRST_STAGE_SHARE = 0.8  # of the family-wise alpha (bench/ab.py's CONFIRM_ALPHA_SHARE is the rest)
-CONFIRM_PAIRS = 20
+# The A/B run's own stage design (bench/ab/driver.py), so a change of it changes these curves.
+FIRST_STAGE_SHARE = 1 - ab.CONFIRM_ALPHA_SHARE
+CONFIRM_PAIRS = ab.CONFIRM_PROCESSES
 # One pair in about fifteen sits 15-40 % off on a row whose other pairs agree within a few per cent (an A/A
 # run of 10 pairs on the development VM: 16 of 32 counted rows had a pair more than 15 % off the row's
 # median, so P(a pair is odd) = 1 - 0.5 ** (1 / 10)).
@@ -77,7 +82,7 @@ def simulate_ab(design: AbDesign, spreads: np.ndarray, slowdown: float, runs: in
     """One A/B design's runs: both stages, as bench/ab.py judges them."""
     first_alpha = alpha * FIRST_STAGE_SHARE / design.counted_rows
     flagged_op, all_op, false_runs = 0, 0, 0
-    bound = 1 + DEFAULT_THRESHOLD
+    bound = 1 + DEFAULT_THRESHOLD * compare.SUSPECT_BOUND_SHARE  # a suspect's estimate lies past it
     for _ in range(runs):
         row_spreads = rng.choice(spreads, design.counted_rows)
         truth = [math.log1p(slowdown) if r < design.op_rows else 0.0 for r in range(design.counted_rows)]
@@ -227,40 +232,81 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axis = plt.subplots(figsize=(7, 4.5))
+    figure, axis = plt.subplots(figsize=(11, 4.5))
     names = list(dict.fromkeys(frame.comparison))
     for index, name in enumerate(names):
         color = f"C{index}"
         mine = frame[frame.comparison == name]
         simulated = mine[mine.source == "simulated"]
-        axis.plot(
-            simulated.slowdown_pct,
-            simulated.p_regression_op_row,
-            "o--",
-            color=color,
-            mfc="none",
-            label=f"{name} (simulated)",
-        )
+        if len(simulated):
+            axis.plot(
+                simulated.slowdown_pct,
+                simulated.p_regression_op_row,
+                "o--",
+                color=color,
+                mfc="none",
+                label=f"{name} (simulated)",
+            )
         measured = mine[mine.source != "simulated"]
         if len(measured):
-            axis.plot(measured.slowdown_pct, measured.p_regression_op_row, "s", color=color, label=f"{name} (measured)")
+            source = measured.source.iloc[0].split(" (")[0]
+            axis.plot(measured.slowdown_pct, measured.p_regression_op_row, "s", color=color, label=f"{name} ({source})")
     axis.axhline(0.8, color="grey", lw=0.8)
     axis.axhline(0.05, color="grey", lw=0.8)
     axis.set_xlabel("true slowdown of the fused op's rows (%)")
     axis.set_ylabel("P(REGRESSION) per op row")
     axis.set_title(f"power at the {100 * DEFAULT_THRESHOLD:g}% threshold, 95% family-wise")
-    axis.legend(fontsize=8)
+    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: it hid the points
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
 
 
+# Measured points by folder (under the output folder) and what their comparison is called in the curves: the
+# quick A/B runs under each suspect bound (power_measure.py), and pairs of separate quick reports of one commit
+# whose fused op rows were made slower in the judging (aa_reports.py: this machine's noise, a shifted mean).
+EARLIER_BOUND = "quick A/B, suspects past the threshold (earlier rule)"
+MEASURED_FOLDERS = {".": {"quick A/B": EARLIER_BOUND}, "suspect_bound": {}}
+SHIFTED_FOLDERS = {
+    "separate_quick": "separate quick reports, 3 processes, shifted",
+    "separate_quick6": "separate quick reports, 6 processes, shifted",
+}
+
+
+def measured_points(out: Path) -> pd.DataFrame:
+    """Every measured point under ``out``, named as the curves name them."""
+    frames = []
+    for folder, names in MEASURED_FOLDERS.items():
+        path = out / folder / "measured.csv"
+        if path.is_file():
+            frame = pd.read_csv(path)
+            frames.append(frame.assign(comparison=frame.comparison.replace(names)))
+    for folder, name in SHIFTED_FOLDERS.items():
+        shifted = out / folder / "shifted_power_summary.csv"
+        if not shifted.is_file():
+            continue
+        summary = pd.read_csv(shifted)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "comparison": name,
+                    "slowdown_pct": summary.slowdown_pct,
+                    "source": "measured noise",
+                    "runs": summary.pairs,
+                    "p_regression_op_row": summary.p_regression_op_row,
+                    "p_false_alarm_run": summary.p_false_alarm_pair,
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
 def replot(out: Path) -> None:
-    """power.csv with the points of measured.csv (bench/experiments/power_measure.py) taken in again, and its plot."""
+    """power.csv with the measured points taken in again, and its plot."""
     frame = pd.read_csv(out / "power.csv")
-    measured_csv = out / "measured.csv"
-    if measured_csv.is_file():
-        frame = pd.concat([frame[frame.source != "measured"], pd.read_csv(measured_csv)], ignore_index=True)
+    simulated = frame[frame.source == "simulated"]
+    recorded = frame[frame.source.str.startswith("measured (")]  # the ab_measure runs judged again
+    frame = pd.concat([simulated, recorded, measured_points(out)], ignore_index=True)
     frame.to_csv(out / "power.csv", index=False, float_format="%.4f")
     plot(frame, out / "power.png")
 
@@ -289,10 +335,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--report-units needs integers >= 2, got {args.report_units!r}")
     frame = simulate_all(args.runs, args.seed, units)
     recorded = pd.DataFrame(recorded_points(SAME_CPU_RESULTS))
-    measured_csv = args.out / "measured.csv"
-    measured = pd.read_csv(measured_csv) if measured_csv.is_file() else pd.DataFrame()
     calibration = frame.attrs["calibration"]
-    frame = pd.concat([frame, recorded, measured], ignore_index=True)
+    frame = pd.concat([frame, recorded, measured_points(args.out)], ignore_index=True)
     args.out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(args.out / "power.csv", index=False, float_format="%.4f")
     pd.Series(calibration).to_csv(args.out / "calibration.csv", header=["value"])
