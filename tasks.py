@@ -18,6 +18,8 @@ from env import cli
 DEFAULT = BenchOptions()  # the CLI's defaults are BenchOptions' own
 # The verdict's defaults, as the options' strings (numeric options are checked by env/cli.py).
 DEFAULT_THRESHOLD, DEFAULT_ALPHA = "0.03", "0.05"
+# Separate reports made apart drift by more than the paired runs' 3 % (bench/history/regressions.py says why).
+HISTORY_THRESHOLD = "0.10"
 
 _BUILD_ERRORS = ("env.builder.commands:BuildError", "env.lock.lockfile:LockError")
 _EXPORT_ERRORS = (ValueError, "ops.onnx.export:ExportError", "ops.onnx.checks:ExportCheckError")
@@ -74,6 +76,11 @@ def test(c, k="", args="", all_=False, slow_only=False, workers=""):
 THRESHOLD_HELP = (
     "the practical threshold, a fraction in (0, 1) (default 0.03 = 3%): a row is a REGRESSION when its family-wise "
     "interval lies above 1 and its ratio above 1 + threshold"
+)
+HISTORY_THRESHOLD_HELP = (
+    "the practical threshold, a fraction in (0, 1) (default 0.10 = 10%: separate reports made apart drift by a few "
+    "per cent with no change of code): a row is a REGRESSION when its family-wise interval lies above 1 and its "
+    "ratio above 1 + threshold"
 )
 ALPHA_HELP = (
     "the family-wise error rate over the rows a comparison counts, in (0, 1) (default 0.05): each row's interval "
@@ -625,7 +632,7 @@ def dist(c):
         "site": "write the static dashboard into this folder (open DIR/index.html)",
         "export_parquet": "write the tables as Parquet into this folder, partitioned by machine",
         "labels": "machine labels CSV (folder,label,evidence; default <repo>/reports/history/machine_labels.csv)",
-        "threshold": THRESHOLD_HELP,
+        "threshold": HISTORY_THRESHOLD_HELP,
         "alpha": ALPHA_HELP,
     },
 )
@@ -638,7 +645,7 @@ def bench_history(
     site="",
     export_parquet="",
     labels="",
-    threshold=DEFAULT_THRESHOLD,
+    threshold=HISTORY_THRESHOLD,
     alpha=DEFAULT_ALPHA,
 ):
     """Ingest every report into one store; judge each against its machine's previous; --site, --check."""

@@ -9,9 +9,13 @@ where sigma is the series' noise read from the differences of successive
 points (1.4826 MAD / sqrt 2: a level shift is one large difference, so it
 barely moves that estimate). A found change is kept when its size, the ratio
 of the median level after it to the median level before it (between the kept
-changes on either side), is at least the threshold the verdicts use: a shift smaller than that is not a regression
-anywhere else in the project either. Series shorter than MIN_POINTS are not
-tested. Each split is one pass of cumulative sums (numpy), so a series of
+changes on either side), is at least MIN_SHIFT. That is not the verdicts'
+practical threshold (3 %): a verdict also needs its interval to exclude 1 at a
+family-wise alpha, while a level shift has only its penalty, and on series of
+14 medians of identical code the penalty alone let through a shift of 3 % or
+more in 5.5-21 % of series at 2-5 % noise, one of 10 % or more in 0-1.7 %
+(bench/experiments/shift_size.py, reports/history/shift_size.csv). Series
+shorter than MIN_POINTS are not tested. Each split is one pass of cumulative sums (numpy), so a series of
 thousands of runs costs milliseconds; PELT (ruptures), tried first, costs
 seconds per series of a few hundred runs in its Python loop.
 """
@@ -29,6 +33,7 @@ from bench.history.sources import KEY_COLUMNS
 
 MIN_POINTS = 6  # at least MIN_SEGMENT points on each side of a change
 MIN_SEGMENT = 3
+MIN_SHIFT = 0.10  # the smallest level shift named (see the module docstring for why not the verdicts' 3 %)
 NOISE_FLOOR = 0.005  # log units: below 0.5 % run-to-run noise no timer on these machines reads finer
 
 

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from bench.history.changepoints import all_changes
+from bench.history.changepoints import MIN_SHIFT, all_changes
 from bench.history.export import export_parquet
 from bench.history.labels import DEFAULT_LABELS, Labels
 from bench.history.regressions import (
@@ -84,7 +84,7 @@ def main(options: HistoryOptions, console: Console | None = None) -> int:
                 f"[yellow]skipped, not a valid report:[/] {escape(str(bad.path))}: {escape(bad.reason)}",
                 highlight=False,
             )
-        changes = all_changes(con, options.threshold)
+        changes = all_changes(con, MIN_SHIFT)
         _print_changes(con, changes, console)
         regressions = open_regressions(con, options.advisory)
         _print_regressions(regressions, console)
@@ -107,7 +107,7 @@ def main(options: HistoryOptions, console: Console | None = None) -> int:
 
 def _print_changes(con, changes, console: Console) -> None:
     if changes.empty:
-        console.print("level shifts: none at or beyond the threshold")
+        console.print(f"level shifts: none of {MIN_SHIFT:.0%} or more")
         return
     labels = dict(con.execute("SELECT machine_key, label FROM machines").fetchall())
     table = Table(

@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.history.changepoints import all_changes
+from bench.history.changepoints import MIN_SHIFT, all_changes
 from bench.history.labels import Labels
-from bench.history.regressions import judge_history
+from bench.history.regressions import DEFAULT_THRESHOLD, judge_history
 from bench.history.site.build import build_site
 from bench.history.store import connect, ingest
 from bench.history.synthetic import History, Machine, write_history
@@ -60,10 +60,10 @@ def measure(size: int, with_samples: bool = False) -> dict:
         if with_samples:
             return line
         started = time.perf_counter()
-        changes = all_changes(con, 0.10)
+        changes = all_changes(con, MIN_SHIFT)
         line["changepoints_s"] = round(time.perf_counter() - started, 2)
         started = time.perf_counter()
-        index = build_site(con, tmp / "site", 0.10, changes)
+        index = build_site(con, tmp / "site", DEFAULT_THRESHOLD, changes)
         line["site_s"] = round(time.perf_counter() - started, 2)
         line["overview_bytes"] = index.stat().st_size
         line["largest_row_page_bytes"] = max(p.stat().st_size for p in (tmp / "site" / "rows").glob("*.html"))

@@ -323,6 +323,13 @@ def test_the_task_options_say_what_alpha_and_threshold_are():
     assert "1 + threshold" in tasks.THRESHOLD_HELP
     import inspect
 
-    for task in (tasks.compare, tasks.bench):
+    for task in (tasks.compare, tasks.bench, tasks.bench_gate):
         default = inspect.signature(task.body).parameters["threshold"].default
         assert float(default) == DEFAULT_THRESHOLD
+    # The history holds separate reports made apart, at its own threshold: the task and the module agree on it.
+    from bench.history.cli import HistoryOptions
+    from bench.history.regressions import DEFAULT_THRESHOLD as HISTORY_THRESHOLD
+
+    default = inspect.signature(tasks.bench_history.body).parameters["threshold"].default
+    assert float(default) == HISTORY_THRESHOLD == HistoryOptions(roots=[]).threshold > DEFAULT_THRESHOLD
+    assert "0.10" in tasks.HISTORY_THRESHOLD_HELP

@@ -62,6 +62,24 @@ def test_the_simulated_separate_reports_keep_their_coverage(rng):
     assert found["p_false_alarm_run"] <= 0.15 and found["p_regression_op_row"] <= 0.02
 
 
+def test_the_curves_name_each_measured_folder_by_its_rule(tmp_path):
+    point = {"slowdown_pct": 5, "source": "measured", "runs": 10, "p_regression_op_row": 0.7}
+    pd.DataFrame([{"comparison": "quick A/B", **point}]).to_csv(tmp_path / "measured.csv", index=False)
+    (tmp_path / "suspect_bound").mkdir()
+    pd.DataFrame([{"comparison": "quick A/B", **point, "p_regression_op_row": 0.9}]).to_csv(
+        tmp_path / "suspect_bound" / "measured.csv", index=False
+    )
+    (tmp_path / "separate_quick").mkdir()
+    pd.DataFrame([{"slowdown_pct": 10, "pairs": 45, "p_regression_op_row": 0.4, "p_false_alarm_pair": 0.02}]).to_csv(
+        tmp_path / "separate_quick" / "shifted_power_summary.csv", index=False
+    )
+    found = power_curves.measured_points(tmp_path).set_index("comparison")
+    assert found.loc[power_curves.EARLIER_BOUND].p_regression_op_row == 0.7
+    assert found.loc["quick A/B"].p_regression_op_row == 0.9  # the product's current rule keeps the plain name
+    shifted = found.loc[power_curves.SHIFTED_FOLDERS["separate_quick"]]
+    assert shifted.source == "measured noise" and shifted.runs == 45 and shifted.p_false_alarm_run == 0.02
+
+
 def test_measured_runs_are_summarised_per_point_with_the_delivered_slowdown():
     runs = pd.DataFrame(
         [
@@ -122,6 +140,79 @@ def test_a_a_pairs_of_separate_reports_count_false_alarms_and_coverage(tmp_path,
     # was 29-36 (mean 34.2), and one seed gave 27, so the bound sits below that; the rate itself is tested
     # over many independent draws (test_the_simulated_separate_reports_keep_their_coverage).
     assert pairs.false_regressions.sum() == 0 and pairs.covered_95.sum() >= 0.7 * 36
+
+
+def test_shifted_pairs_slow_only_the_fused_op_rows_and_judge_them_as_compare_does(tmp_path, rng):
+    from bench.experiments import aa_reports
+    from tests.helpers.bench_synthetic import lognormal, make_key, synthetic_report
+
+    keys = [make_key(shape=s, baseline=b) for s in ("1x8x512", "8x128x1024") for b in ("unfused", "fused", "native")]
+    reports = [
+        synthetic_report(tmp_path / f"r{i}.csv", {k: lognormal(rng, 10.0 * (j + 1), 900) for j, k in enumerate(keys)})
+        for i in range(3)
+    ]
+    shifted = aa_reports.shifted_all(reports)
+    assert len(shifted) == 3 * len(aa_reports.SHIFTS) and set(shifted.op_rows) == {2}
+    assert set(shifted.counted_rows) == {6}
+    by_shift = shifted.groupby("slowdown_pct")[["op_rows_flagged", "other_rows_flagged"]].sum()
+    # Round medians of 300 samples at 10 % spread move about 0.7 %: 20 % is past any interval, 0 % inside all.
+    assert by_shift.loc[20].op_rows_flagged == 6 and by_shift.loc[0].op_rows_flagged == 0
+    assert by_shift.other_rows_flagged.sum() == 0  # the unshifted rows stay as they were
+    # At 0 % the shifted judging is compare_reports' own verdict on the pair.
+    first = shifted[(shifted.slowdown_pct == 0)].iloc[0]
+    direct = compare.compare_reports(reports[0], reports[1])
+    direct_op = [r for r in direct.rows if aa_reports.is_op_row(r.key)]
+    assert first.op_rows_flagged == sum(r.verdict == compare.REGRESSION for r in direct_op)
+    summary = aa_reports.power_summary(shifted).set_index("slowdown_pct")
+    assert summary.loc[20].p_regression_op_row == 1.0 and summary.loc[0].p_regression_op_row == 0.0
+    assert summary.loc[20].pairs == 3
+
+
+def test_a_a_flagged_rows_carry_both_sides_units(tmp_path, rng):
+    from bench.experiments import aa_reports
+    from tests.helpers.bench_synthetic import lognormal, make_key, synthetic_report
+
+    keys = [make_key(shape=s, baseline=b) for s in ("1x8x512", "8x128x1024") for b in ("unfused", "fused", "native")]
+    shifted = keys[4]
+    reports = []
+    for i in range(3):
+        folder = tmp_path / f"r{i}" / "run"
+        folder.mkdir(parents=True)
+        slower = {k: 1.3 if i == 2 and k == shifted else 1.0 for k in keys}
+        rows = {k: lognormal(rng, 10.0 * (j + 1), 900) * slower[k] for j, k in enumerate(keys)}
+        reports.append(synthetic_report(folder / "pooled.csv", rows))
+    flagged = aa_reports.flagged_rows(reports)
+    # The row made 30 % slower in r2 is flagged in both pairs with r2 and nowhere else.
+    assert sorted(zip(flagged.base, flagged.new, strict=True)) == [("r0", "r2"), ("r1", "r2")]
+    assert set(flagged.baseline) == {shifted.baseline} and set(flagged["shape"]) == {shifted.shape}
+    assert (flagged.verdict == compare.REGRESSION).all() and flagged.ratio.between(1.25, 1.35).all()
+    assert all(len(text.split()) == 3 for text in flagged.new_units_us)  # the three rounds of r2
+
+
+def test_a_process_without_its_second_core_reads_a_speedup_near_one():
+    from bench.experiments import thread_state
+
+    lines = pd.DataFrame(
+        [
+            {"process": p, "second": s, "threads": t, "median_us": us}
+            for p, (two, one) in enumerate([(5800.0, 12400.0), (12500.0, 12450.0)])
+            for t, base in ((2, two), (1, one))
+            for s, us in enumerate([base * 0.99, base, base * 1.02])
+        ]
+    )
+    found = thread_state.summarise(lines, {0: 0.01, 1: 0.5}).set_index("process")
+    assert found.loc[0].two_threads_us == 5800.0 and found.loc[0].speedup == pytest.approx(12400 / 5800)
+    assert found.loc[1].speedup == pytest.approx(12450 / 12500) and found.loc[1].steal_s_per_vcpu == 0.5
+
+
+def test_judge_only_finds_a_previous_runs_reports_in_the_order_they_were_made(tmp_path):
+    from bench.experiments import aa_reports
+
+    for index in (0, 2, 10, 1):
+        (tmp_path / f"r{index}" / "run").mkdir(parents=True)
+        (tmp_path / f"r{index}" / "run" / "pooled.csv").write_text("")
+    found = aa_reports.measured_reports(tmp_path)
+    assert [p.parents[1].name for p in found] == ["r0", "r1", "r2", "r10"]
 
 
 def test_slowed_trees_are_the_clean_commit_built_with_the_switch(tmp_path, monkeypatch):

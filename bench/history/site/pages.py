@@ -6,6 +6,7 @@ import math
 
 import pandas as pd
 
+from bench.history.changepoints import MIN_SHIFT
 from bench.history.site.html import cell, esc, number, page, table
 from bench.history.sources import INSUFFICIENT, KEY_COLUMNS
 
@@ -179,7 +180,7 @@ def overview(
             parts.append(_regression_table(advisory, row_links, "advisory"))
     parts.append("<h2>level shifts</h2>")
     if changes.empty:
-        parts.append("<p>none at or beyond the threshold</p>")
+        parts.append(f"<p>none of {MIN_SHIFT:.0%} or more</p>")
     else:
         body = [
             [
