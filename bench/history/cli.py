@@ -35,6 +35,7 @@ from bench.history.regressions import (
     open_regressions,
 )
 from bench.history.store import connect, ingest
+from bench.stats.verdicts import DEFAULT_THRESHOLD as PAIRED_THRESHOLD
 from env.paths import build_dir, reports_dir
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
@@ -96,7 +97,7 @@ def main(options: HistoryOptions, console: Console | None = None) -> int:
         if options.site:
             from bench.history.site.build import build_site
 
-            index = build_site(con, options.site, options.threshold, changes, options.advisory)
+            index = build_site(con, options.site, PAIRED_THRESHOLD, changes, options.advisory)
             console.print(f"site: {index}", highlight=False)
     finally:
         con.close()

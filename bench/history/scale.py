@@ -23,10 +23,11 @@ from pathlib import Path
 
 from bench.history.changepoints import MIN_SHIFT, all_changes
 from bench.history.labels import Labels
-from bench.history.regressions import DEFAULT_THRESHOLD, judge_history
+from bench.history.regressions import judge_history
 from bench.history.site.build import build_site
 from bench.history.store import connect, ingest
 from bench.history.synthetic import History, Machine, write_history
+from bench.stats.verdicts import DEFAULT_THRESHOLD as PAIRED_THRESHOLD
 from env.paths import reports_dir
 
 MACHINES = tuple(Machine(f"machine {i}", f"id-{i}", f"CPU {i}", scale=1 + 0.2 * i) for i in range(4))
@@ -63,7 +64,7 @@ def measure(size: int, with_samples: bool = False) -> dict:
         changes = all_changes(con, MIN_SHIFT)
         line["changepoints_s"] = round(time.perf_counter() - started, 2)
         started = time.perf_counter()
-        index = build_site(con, tmp / "site", DEFAULT_THRESHOLD, changes)
+        index = build_site(con, tmp / "site", PAIRED_THRESHOLD, changes)
         line["site_s"] = round(time.perf_counter() - started, 2)
         line["overview_bytes"] = index.stat().st_size
         line["largest_row_page_bytes"] = max(p.stat().st_size for p in (tmp / "site" / "rows").glob("*.html"))

@@ -225,3 +225,34 @@ def test_a_report_ingested_late_becomes_the_previous_of_the_next_and_both_are_ju
     ).fetchall()
     assert sorted(previous) == sorted([(sha_of(0), sha_of(1)), (sha_of(1), sha_of(2))])
     assert con.execute("SELECT count(*) FROM judgements").fetchone()[0] == 2 * 2 * 21
+
+
+def test_an_a_b_runs_page_judges_its_paired_sides_at_the_paired_threshold_not_the_historys(tmp_path, request):
+    # A 6 % slowdown in every pair of an A/B run: the run itself calls it a REGRESSION (3 %), and so must its page,
+    # though the history holds separate reports at 10 %.
+    from bench.history.regressions import DEFAULT_THRESHOLD as HISTORY_THRESHOLD
+    from tests.helpers.bench_synthetic import in_rounds, make_key, synthetic_report
+
+    rng = np.random.default_rng(seed_of(request))
+    keys = [make_key(shape=s, baseline=b) for s in ("1x8x512", "8x128x1024") for b in ("unfused", "fused")]
+    slowed = keys[1]
+    folder = tmp_path / "reports" / "ab" / "20261101T000000Z-aaaa-vs-bbbb"
+    process = rng.lognormal(0.0, 0.02, (len(keys), 10))  # each pair's shared state, the same on both sides
+    sides = {}
+    for side, factor in (("base", 1.0), ("new", 1.06)):
+        samples = {}
+        for j, key in enumerate(keys):
+            units = 10.0 * (j + 1) * process[j] * (factor if key == slowed else 1.0)
+            samples[key] = in_rounds(np.repeat(units, 40) * rng.lognormal(0.0, 0.002, 400), rounds=10)
+        (folder / side).mkdir(parents=True)
+        stamp = {"timestamp_utc": "20261101T000000Z", "git_commit": sha_of(0 if side == "base" else 1)}
+        sides[side] = synthetic_report(folder / side / "pooled.csv", samples, environment=stamp)
+    options = HistoryOptions(roots=[tmp_path / "reports"], db=tmp_path / "h.duckdb", labels=None, site=tmp_path / "s")
+    assert options.threshold == HISTORY_THRESHOLD > 0.06  # the history's own threshold would not call 6 %
+    assert main(options, Console(record=True, width=250)) == EXIT_OK
+    pages = list((tmp_path / "s" / "ab").glob("*.html"))
+    text = " ".join(p.read_text(encoding="utf-8") for p in pages)
+    verdicts = text.split('data-metric="verdict">')[1:]
+    flagged = [v for v in verdicts if v.startswith(f"{REGRESSION}<")]
+    assert len(pages) == 1 and len(verdicts) == len(keys) and len(flagged) == 1
+    assert "op 1x8x512 float32 fused call" in text.split(f'data-metric="verdict">{REGRESSION}<')[0].rsplit("<tr>", 1)[1]

@@ -34,11 +34,15 @@ MAX_LISTED = 300
 def build_site(
     con: duckdb.DuckDBPyConnection,
     out: Path,
-    threshold: float,
+    ab_threshold: float,
     changes: pd.DataFrame,
     advisory: Sequence[Path] = (),
 ) -> Path:
-    """The static site under ``out``; reports under an ``advisory`` folder are listed apart (never open)."""
+    """The static site under ``out``; reports under an ``advisory`` folder are listed apart (never open).
+
+    ``ab_threshold``: the practical threshold the A/B runs' pages judge their paired sides at (the paired run's,
+    not the history's: its two builds shared their processes' time, so their rows do not drift apart).
+    """
     out = Path(out)
     for folder in ("rows", "reports", "ab", "assets"):
         if (out / folder).exists():
@@ -63,7 +67,7 @@ def build_site(
 
     _write_rows(con, out, keys, by_id, options, judged, changes)
     _write_reports(con, out, by_id, judged, row_links)
-    _write_ab(con, out, by_id, row_links, threshold)
+    _write_ab(con, out, by_id, row_links, ab_threshold)
     (out / "machines.html").write_text(pages.machines_page(data.machines(con), runs, MAX_LISTED), encoding="utf-8")
     machines = []
     for r in data.latest_headline_runs(con).itertuples():
