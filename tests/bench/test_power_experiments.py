@@ -125,15 +125,25 @@ def test_the_delivered_slowdown_of_each_op_row_is_pooled_over_the_runs():
     assert out.runs == 2 and out.delivered == pytest.approx(math.sqrt(1.1)) and out.within_1_point
 
 
-def test_a_a_pairs_of_separate_reports_count_false_alarms_and_coverage(tmp_path, rng):
-    from bench.experiments import aa_reports
+def _separate_reports(folder, rng, count: int, slower: dict | None = None) -> list:
+    """``count`` synthetic reports of six rows (the fused op's two among them), each as a run folder's pooled
+    report; ``slower``: {report index: {row: factor}}."""
     from tests.helpers.bench_synthetic import lognormal, make_key, synthetic_report
 
     keys = [make_key(shape=s, baseline=b) for s in ("1x8x512", "8x128x1024") for b in ("unfused", "fused", "native")]
-    reports = [
-        synthetic_report(tmp_path / f"r{i}.csv", {k: lognormal(rng, 10.0 * (j + 1), 900) for j, k in enumerate(keys)})
-        for i in range(4)
-    ]
+    reports = []
+    for i in range(count):
+        (folder / f"r{i}" / "run").mkdir(parents=True)
+        factors = (slower or {}).get(i, {})
+        rows = {k: lognormal(rng, 10.0 * (j + 1), 900) * factors.get(k, 1.0) for j, k in enumerate(keys)}
+        reports.append(synthetic_report(folder / f"r{i}" / "run" / "pooled.csv", rows))
+    return reports
+
+
+def test_a_a_pairs_of_separate_reports_count_false_alarms_and_coverage(tmp_path, rng):
+    from bench.experiments import aa_reports
+
+    reports = _separate_reports(tmp_path, rng, 4)
     pairs = aa_reports.judge_all(reports)
     assert len(pairs) == 6 and set(pairs.rows) == {6}
     # 36 row-pairs at 95 %, but not independent (each report is in three pairs): over 200 seeds the count
@@ -144,13 +154,8 @@ def test_a_a_pairs_of_separate_reports_count_false_alarms_and_coverage(tmp_path,
 
 def test_shifted_pairs_slow_only_the_fused_op_rows_and_judge_them_as_compare_does(tmp_path, rng):
     from bench.experiments import aa_reports
-    from tests.helpers.bench_synthetic import lognormal, make_key, synthetic_report
 
-    keys = [make_key(shape=s, baseline=b) for s in ("1x8x512", "8x128x1024") for b in ("unfused", "fused", "native")]
-    reports = [
-        synthetic_report(tmp_path / f"r{i}.csv", {k: lognormal(rng, 10.0 * (j + 1), 900) for j, k in enumerate(keys)})
-        for i in range(3)
-    ]
+    reports = _separate_reports(tmp_path, rng, 3)
     shifted = aa_reports.shifted_all(reports)
     assert len(shifted) == 3 * len(aa_reports.SHIFTS) and set(shifted.op_rows) == {2}
     assert set(shifted.counted_rows) == {6}
@@ -170,17 +175,9 @@ def test_shifted_pairs_slow_only_the_fused_op_rows_and_judge_them_as_compare_doe
 
 def test_a_a_flagged_rows_carry_both_sides_units(tmp_path, rng):
     from bench.experiments import aa_reports
-    from tests.helpers.bench_synthetic import lognormal, make_key, synthetic_report
 
-    keys = [make_key(shape=s, baseline=b) for s in ("1x8x512", "8x128x1024") for b in ("unfused", "fused", "native")]
-    shifted = keys[4]
-    reports = []
-    for i in range(3):
-        folder = tmp_path / f"r{i}" / "run"
-        folder.mkdir(parents=True)
-        slower = {k: 1.3 if i == 2 and k == shifted else 1.0 for k in keys}
-        rows = {k: lognormal(rng, 10.0 * (j + 1), 900) * slower[k] for j, k in enumerate(keys)}
-        reports.append(synthetic_report(folder / "pooled.csv", rows))
+    shifted = make_key(shape="8x128x1024", baseline="fused")
+    reports = _separate_reports(tmp_path, rng, 3, slower={2: {shifted: 1.3}})
     flagged = aa_reports.flagged_rows(reports)
     # The row made 30 % slower in r2 is flagged in both pairs with r2 and nowhere else.
     assert sorted(zip(flagged.base, flagged.new, strict=True)) == [("r0", "r2"), ("r1", "r2")]
