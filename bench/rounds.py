@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench.measure import core_sync
 from bench.measure import turns as bench_turns
 from bench.measure.pinning import pinned_for_timing
 from bench.measure.placement import NATURAL
@@ -100,7 +101,9 @@ class MeasuredRow:
         wall = sum(t.wall_s for t in self.timings)
         faults, calls = sum(t.minor_faults for t in self.timings), sum(t.calls for t in self.timings)
         warmup = self.timings[0].warmup
-        return Timing(values, self.block, warmup, others, wall, faults, calls), RowSamples(values, rounds)
+        sync = np.concatenate([np.full(len(t.samples_us), t.sync_us) for t in self.timings])
+        timing = Timing(values, self.block, warmup, others, wall, faults, calls)
+        return timing, RowSamples(values, rounds, sync if np.isfinite(sync).any() else None)
 
 
 @dataclass
@@ -140,6 +143,9 @@ def _time(
 
 
 def _measure(case, variant: Variant, config: TimingConfig, settings: RunSettings, block: int | None) -> _Measured:
+    threads = torch.get_num_threads() if case.device == "cpu" else 1
+    # Before the variant's setup, so the probe's own threads have long gone idle when the timing starts.
+    sync_before = core_sync.sync_probe_us(threads)
     started = time.perf_counter()
     prepared = variant.prepare()
     setup_s = time.perf_counter() - started
@@ -148,8 +154,9 @@ def _measure(case, variant: Variant, config: TimingConfig, settings: RunSettings
     verify_outputs(prepared.call(), case.reference(), case.tolerance)  # every round: a wrong call is never timed
     bench_turns.current().begin()  # in an A/B worker, the first turn: everything above ran beside the other build
     # The setup above ran unpinned: pools it created keep every CPU. A parallel call is not pinned at all.
-    with pinned_for_timing(torch.get_num_threads() if case.device == "cpu" else 1):
+    with pinned_for_timing(threads):
         timing, timer = _time(case, prepared, config, settings, block)
+    timing = replace(timing, sync_us=core_sync.bracket(sync_before, core_sync.sync_probe_us(threads)))
     return _Measured(timing, setup_s + prepared.reused_setup_s, prepared.note or variant.note, timer)
 
 

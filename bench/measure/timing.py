@@ -89,6 +89,7 @@ class Timing:
     wall_s: float = 0.0  # wall time of the sampling loop
     minor_faults: int = 0  # page faults this process took while sampling (bench/measure/machine.py)
     calls: int = 0  # calls made while sampling (samples x block)
+    sync_us: float = float("nan")  # the core-placement probe around the sampling (bench/measure/core_sync.py)
 
     @property
     def minor_faults_per_call(self) -> float:

@@ -196,10 +196,24 @@ SAMPLES_SUFFIX = ".samples.npz"
 
 @dataclass(frozen=True)
 class RowSamples:
-    """The raw samples of one row: microseconds per call, and the round each was taken in."""
+    """The raw samples of one row: microseconds per call, the round each was taken in, and for a row timed on
+    several CPU threads the core-placement probe of its round (bench/measure/core_sync.py; None: not probed)."""
 
     values: np.ndarray
     rounds: np.ndarray
+    sync_us: np.ndarray | None = None
+
+    def sync_or_nan(self) -> np.ndarray:
+        """The probe reading of every sample, NaN where there was none."""
+        if self.sync_us is None:
+            return np.full(len(self.values), np.nan)
+        return np.asarray(self.sync_us, dtype=np.float64)
+
+    def round_sync_us(self) -> dict[int, float]:
+        """Each round's core-placement reading, by round number; empty where the row was not probed."""
+        if self.sync_us is None:
+            return {}
+        return {int(r): float(np.max(self.sync_us[self.rounds == r])) for r in np.unique(self.rounds)}
 
     @classmethod
     def single_round(cls, values) -> RowSamples:
@@ -274,6 +288,8 @@ def _write_samples(path: Path, keys: Sequence[tuple[str, ...]], samples: Mapping
             rounds=np.concatenate([np.asarray(r.rounds, dtype=np.int16) for r in rows])
             if rows
             else np.empty(0, np.int16),
+            # NaN for a sample no probe bracketed; a sidecar written before the probe existed has no such array.
+            sync_us=np.concatenate([r.sync_or_nan() for r in rows]) if rows else np.empty(0),
         )
 
 
@@ -385,15 +401,25 @@ def read_samples(csv: Path | str) -> dict[tuple[str, ...], RowSamples]:
         with np.load(path, allow_pickle=False) as data:
             version = int(data["schema_version"])
             keys, counts, flat, rounds = data["keys"], data["counts"], data["samples_us"], data["rounds"]
+            sync = data["sync_us"] if "sync_us" in data.files else None
     except (OSError, KeyError, ValueError) as error:
         raise ReportError(f"{path}: not a fusedbench samples file ({error})") from error
     if version not in READABLE_SCHEMAS:  # the sidecar's layout is the same in all of them
         raise ReportError(f"{path}: samples schema version {version}, this code reads {READABLE_SCHEMAS}")
     bounds = np.concatenate([[0], np.cumsum(counts)])
     return {
-        sample_key(keys[i], version): RowSamples(flat[bounds[i] : bounds[i + 1]], rounds[bounds[i] : bounds[i + 1]])
+        sample_key(keys[i], version): RowSamples(
+            flat[bounds[i] : bounds[i + 1]], rounds[bounds[i] : bounds[i + 1]], _probed(sync, bounds[i], bounds[i + 1])
+        )
         for i in range(len(counts))
     }
+
+
+def _probed(sync: np.ndarray | None, start: int, end: int) -> np.ndarray | None:
+    """A row's probe readings, or None where none of its samples was probed."""
+    if sync is None or not np.isfinite(sync[start:end]).any():
+        return None
+    return sync[start:end]
 
 
 def sample_key(key, version: int) -> tuple[str, ...]:
