@@ -34,7 +34,9 @@ plain run a pass over the grid. For each row present in both reports:
     is moderated over the rows of its kind (one workload on one device;
     bench/stats/moderated.py), so a row with 3 units a side borrows degrees of
     freedom from its neighbours; the interval is the pooled t interval of the
-    difference of mean logs at the moderated variance;
+    difference of mean logs at the moderated variance; a row timed on several
+    CPU threads whose units ran on both of the host's core placements is
+    compared at equal placement (bench/stats/placement.py);
   * the verdict (bench/stats/verdicts.py) reads significance and relevance
     apart, with the practical threshold t (default 3 %):
       REGRESSION    the interval lies above 1 and the ratio above 1 + t;
@@ -84,6 +86,7 @@ from bench.measure.hardware import HARDWARE_COLUMNS
 from bench.measure.machine import BUSY_SHARE
 from bench.report.schema import KEY_COLUMNS, ReportError, RowSamples, is_earlier_schema_value, read_report, read_samples
 from bench.stats.moderated import NO_PRIOR, Prior, fit_prior, squeeze
+from bench.stats.placement import NOT_PROBED, Placements, placements_of
 from bench.stats.verdicts import (
     DEFAULT_THRESHOLD,
     IMPROVEMENT,
@@ -150,6 +153,7 @@ class RowComparison:
     detectable_80: float  # the slowdown (a fraction) this row flags with probability 80 %; NaN without an interval
     verdict: str
     confirmed: bool = False  # judged again on fresh pairs (an A/B run's second stage): these numbers are theirs
+    placement: str = ""  # what the core placements did to the units (bench/stats/placement.py); "" nothing
 
 
 @dataclass
@@ -198,7 +202,13 @@ def ratio_interval(
 
 
 def log_interval(
-    base: np.ndarray, new: np.ndarray, paired: bool, alpha: float, rng: np.random.Generator, prior: Prior = NO_PRIOR
+    base: np.ndarray,
+    new: np.ndarray,
+    paired: bool,
+    alpha: float,
+    rng: np.random.Generator,
+    prior: Prior = NO_PRIOR,
+    placements: Placements = NOT_PROBED,
 ) -> Interval:
     """Geometric-mean ratio of NEW's units to BASE's and its confidence interval at level 1 - ``alpha``.
 
@@ -209,17 +219,17 @@ def log_interval(
     with a handful of units BCa's acceleration estimate is itself unstable, and
     a constant log ratio (a report against itself) is a degenerate sample BCa
     cannot handle.
-    Unpaired: the difference of the sides' mean logs, with the pooled t
+    Unpaired: the difference of the sides' mean logs (at equal core placement
+    where the units ran on both: :func:`unpaired_log_fit`), with the t
     interval at the row's variance moderated by ``prior`` (the rows of its
     kind: bench/stats/moderated.py); a bootstrap of 3 units a side has nothing
     to resample.
     """
     log_base, log_new = np.log(np.asarray(base, dtype=np.float64)), np.log(np.asarray(new, dtype=np.float64))
     if not paired:
-        estimate = float(np.mean(log_new) - np.mean(log_base))
-        variance, dof = squeeze(*pooled_log_variance(log_base, log_new), prior)
-        se = math.sqrt(variance * (1 / len(log_base) + 1 / len(log_new)))
-        return student_interval(estimate, se, dof, alpha)
+        fit = unpaired_log_fit(log_base, log_new, placements)
+        variance, dof = squeeze(fit.variance, fit.dof, prior)
+        return student_interval(fit.estimate, math.sqrt(variance * fit.scale), dof, alpha)
     diffs = log_new - log_base
     estimate = float(_trimmed_mean(diffs))
     se, dof = _yuen_se(diffs)
@@ -246,6 +256,35 @@ def log_interval(
     low, high = math.exp(min(low, math.log(student.low))), math.exp(max(high, math.log(student.high)))
     # The standard error the (possibly widened) interval stands for: what its power is computed from.
     return Interval(math.exp(estimate), low, high, se_of_interval(low, high, dof, alpha), dof)
+
+
+@dataclass(frozen=True)
+class UnpairedFit:
+    """NEW's mean log less BASE's, and what its standard error is made of: sqrt(variance * scale)."""
+
+    estimate: float
+    scale: float
+    variance: float
+    dof: float
+
+
+def unpaired_log_fit(log_base: np.ndarray, log_new: np.ndarray, placements: Placements = NOT_PROBED) -> UnpairedFit:
+    """The side effect of an unpaired row; with mixed core placements, by least squares with the placement as a
+    covariate (log value = mean + side + far placement + error), so the sides are compared at equal placement."""
+    if not placements.mixed:
+        variance, dof = pooled_log_variance(log_base, log_new)
+        estimate = float(np.mean(log_new) - np.mean(log_base))
+        return UnpairedFit(estimate, 1 / len(log_base) + 1 / len(log_new), variance, dof)
+    values = np.concatenate([log_base, log_new])
+    side = np.concatenate([np.zeros(len(log_base)), np.ones(len(log_new))])
+    far = np.concatenate([placements.base_far, placements.new_far]).astype(float)
+    design = np.column_stack([np.ones(len(values)), side, far])
+    coefficients, *_ = np.linalg.lstsq(design, values, rcond=None)
+    dof = len(values) - design.shape[1]
+    residuals = values - design @ coefficients
+    variance = float(residuals @ residuals / dof) if dof >= 1 else math.nan
+    scale = float(np.linalg.inv(design.T @ design)[1, 1])
+    return UnpairedFit(float(coefficients[1]), scale, variance, float(max(dof, 0)))
 
 
 def pooled_log_variance(log_base: np.ndarray, log_new: np.ndarray) -> tuple[float, float]:
@@ -280,14 +319,19 @@ def _yuen_se(diffs: np.ndarray) -> tuple[float, float]:
     return math.sqrt((n - 1) * np.var(winsorized, ddof=1) / (kept * (kept - 1))), kept - 1
 
 
-def row_units(base: RowSamples, new: RowSamples, paired: bool) -> tuple[np.ndarray, np.ndarray, bool]:
-    """(BASE's unit values, NEW's, paired): in round order when both have the same rounds and ``paired``."""
+def row_units(base: RowSamples, new: RowSamples, paired: bool) -> tuple[np.ndarray, np.ndarray, bool, Placements]:
+    """(BASE's unit values, NEW's, paired, the units' core placements: bench/stats/placement.py).
+
+    Paired (both have the same rounds and ``paired``): in round order, and the placements do not enter (a
+    pair's two processes ran at the same moments).
+    """
     base_units, new_units = unit_medians(base), unit_medians(new)
     paired = paired and base_units.keys() == new_units.keys()
     if paired:
         rounds = sorted(base_units)
-        return np.array([base_units[r] for r in rounds]), np.array([new_units[r] for r in rounds]), True
-    return np.array(list(base_units.values())), np.array(list(new_units.values())), False
+        return np.array([base_units[r] for r in rounds]), np.array([new_units[r] for r in rounds]), True, NOT_PROBED
+    placements = placements_of(list(base_units), list(new_units), base.round_sync_us(), new.round_sync_us())
+    return np.array(list(base_units.values())), np.array(list(new_units.values())), False, placements
 
 
 def compare_samples(
@@ -302,17 +346,21 @@ def compare_samples(
 ) -> RowComparison:
     """One row judged; ``prior``: the moderated variance's prior of the row's kind (unpaired rows only)."""
     base_median, new_median = float(np.median(base.values)), float(np.median(new.values))
-    base_values, new_values, paired = row_units(base, new, paired)
+    base_values, new_values, paired, placements = row_units(base, new, paired)
     units = min(len(base_values), len(new_values))
-    if units < MIN_UNITS:
+    if units < MIN_UNITS or placements.confounded:
         ratio = float(np.exp(np.mean(np.log(new_values)) - np.mean(np.log(base_values))))
         nan = math.nan
-        return RowComparison(key, base_median, new_median, ratio, nan, nan, units, paired, nan, INCONCLUSIVE)
-    interval = log_interval(base_values, new_values, paired, alpha, rng, prior)
+        return RowComparison(
+            key, base_median, new_median, ratio, nan, nan, units, paired, nan, INCONCLUSIVE, placement=placements.note
+        )
+    interval = log_interval(base_values, new_values, paired, alpha, rng, prior, placements)
     ratio, low, high = interval.ratio, interval.low, interval.high
     detectable = detectable_80(interval.se, interval.dof, alpha, threshold)
     verdict = verdict_of(ratio, low, high, threshold)
-    return RowComparison(key, base_median, new_median, ratio, low, high, units, paired, detectable, verdict)
+    return RowComparison(
+        key, base_median, new_median, ratio, low, high, units, paired, detectable, verdict, placement=placements.note
+    )
 
 
 def kind_of(key: Key) -> tuple[str, str]:
@@ -326,9 +374,10 @@ def kind_priors(
     """Per kind, the prior of the moderated variance fitted over its unpaired rows' pooled log variances."""
     by_kind: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for key in keys:
-        base_values, new_values, is_paired = row_units(base[key], new[key], paired)
-        if not is_paired and min(len(base_values), len(new_values)) >= MIN_UNITS:
-            by_kind.setdefault(kind_of(key), []).append(pooled_log_variance(np.log(base_values), np.log(new_values)))
+        base_values, new_values, is_paired, placements = row_units(base[key], new[key], paired)
+        if not is_paired and not placements.confounded and min(len(base_values), len(new_values)) >= MIN_UNITS:
+            fit = unpaired_log_fit(np.log(base_values), np.log(new_values), placements)
+            by_kind.setdefault(kind_of(key), []).append((fit.variance, fit.dof))
     return {kind: fit_prior(*map(np.array, zip(*rows, strict=True))) for kind, rows in by_kind.items()}
 
 
@@ -593,7 +642,23 @@ def print_summary(comparison: Comparison, console: Console, note: str = "") -> i
             f"[yellow]limit rows slower in NEW (the machine or the process, not the code; not counted):[/] {rows}",
             highlight=False,
         )
-    inconclusive = sum(r.verdict == INCONCLUSIVE for r in comparison.rows)
+    differs = [r for r in comparison.rows if r.placement == Placements.DIFFERS]
+    if differs:
+        console.print(
+            f"[yellow]{len(differs)} row(s) INCONCLUSIVE because their threads ran on one core placement in every "
+            "BASE process and on the other in every NEW process (the host moved the vCPUs; such rows read "
+            "1.2-1.8x apart on identical code across placements): "
+            + ", ".join(f"{r.key[3]}/{r.key[4]} {r.key[1]}" for r in differs)
+            + "[/]",
+            highlight=False,
+        )
+    covariate = sum(r.placement == Placements.COVARIATE for r in comparison.rows)
+    if covariate:
+        console.print(
+            f"{covariate} row(s) ran on both core placements: judged at equal placement (its effect estimated "
+            "from the units, one degree of freedom less)"
+        )
+    inconclusive = sum(r.verdict == INCONCLUSIVE for r in comparison.rows) - len(differs)
     if inconclusive:
         console.print(
             f"[yellow]{inconclusive} row(s) INCONCLUSIVE: their interval straddles a bound, too noisy to tell at this "
