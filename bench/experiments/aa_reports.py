@@ -5,13 +5,16 @@
 
 Each report measures this checkout in fresh processes (one round each, as a
 plain full `invoke bench` does; the quick grid unless --full), one after the
-other. Every pair of them is then compared unpaired with moderated variances:
-any REGRESSION or IMPROVEMENT is a false alarm, and each row's interval at
-95 % (per row) either covers 1 or not. Writes ``aa_pairs.csv`` (one line per
-pair) and ``aa_flagged.csv`` (every row a pair flagged, with both sides'
-unit values), and prints the coverage and the false-alarm rate. N reports give
-N (N - 1) / 2 pairs, not independent ones: they share reports, so the rate
-has the uncertainty of about N / 2 pairs.
+other. Every pair of them is then compared unpaired with moderated variances,
+at equal core placement (bench/stats/placement.py): any REGRESSION or
+IMPROVEMENT is a false alarm, and each row's interval at 95 % (per row)
+either covers 1 or not. The same pair is judged again with the samples'
+core-placement readings dropped, as it was judged before the probe existed.
+Writes ``aa_pairs.csv`` (one line per pair) and ``aa_flagged.csv`` (every
+row a pair flagged, with both sides' unit values), and prints the coverage
+and the false-alarm rates. N reports give N (N - 1) / 2 pairs, not
+independent ones: they share reports, so the rate has the uncertainty of
+about N / 2 pairs.
 
 The same pairs give the power on measured noise: NEW's samples of the fused
 op rows are multiplied by 1 + s for each slowdown s in SHIFTS and the pair is
@@ -30,6 +33,7 @@ import argparse
 import io
 import itertools
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +42,7 @@ from rich.console import Console
 
 from bench.report.schema import KEY_COLUMNS, RowSamples, read_report, read_samples
 from bench.stats import compare
+from bench.stats.placement import Placements
 from env.paths import REPO_ROOT, reports_dir
 
 ROW_ALPHA = 0.05  # the coverage is read at 95 % per row
@@ -54,26 +59,45 @@ def report_name(path: Path) -> str:
     return path.parents[1].name if path.name == "pooled.csv" else path.stem
 
 
+def unprobed(samples: dict[compare.Key, RowSamples]) -> dict[compare.Key, RowSamples]:
+    """The samples without their core-placement readings: how the pair was judged before the probe existed."""
+    return {k: RowSamples(v.values, v.rounds) for k, v in samples.items()}
+
+
+def _verdicts(keys: list[compare.Key], base, new) -> list[compare.RowComparison]:
+    _, rows = compare.judge_rows(keys, base, new, compare.DEFAULT_THRESHOLD, compare.DEFAULT_ALPHA)
+    return [r for r in rows if r.key[0] != compare.LIMIT_WORKLOAD]
+
+
 def judge_pair(base: Path, new: Path) -> dict:
-    """One A/A pair: family-wise false alarms, and the per-row 95 % intervals that cover 1."""
-    comparison = compare.compare_reports(base, new)
-    counted = [r for r in comparison.rows if r.key[0] != compare.LIMIT_WORKLOAD]
+    """One A/A pair: family-wise false alarms (with the core-placement probe and without it), and the per-row
+    95 % intervals that cover 1 (over the rows that have one: a row whose placements differ has none)."""
     base_samples, new_samples = read_samples(base), read_samples(new)
-    keys = [r.key for r in counted]
-    priors = compare.kind_priors(keys, base_samples, new_samples, False)
+    keys = [k for k in compare.row_keys(read_report(base)) if k in new_samples]
+    counted = _verdicts(keys, base_samples, new_samples)
+    before = _verdicts(keys, unprobed(base_samples), unprobed(new_samples))
+    counted_keys = [r.key for r in counted]
+    priors = compare.kind_priors(counted_keys, base_samples, new_samples, False)
     rng = np.random.default_rng(0)
-    covered = 0
-    for key in keys:
+    covered = with_interval = 0
+    for key in counted_keys:
         row = compare.compare_samples(
             key, base_samples[key], new_samples[key], 0.0, ROW_ALPHA, rng, False, priors.get(compare.kind_of(key))
         )
-        covered += (not math.isnan(row.ci_low)) and row.ci_low <= 1 <= row.ci_high
+        if not math.isnan(row.ci_low):
+            with_interval += 1
+            covered += row.ci_low <= 1 <= row.ci_high
     return {
         "base": report_name(base),
         "new": report_name(new),
         "rows": len(counted),
         "false_regressions": sum(r.verdict == compare.REGRESSION for r in counted),
         "false_improvements": sum(r.verdict == compare.IMPROVEMENT for r in counted),
+        "rows_placement_confounded": sum(r.placement == Placements.DIFFERS for r in counted),
+        "rows_placement_covariate": sum(r.placement == Placements.COVARIATE for r in counted),
+        "false_regressions_unprobed": sum(r.verdict == compare.REGRESSION for r in before),
+        "false_improvements_unprobed": sum(r.verdict == compare.IMPROVEMENT for r in before),
+        "rows_with_interval": with_interval,
         "covered_95": covered,
     }
 
@@ -108,17 +132,16 @@ def flagged_rows(reports: list[Path]) -> pd.DataFrame:
 
 
 def shifted_pair(base: Path, new: Path, shifts=SHIFTS) -> list[dict]:
-    """Per slowdown s: the pair judged with NEW's fused op rows s slower, at the product's threshold and alpha."""
+    """Per slowdown s: the pair judged with NEW's fused op rows s slower, at the product's threshold and alpha
+    (``op_rows_flagged_unprobed``: the same with the core-placement readings dropped)."""
     base_samples, new_samples = read_samples(base), read_samples(new)
     keys = [k for k in compare.row_keys(read_report(base)) if k in new_samples]
     lines = []
     for shift in shifts:
-        slowed = {
-            k: RowSamples(v.values * (1 + shift), v.rounds) if is_op_row(k) else v for k, v in new_samples.items()
-        }
-        _, rows = compare.judge_rows(keys, base_samples, slowed, compare.DEFAULT_THRESHOLD, compare.DEFAULT_ALPHA)
-        counted = [r for r in rows if r.key[0] != compare.LIMIT_WORKLOAD]
+        slowed = {k: replace(v, values=v.values * (1 + shift)) if is_op_row(k) else v for k, v in new_samples.items()}
+        counted = _verdicts(keys, base_samples, slowed)
         op_rows = [r for r in counted if is_op_row(r.key)]
+        before = [r for r in _verdicts(keys, unprobed(base_samples), unprobed(slowed)) if is_op_row(r.key)]
         lines.append(
             {
                 "base": report_name(base),
@@ -127,6 +150,7 @@ def shifted_pair(base: Path, new: Path, shifts=SHIFTS) -> list[dict]:
                 "counted_rows": len(counted),
                 "op_rows": len(op_rows),
                 "op_rows_flagged": sum(r.verdict == compare.REGRESSION for r in op_rows),
+                "op_rows_flagged_unprobed": sum(r.verdict == compare.REGRESSION for r in before),
                 "other_rows_flagged": sum(r.verdict == compare.REGRESSION for r in counted if not is_op_row(r.key)),
                 "op_detectable_80_median": float(np.nanmedian([r.detectable_80 for r in op_rows])),
             }
@@ -146,11 +170,13 @@ def power_summary(shifted: pd.DataFrame) -> pd.DataFrame:
             pairs=("op_rows", "size"),
             op_rows=("op_rows", "sum"),
             op_rows_flagged=("op_rows_flagged", "sum"),
+            op_rows_flagged_unprobed=("op_rows_flagged_unprobed", "sum"),
             pairs_other_flagged=("other_rows_flagged", lambda x: int((x > 0).sum())),
             op_detectable_80_median=("op_detectable_80_median", "median"),
         )
         .assign(
             p_regression_op_row=lambda f: f.op_rows_flagged / f.op_rows,
+            p_regression_op_row_unprobed=lambda f: f.op_rows_flagged_unprobed / f.op_rows,
             p_false_alarm_pair=lambda f: f.pairs_other_flagged / f.pairs,
         )
         .reset_index()
@@ -204,17 +230,22 @@ def main(argv: list[str] | None = None) -> None:
     shifted.to_csv(args.out / "shifted_power.csv", index=False)
     summary = power_summary(shifted)
     summary.to_csv(args.out / "shifted_power_summary.csv", index=False, float_format="%.4f")
-    rows = pairs.rows.sum()
     print(
-        f"{len(pairs)} pairs of {len(reports)} reports: per-row 95 % coverage {pairs.covered_95.sum() / rows:.3f}; "
-        f"pairs with a false REGRESSION {(pairs.false_regressions > 0).mean():.3f}, "
-        f"with a false IMPROVEMENT {(pairs.false_improvements > 0).mean():.3f}"
+        f"{len(pairs)} pairs of {len(reports)} reports: per-row 95 % coverage "
+        f"{pairs.covered_95.sum() / pairs.rows_with_interval.sum():.3f} (of the rows with an interval); "
+        f"pairs with a false REGRESSION {(pairs.false_regressions > 0).sum()}, "
+        f"with a false IMPROVEMENT {(pairs.false_improvements > 0).sum()}; "
+        f"without the core-placement probe {(pairs.false_regressions_unprobed > 0).sum()} and "
+        f"{(pairs.false_improvements_unprobed > 0).sum()}; of {pairs.rows.sum()} row-pairs "
+        f"{pairs.rows_placement_covariate.sum()} judged with the placement as covariate, "
+        f"{pairs.rows_placement_confounded.sum()} not judged (placement and side coincide)"
     )
     for line in summary.itertuples():
         print(
             f"  +{line.slowdown_pct} %: op rows flagged {line.op_rows_flagged}/{line.op_rows} "
-            f"({line.p_regression_op_row:.3f}), pairs with another row flagged {line.pairs_other_flagged}/"
-            f"{line.pairs}, median op detectable_80 {line.op_detectable_80_median:.3f}"
+            f"({line.p_regression_op_row:.3f}; without the probe {line.p_regression_op_row_unprobed:.3f}), "
+            f"pairs with another row flagged {line.pairs_other_flagged}/{line.pairs}, "
+            f"median op detectable_80 {line.op_detectable_80_median:.3f}"
         )
 
 
