@@ -13,8 +13,9 @@ So a CPU row timed on two or more threads is bracketed by this probe: the
 median time of a torch add split over two threads (two of its 32768-element
 grains: one per thread), which reads 5.9 us on the near placement and 7.9 us
 on the far one there. The row's unit keeps the larger of the two readings (a
-placement that changed during the row is not the near one), and two reports'
-units of a row are compared within one placement (bench/stats/placement.py).
+placement that changed during the row is not the near one), and a comparison
+of two separate reports withholds the verdicts the placements explain
+(bench/stats/placement.py).
 """
 
 from __future__ import annotations

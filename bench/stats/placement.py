@@ -12,15 +12,21 @@ REGRESSION, all on such rows.
 
 Each unit carries the probe's reading of its round. A unit ran on the far
 placement when its reading lies more than FAR_BOUND above the lowest reading
-of the row's units on both sides. Where both placements occur among a row's
-units, the comparison takes the placement as a covariate of the log unit
-values (bench/stats/compare.py: the far placement's effect is estimated
-from the units, at the cost of one degree of freedom, and the two sides are
-compared at equal placement). Where the placement and the side coincide
-(every BASE unit on one placement, every NEW unit on the other), the two
-cannot be told apart and the row is not judged. Paired units (an A/B run's
-processes taking turns job by job) ran at the same moments and share the
-placement, so none of this applies to them.
+of the row's units on both sides. The placement only ever withholds a
+verdict, never makes one:
+  * where the placement and the side coincide (every BASE unit on one
+    placement, every NEW unit on the other), the two cannot be told apart
+    and the row gets no verdict;
+  * where both placements occur among a row's units, the comparison is also
+    made at equal placement (a least-squares fit with the placement as a
+    covariate, bench/stats/compare.py), and a verdict stands only where both
+    give it. The fit alone is not trusted: with three units a side it also
+    explains away a process that was slow for another reason (a separate
+    full report's in-place add + norm row read 1.8-2.1 ms against 3.0-4.6
+    ms, the two slow processes of one side far: the fit flagged it, the plain
+    comparison did not).
+Paired units (an A/B run's processes taking turns job by job) ran at the
+same moments and share the placement, so none of this applies to them.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ class Placements:
     new_far: np.ndarray | None = None
 
     DIFFERS = "core placement and side coincide"
-    COVARIATE = "core placement as covariate"
+    COVARIATE = "core placements mixed: verdict kept only where the fit at equal placement agrees"
 
     @property
     def mixed(self) -> bool:

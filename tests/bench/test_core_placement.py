@@ -122,23 +122,37 @@ def test_separate_reports_on_different_placements_are_not_a_regression(tmp_path,
     assert "fused/call 1x32" in text
 
 
-def test_a_slowdown_on_the_shared_placement_is_still_caught(tmp_path, rng):
+def test_a_mixed_placement_withholds_a_verdict_the_placements_explain(tmp_path, rng):
+    # NEW's units: five far (1.35x) and one near at BASE's level. The plain comparison reads a 1.28x
+    # slowdown; at equal placement NEW's near unit matches BASE's: no verdict.
     key = make_key(workload="model", shape="1x32")
-    base = synthetic_report(
-        tmp_path / "base.csv", {key: _probed_rounds(rng, [575.0, 576.0, 775.0, 574.0], [NEAR_US, 5.9, FAR_US, 6.0])}
-    )
+    base = synthetic_report(tmp_path / "base.csv", {key: _probed_rounds(rng, [575.0] * 6, [NEAR_US] * 6)})
     new = synthetic_report(
-        tmp_path / "new.csv", {key: _probed_rounds(rng, [690.0, 930.0, 692.0, 688.0], [5.8, 8.1, 6.0, 5.9])}
+        tmp_path / "new.csv",
+        {key: _probed_rounds(rng, [776.0, 778.0, 774.0, 777.0, 775.0, 576.0], [FAR_US] * 5 + [5.8])},
     )
     (row,) = compare_reports(base, new).rows
-    assert row.verdict == REGRESSION and 1.17 < row.ratio < 1.23 and row.placement == Placements.COVARIATE
-    # Without the readings the far units widen the interval past the verdict.
-    bare = {k: RowSamples(v.values, v.rounds) for k, v in read_samples(new).items()}
+    assert row.verdict == INCONCLUSIVE and row.placement == Placements.COVARIATE and 1.25 < row.ratio < 1.32
     bare_base = {k: RowSamples(v.values, v.rounds) for k, v in read_samples(base).items()}
+    bare_new = {k: RowSamples(v.values, v.rounds) for k, v in read_samples(new).items()}
     (row,) = compare_reports(
-        synthetic_report(tmp_path / "bare_base.csv", bare_base), synthetic_report(tmp_path / "bare.csv", bare)
+        synthetic_report(tmp_path / "bare_base.csv", bare_base), synthetic_report(tmp_path / "bare_new.csv", bare_new)
     ).rows
-    assert row.verdict == INCONCLUSIVE
+    assert row.verdict == REGRESSION  # without the readings: a false alarm
+
+
+def test_a_slowdown_both_comparisons_see_keeps_its_verdict(tmp_path, rng):
+    key = make_key(workload="model", shape="1x32")
+    base = synthetic_report(
+        tmp_path / "base.csv",
+        {key: _probed_rounds(rng, [575.0, 576.0, 574.0, 577.0, 776.0, 573.0], [NEAR_US] * 4 + [FAR_US, 5.8])},
+    )
+    new = synthetic_report(
+        tmp_path / "new.csv",
+        {key: _probed_rounds(rng, [862.0, 865.0, 1164.0, 861.0, 864.0, 863.0], [5.8, 5.9, 8.1, 6.0, 5.9, 5.8])},
+    )
+    (row,) = compare_reports(base, new).rows
+    assert row.verdict == REGRESSION and 1.4 < row.ratio < 1.6 and row.placement == Placements.COVARIATE
 
 
 def test_probe_readings_survive_the_file_and_the_pooling(tmp_path, rng):
