@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 from rich.console import Console
 
+from bench.experiments.rows import is_op_row
 from bench.report.schema import KEY_COLUMNS, RowSamples, read_report, read_samples
 from bench.stats import compare
 from bench.stats.placement import Placements
@@ -47,11 +48,6 @@ from env.paths import REPO_ROOT, reports_dir
 
 ROW_ALPHA = 0.05  # the coverage is read at 95 % per row
 SHIFTS = (0.0, 0.02, 0.03, 0.05, 0.10, 0.20)  # the power curves' true slowdowns
-OP_BASELINE = "fused"
-
-
-def is_op_row(key: compare.Key) -> bool:
-    return key[0] == "op" and key[3] == OP_BASELINE
 
 
 def report_name(path: Path) -> str:
@@ -237,7 +233,8 @@ def main(argv: list[str] | None = None) -> None:
         f"with a false IMPROVEMENT {(pairs.false_improvements > 0).sum()}; "
         f"without the core-placement probe {(pairs.false_regressions_unprobed > 0).sum()} and "
         f"{(pairs.false_improvements_unprobed > 0).sum()}; of {pairs.rows.sum()} row-pairs "
-        f"{pairs.rows_placement_covariate.sum()} judged with the placement as covariate, "
+        f"{pairs.rows_placement_covariate.sum()} on mixed placements (a verdict kept only where the fit at equal "
+        "placement agrees), "
         f"{pairs.rows_placement_confounded.sum()} not judged (placement and side coincide)"
     )
     for line in summary.itertuples():

@@ -42,13 +42,13 @@ from rich.console import Console
 from bench.ab import driver as ab
 from bench.ab import scratch
 from bench.experiments.defaults import AB_MEASURE as DEFAULTS
+from bench.experiments.rows import OP_BASELINE, is_op_row
 from bench.plan.options import BenchOptions
 from bench.report.schema import read_report
 from bench.stats.compare import INCONCLUSIVE, LIMIT_WORKLOAD, REGRESSION
 from env.builder.config import SLOWDOWN_TABLE_VARIABLE, SLOWDOWN_VARIABLE
 from env.paths import REPO_ROOT, reports_dir
 
-OP_BASELINE = "fused"  # the rows that run torch.ops.myops.fused_norm(_out) on the CPU
 FIELDS = (
     "kind",
     "run",
@@ -178,8 +178,8 @@ def one_run(
     rows = [r for r in comparison.rows if r.key[0] != LIMIT_WORKLOAD]
     flagged = [r for r in comparison.regressions]
     # The op's own rows (an op shape, the op alone in the timed call), and model rows whose norms are the op.
-    op_rows = [r for r in rows if r.key[3] == OP_BASELINE and r.key[0] == "op"]
-    model_op_rows = [r for r in rows if r.key[3] == OP_BASELINE and r.key[0] != "op"]
+    op_rows = [r for r in rows if is_op_row(r.key)]
+    model_op_rows = [r for r in rows if r.key[3] == OP_BASELINE and not is_op_row(r.key)]
     top = max(rows, key=lambda r: r.ratio)
     busy = max(read_report(result.new_csv).other_cpu_share.max(), read_report(result.base_csv).other_cpu_share.max())
     line = {
@@ -286,7 +286,7 @@ def rejudge(out: Path) -> pd.DataFrame:
                 "run": run.run,
                 "recorded": run.regressions,
                 "now": len(flagged),
-                "now_op": sum(r.key[3] == OP_BASELINE and r.key[0] == "op" for r in flagged),
+                "now_op": sum(is_op_row(r.key) for r in flagged),
             }
         )
     frame = pd.DataFrame(lines)

@@ -30,11 +30,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.experiments.rows import is_op_row
 from bench.report.schema import read_report
 from bench.stats import compare
 from env.paths import reports_dir
 
-OP_BASELINE = "fused"
 DEFAULT_SHARES = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
 RECORDED_BOUND_SHARE = 1.0  # the suspect bound the recorded runs were measured with: the threshold itself
 
@@ -67,7 +67,7 @@ def judge_at_share(
         second_alpha = alpha * share * len(confirmable) / len(suspects)
         second = compare.compare_reports(*again, threshold, second_alpha, paired=True, only=confirmable)
         final = compare.with_confirmed(first, second)
-    op_rows = [r for r in final.rows if r.key[0] == "op" and r.key[3] == OP_BASELINE]
+    op_rows = [r for r in final.rows if is_op_row(r.key)]
     others = [r for r in final.rows if r.key[0] != compare.LIMIT_WORKLOAD and r not in op_rows]
     return Judged(
         op_rows=len(op_rows),

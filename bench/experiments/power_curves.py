@@ -37,6 +37,7 @@ import pandas as pd
 
 from bench.ab import driver as ab
 from bench.experiments.calibration import ReportNoise, pair_spreads, report_noise
+from bench.experiments.rows import OP_BASELINE, OP_WORKLOAD
 from bench.stats import compare
 from bench.stats.moderated import fit_prior, squeeze
 from bench.stats.verdicts import DEFAULT_THRESHOLD, REGRESSION, verdict_of
@@ -158,7 +159,7 @@ def _counted_kinds(report_csv: Path) -> tuple[list[str], int]:
     """The counted rows' kinds (workload, device), fused op rows first, and how many fused op rows there are."""
     frame = compare.read_report(report_csv)
     counted = frame[~frame.workload.isin([compare.LIMIT_WORKLOAD, "serve"])]
-    is_op = (counted.workload == "op") & (counted.baseline == "fused")
+    is_op = (counted.workload == OP_WORKLOAD) & (counted.baseline == OP_BASELINE)
     ordered = pd.concat([counted[is_op], counted[~is_op]])
     return [f"{w}/{d}" for w, d in zip(ordered.workload, ordered.device, strict=True)], int(is_op.sum())
 

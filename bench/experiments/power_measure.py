@@ -42,11 +42,11 @@ from scipy.stats import t as student_t
 
 from bench.ab import driver as ab
 from bench.experiments.ab_measure import Workspace, add_slowdown, build_all, load_average, prepare
+from bench.experiments.rows import is_op_row
 from bench.plan.options import BenchOptions
 from bench.stats import compare
 from env.paths import REPO_ROOT, reports_dir
 
-OP_BASELINE = "fused"
 KINDS = {"quick": "quick A/B", "full": "full A/B", "separate": "separate full reports, 3 processes"}
 FIELDS = (
     "comparison",
@@ -88,7 +88,7 @@ def parse_tables(texts: list[str]) -> dict[int, Path]:
 
 def _line(comparison: compare.Comparison, kind: str, percent: int, run: int, code: int, started: float) -> dict:
     rows = [r for r in comparison.rows if r.key[0] != compare.LIMIT_WORKLOAD]
-    op_rows = [r for r in rows if r.key[3] == OP_BASELINE and r.key[0] == "op"]
+    op_rows = [r for r in rows if is_op_row(r.key)]
     return {
         "comparison": KINDS[kind],
         "slowdown_pct": percent,

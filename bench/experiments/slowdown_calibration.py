@@ -40,12 +40,12 @@ from rich.console import Console
 from bench.ab import driver as ab
 from bench.ab import scratch
 from bench.experiments.ab_measure import load_average
+from bench.experiments.rows import OP_BASELINE, is_op_row
 from bench.measure.allocator import FIXED_MMAP
 from bench.plan.options import BenchOptions
 from env.builder.config import MAX_SLOWDOWN_PERCENT, SLOWDOWN_TABLE_VARIABLE, SLOWDOWN_VARIABLE
 from env.paths import build_dir, reports_dir
 
-OP_BASELINE = "fused"
 TOLERANCE = 0.01  # delivered within +-1 percentage point of the asked change
 NOISE_FLOOR = 0.002  # a delivered change below this says nothing about the row's percent
 # An interval wider than this (ci_high - ci_low) measured nothing to set a percent from: beside other work the
@@ -209,7 +209,7 @@ def iterate(
     lines = []
     for row in result.comparison.rows:
         workload, shape, dtype, baseline, variant, _device, layout = row.key
-        if workload != "op" or baseline != OP_BASELINE:
+        if not is_op_row(row.key):
             continue
         percent = table_percent(current, shape, dtype, variant, float(asked))
         lines.append(

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from bench.experiments import calibration, confirm_share, power_curves, power_measure
+from bench.experiments.rows import is_op_row
 from bench.report.schema import RowSamples
 from bench.stats import compare, design
 from env.paths import REPO_ROOT
@@ -166,7 +167,7 @@ def test_shifted_pairs_slow_only_the_fused_op_rows_and_judge_them_as_compare_doe
     # At 0 % the shifted judging is compare_reports' own verdict on the pair.
     first = shifted[(shifted.slowdown_pct == 0)].iloc[0]
     direct = compare.compare_reports(reports[0], reports[1])
-    direct_op = [r for r in direct.rows if aa_reports.is_op_row(r.key)]
+    direct_op = [r for r in direct.rows if is_op_row(r.key)]
     assert first.op_rows_flagged == sum(r.verdict == compare.REGRESSION for r in direct_op)
     summary = aa_reports.power_summary(shifted).set_index("slowdown_pct")
     assert summary.loc[20].p_regression_op_row == 1.0 and summary.loc[0].p_regression_op_row == 0.0
