@@ -103,7 +103,7 @@ class MeasuredRow:
         warmup = self.timings[0].warmup
         sync = np.concatenate([np.full(len(t.samples_us), t.sync_us) for t in self.timings])
         timing = Timing(values, self.block, warmup, others, wall, faults, calls)
-        return timing, RowSamples(values, rounds, sync if np.isfinite(sync).any() else None)
+        return timing, RowSamples.probed(values, rounds, sync)
 
 
 @dataclass

@@ -90,7 +90,7 @@ def judge_pair(base: Path, new: Path) -> dict:
         "false_regressions": sum(r.verdict == compare.REGRESSION for r in counted),
         "false_improvements": sum(r.verdict == compare.IMPROVEMENT for r in counted),
         "rows_placement_confounded": sum(r.placement == Placements.DIFFERS for r in counted),
-        "rows_placement_covariate": sum(r.placement == Placements.COVARIATE for r in counted),
+        "rows_placement_covariate": sum(r.placement == Placements.MIXED for r in counted),
         "false_regressions_unprobed": sum(r.verdict == compare.REGRESSION for r in before),
         "false_improvements_unprobed": sum(r.verdict == compare.IMPROVEMENT for r in before),
         "rows_with_interval": with_interval,

@@ -216,6 +216,13 @@ class RowSamples:
         return {int(r): float(np.max(self.sync_us[self.rounds == r])) for r in np.unique(self.rounds)}
 
     @classmethod
+    def probed(cls, values, rounds, sync) -> RowSamples:
+        """Samples with each one's probe reading (NaN: that sample's round was not probed); a row none of
+        whose samples was probed keeps None, as a sidecar without readings reads."""
+        sync = np.asarray(sync, dtype=np.float64)
+        return cls(values, rounds, sync if np.isfinite(sync).any() else None)
+
+    @classmethod
     def single_round(cls, values) -> RowSamples:
         values = np.asarray(values, dtype=np.float64)
         return cls(values, np.zeros(len(values), dtype=np.int16))
@@ -407,19 +414,13 @@ def read_samples(csv: Path | str) -> dict[tuple[str, ...], RowSamples]:
     if version not in READABLE_SCHEMAS:  # the sidecar's layout is the same in all of them
         raise ReportError(f"{path}: samples schema version {version}, this code reads {READABLE_SCHEMAS}")
     bounds = np.concatenate([[0], np.cumsum(counts)])
+    readings = np.full(len(flat), np.nan) if sync is None else sync
     return {
-        sample_key(keys[i], version): RowSamples(
-            flat[bounds[i] : bounds[i + 1]], rounds[bounds[i] : bounds[i + 1]], _probed(sync, bounds[i], bounds[i + 1])
+        sample_key(keys[i], version): RowSamples.probed(
+            flat[bounds[i] : bounds[i + 1]], rounds[bounds[i] : bounds[i + 1]], readings[bounds[i] : bounds[i + 1]]
         )
         for i in range(len(counts))
     }
-
-
-def _probed(sync: np.ndarray | None, start: int, end: int) -> np.ndarray | None:
-    """A row's probe readings, or None where none of its samples was probed."""
-    if sync is None or not np.isfinite(sync[start:end]).any():
-        return None
-    return sync[start:end]
 
 
 def sample_key(key, version: int) -> tuple[str, ...]:

@@ -661,7 +661,7 @@ def print_summary(comparison: Comparison, console: Console, note: str = "") -> i
             + "[/]",
             highlight=False,
         )
-    covariate = sum(r.placement == Placements.COVARIATE for r in comparison.rows)
+    covariate = sum(r.placement == Placements.MIXED for r in comparison.rows)
     if covariate:
         console.print(
             f"{covariate} row(s) ran on both core placements: a verdict stands only where the comparison at equal "

@@ -49,7 +49,7 @@ class Placements:
     new_far: np.ndarray | None = None
 
     DIFFERS = "core placement and side coincide"
-    COVARIATE = "core placements mixed: verdict kept only where the fit at equal placement agrees"
+    MIXED = "core placements mixed: verdict kept only where the fit at equal placement agrees"
 
     @property
     def mixed(self) -> bool:
@@ -72,7 +72,7 @@ class Placements:
     def note(self) -> str:
         if self.confounded:
             return self.DIFFERS
-        return self.COVARIATE if self.mixed else ""
+        return self.MIXED if self.mixed else ""
 
 
 NOT_PROBED = Placements()

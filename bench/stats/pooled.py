@@ -35,8 +35,6 @@ def pool_reports(csvs: list[Path], out_csv: Path) -> Path:
         rounds = np.concatenate(
             [p.rounds.astype(np.int16) + index * per_process_rounds for index, p in enumerate(parts)]
         )
-        probed = any(p.sync_us is not None for p in parts)
-        sync = np.concatenate([p.sync_or_nan() for p in parts]) if probed else None
         records = [_row(frame, key) for frame in frames]
         row = dict(records[0])
         row.update(vars(summarize(values)))
@@ -50,7 +48,7 @@ def pool_reports(csvs: list[Path], out_csv: Path) -> Path:
         row["minor_faults_per_call"] = float(np.mean([r["minor_faults_per_call"] for r in records]))
         row["gbps"] = row["bytes_moved"] / row["median_us"] / 1e3
         rows.append(row)
-        pooled[key] = RowSamples(values, rounds, sync)
+        pooled[key] = RowSamples.probed(values, rounds, np.concatenate([p.sync_or_nan() for p in parts]))
     frame = to_frame(metrics.add_ratios(to_frame(rows)))
     return write_report(out_csv, frame, pooled).csv
 

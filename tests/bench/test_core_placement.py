@@ -63,7 +63,7 @@ def test_units_on_one_placement_need_no_covariate():
 def test_each_unit_is_placed_against_the_lowest_reading():
     placements = placements_of([0, 1, 2], [0, 1, 2], {0: NEAR_US, 1: 6.0, 2: FAR_US}, {0: 8.1, 1: 5.8, 2: 6.1})
     assert placements.base_far.tolist() == [False, False, True] and placements.new_far.tolist() == [True, False, False]
-    assert placements.mixed and not placements.confounded and placements.note == Placements.COVARIATE
+    assert placements.mixed and not placements.confounded and placements.note == Placements.MIXED
     # The bound sits between the two readings: just under it is the near placement.
     just_under = 5.8 * FAR_BOUND * 0.99
     assert not placements_of([0], [0], {0: 5.8}, {0: just_under}).mixed
@@ -132,7 +132,7 @@ def test_a_mixed_placement_withholds_a_verdict_the_placements_explain(tmp_path, 
         {key: _probed_rounds(rng, [776.0, 778.0, 774.0, 777.0, 775.0, 576.0], [FAR_US] * 5 + [5.8])},
     )
     (row,) = compare_reports(base, new).rows
-    assert row.verdict == INCONCLUSIVE and row.placement == Placements.COVARIATE and 1.25 < row.ratio < 1.32
+    assert row.verdict == INCONCLUSIVE and row.placement == Placements.MIXED and 1.25 < row.ratio < 1.32
     bare_base = {k: RowSamples(v.values, v.rounds) for k, v in read_samples(base).items()}
     bare_new = {k: RowSamples(v.values, v.rounds) for k, v in read_samples(new).items()}
     (row,) = compare_reports(
@@ -152,7 +152,7 @@ def test_a_slowdown_both_comparisons_see_keeps_its_verdict(tmp_path, rng):
         {key: _probed_rounds(rng, [862.0, 865.0, 1164.0, 861.0, 864.0, 863.0], [5.8, 5.9, 8.1, 6.0, 5.9, 5.8])},
     )
     (row,) = compare_reports(base, new).rows
-    assert row.verdict == REGRESSION and 1.4 < row.ratio < 1.6 and row.placement == Placements.COVARIATE
+    assert row.verdict == REGRESSION and 1.4 < row.ratio < 1.6 and row.placement == Placements.MIXED
 
 
 def test_probe_readings_survive_the_file_and_the_pooling(tmp_path, rng):
