@@ -7,10 +7,10 @@ placement gives it), so whether a process-level bias reads as a build effect is
 tested directly. The driver's guards (deadlines, options a REF lacks, the
 environment a side's process gets) are tested on their own.
 
-Slow tier: one scratch repository (this checkout as commit "clean", a "slow"
-commit whose CPU kernel computes every row SLOW_PASSES times, a commit without
-the A/B worker) and its two builds, made once per session and shared by every
-test that needs them.
+Slow tier: the scratch repository of tests/bench/conftest.py (this checkout as
+commit "clean", a "slow" commit with the build-time slowdown switch on, a commit
+without the A/B worker) and its two builds, made once per session and shared
+with the gate's test, which holds the slowed commit against the clean one.
 """
 
 from __future__ import annotations
@@ -376,43 +376,10 @@ def test_an_incompatible_ref_is_skipped_with_the_reason():
 
 # --- the real two-build path (slow) ---------------------------------------------------------
 
-KERNEL = "csrc/core/fused_norm_cpu.cpp"
-ENTRY = "void cpu_forward_rows(const NormProblem& p, int64_t row_begin, int64_t row_end) {"
-SLOW_PASSES = 16
 SMALL_GRID = BenchOptions(
     baseline="fused", op_shapes=((1, 8, 512),), model_batches=(), threads=1, warmup=20, budget_s=0.6
 )
 PROCESSES = 4  # as quick mode: with 2 the t interval has 1 degree of freedom and misses even a 3x slowdown
-
-
-def _slowed(source: str) -> str:
-    assert ENTRY in source, f"{KERNEL} no longer has `{ENTRY}`: update the slowdown of this test"
-    wrapper = (
-        "void forward_rows_once(const NormProblem& p, int64_t row_begin, int64_t row_end);\n"
-        f"{ENTRY}\n"
-        f"  for (int pass = 0; pass < {SLOW_PASSES}; ++pass) forward_rows_once(p, row_begin, row_end);  // slow\n"
-        "}\n"
-        "void forward_rows_once(const NormProblem& p, int64_t row_begin, int64_t row_end) {"
-    )
-    return source.replace(ENTRY, wrapper)
-
-
-@pytest.fixture(scope="session")
-def repo(tmp_path_factory) -> dict:
-    """The scratch repository and its two builds: NEW = "slow" (the work tree), REF = "clean" where runs look for it."""
-    root = tmp_path_factory.mktemp("ab") / "repo"
-    root.mkdir()
-    clean = scratch.snapshot(root)
-    scratch.git("rm", "--quiet", ab.WORKER, cwd=root)
-    scratch.git("commit", "--quiet", "-m", "before A/B runs", cwd=root)
-    old = scratch.git("rev-parse", "HEAD", cwd=root)
-    scratch.git("checkout", "--quiet", clean, cwd=root)
-    slow = scratch.commit_change(root, KERNEL, _slowed((root / KERNEL).read_text()), "slow")
-    ref = root / "build" / "ab" / clean  # where `bench --against clean` finds REF's checkout and build
-    scratch.checkout(clean, ref / "src", root)
-    scratch.build(root, root / "build", root / "build.log")
-    scratch.build(ref / "src", ref / "build", ref / "build.log")
-    return {"root": root, "clean": clean, "slow": slow, "old": old, "ref": ref}
 
 
 def _run(repo: dict, ref: str, tmp_path: Path, new: ab.Tree | None = None) -> tuple[ab.AbResult, str]:
@@ -424,42 +391,13 @@ def _run(repo: dict, ref: str, tmp_path: Path, new: ab.Tree | None = None) -> tu
 
 
 @pytest.mark.slow
-def test_a_slowed_op_is_flagged_against_the_clean_commit(repo, tmp_path):
-    result, text = _run(repo, repo["clean"], tmp_path)
-    assert result.code == 1, text
-    comparison = compare_reports(result.base_csv, result.new_csv, paired=True)
-    flagged = {r.key[3:5] for r in comparison.regressions}  # (baseline, variant); the device follows
-    # The op's two rows, and nothing that does not call the op: the one-row dispatch floor calls it (16 passes
-    # over 16 elements may or may not clear the bound there), the copies and the no-op calls do not.
-    op_rows = {("fused", "call"), ("fused", "out")}
-    assert op_rows <= flagged <= op_rows | {("dispatch", "fused_out_one_row")}, text
-    for row in comparison.regressions:
-        # 16 passes instead of 1: the whole interval above the regression bound.
-        assert row.ratio > 2 and row.ci_low > 1.10 and row.units == PROCESSES and row.paired
-    # Each side is its own build of its own commit, in its own folder, measured in its own processes.
-    assert (repo["ref"] / "build" / "toolchain.json").is_file() and (
-        repo["root"] / "build" / "toolchain.json"
-    ).is_file()
-    assert (repo["ref"] / "src" / KERNEL).read_text() != (repo["root"] / KERNEL).read_text()
-    commits = {p.parent.parent.name: set(pd.read_csv(p).git_commit) for p in result.folder.glob("*/process*/*.csv")}
-    assert commits == {"new": {repo["slow"]}, "base": {repo["clean"]}}
-    processes = pd.read_csv(result.folder / "processes.csv")
-    assert len(processes) == 2 * PROCESSES and processes.pid.nunique() == 2 * PROCESSES  # a fresh process each
-    assert list(processes.page_offset) == [k * 4096 // PROCESSES for k in range(PROCESSES) for _ in (0, 1)]
-    assert (result.folder / "compare.txt").read_text().count("REGRESSION") >= 2
-    # The op is slowed at both layouts: each flagged against its own layout's row.
-    assert {r.key[-1] for r in comparison.regressions if r.key[0] == "op"} == {"natural", "page_offset"}
-    regressions = len(comparison.regressions)
-    assert f"process pair {PROCESSES}/{PROCESSES}" in text and f"{regressions} regression(s)" in text
-
-
-@pytest.mark.slow
-def test_the_same_commit_against_itself_has_no_regression(repo, tmp_path, monkeypatch):
+def test_the_same_commit_against_itself_has_no_regression(ab_repo, tmp_path, monkeypatch):
     # NEW is REF's own checkout and build: identical code, measured through the whole path. A row it leaves a
     # suspect is measured again in as many pairs as the first stage: the confirmation's 20 pairs buy power that
     # identical code has no use for, and its path runs the same.
     monkeypatch.setattr(ab, "CONFIRM_PROCESSES", PROCESSES)
-    result, text = _run(repo, repo["clean"], tmp_path, new=ab.Tree(repo["ref"] / "src", repo["ref"] / "build"))
+    ref = ab.Tree(ab_repo["ref"] / "src", ab_repo["ref"] / "build")
+    result, text = _run(ab_repo, ab_repo["clean"], tmp_path, new=ref)
     assert result.code == 0, text
     comparison = compare_reports(result.base_csv, result.new_csv, paired=True)
     # Three dispatch floors; at each of the two layouts the two copies and the op's two variants.
@@ -467,29 +405,29 @@ def test_the_same_commit_against_itself_has_no_regression(repo, tmp_path, monkey
     assert {r.key[-1] for r in comparison.rows if r.key[0] == "op"} == {"natural", "page_offset"}
     assert "0 regression(s) - OK" in (result.folder / "compare.txt").read_text()
     # REF was built for its libraries alone: the CUDA compile check, which builds nothing the run loads, skipped.
-    check = [line for line in (repo["ref"] / "build.log").read_text().splitlines() if "CUDA compile check" in line]
+    check = [line for line in (ab_repo["ref"] / "build.log").read_text().splitlines() if "CUDA compile check" in line]
     assert len(check) == 1 and "skipped (FUSEDBENCH_SKIP_CUDA_CHECK=1" in check[0], check
 
 
 @pytest.mark.slow
-def test_a_ref_before_ab_support_is_skipped_with_the_reason(repo, tmp_path):
-    result, text = _run(repo, repo["old"], tmp_path)
+def test_a_ref_before_ab_support_is_skipped_with_the_reason(ab_repo, tmp_path):
+    result, text = _run(ab_repo, ab_repo["old"], tmp_path)
     assert result.code == 0 and result.new_csv is None
-    assert "A/B skipped" in text and f"REF {repo['old'][:12]} predates A/B runs" in text
-    assert not (repo["root"] / "build" / "ab" / repo["old"] / "build").exists()  # skipped before building
+    assert "A/B skipped" in text and f"REF {ab_repo['old'][:12]} predates A/B runs" in text
+    assert not (ab_repo["root"] / "build" / "ab" / ab_repo["old"] / "build").exists()  # skipped before building
 
 
 @pytest.mark.slow
-def test_a_ref_of_another_report_schema_is_skipped_with_the_reason(repo, tmp_path):
-    root = repo["root"]
-    scratch.git("checkout", "--quiet", repo["clean"], cwd=root)
+def test_a_ref_of_another_report_schema_is_skipped_with_the_reason(ab_repo, tmp_path):
+    root = ab_repo["root"]
+    scratch.git("checkout", "--quiet", ab_repo["clean"], cwd=root)
     try:
         report = (root / "bench" / "report" / "schema.py").read_text()
         changed = report.replace(f"SCHEMA_VERSION = {SCHEMA_VERSION}", f"SCHEMA_VERSION = {SCHEMA_VERSION + 1}")
         other = scratch.commit_change(root, "bench/report/schema.py", changed, "another schema")
     finally:
-        scratch.git("checkout", "--quiet", repo["slow"], cwd=root)
-    result, text = _run(repo, other, tmp_path)
+        scratch.git("checkout", "--quiet", ab_repo["slow"], cwd=root)
+    result, text = _run(ab_repo, other, tmp_path)
     assert result.code == 0 and result.new_csv is None
     assert f"writes report schema {SCHEMA_VERSION + 1}, this checkout reads 4, 5, 6, {SCHEMA_VERSION}" in text
     assert f"schema {SCHEMA_VERSION + 1}" in (result.folder / "compare.txt").read_text()

@@ -112,29 +112,21 @@ def test_the_committed_base_is_an_ancestor_of_this_checkout():
 
 # --- the real gate on a seeded slowdown (slow) ---------------------------------------------------
 
-SWITCH = "csrc/torch/slowdown.h"
-
 
 @pytest.mark.slow
-def test_a_commit_that_makes_the_op_ten_percent_slower_fails_the_gate(tmp_path):
-    """This checkout as the landed commit, then a commit that turns the build-time slowdown switch to 10 %: the
-    gate, measuring the fused op's rows as the quick A/B run does, fails; a trailer accepting them passes it."""
+def test_a_commit_that_makes_the_op_ten_percent_slower_fails_the_gate(ab_repo, tmp_path):
+    """The scratch repository's landed commit (clean), then a commit that turns the build-time slowdown switch to
+    10 %: the gate, measuring the fused op's rows as the quick A/B run does, fails; a trailer accepting them
+    passes it."""
+    import pandas as pd
+
     from bench.ab import driver as ab
+    from bench.measure.placement import spread_offsets
     from bench.plan.options import BenchOptions
 
-    root = tmp_path / "repo"
-    root.mkdir()
-    landed = scratch.snapshot(root)
-    gate.write_base(landed, root)
-    scratch.git("add", str(gate.BASE_FILE), cwd=root)
-    scratch.git("commit", "--quiet", "-m", "the landed commit, recorded", cwd=root)
-    header = (root / SWITCH).read_text()
-    default = "#define FUSED_NORM_SLOWDOWN_PERCENT 0\n"
-    assert default in header, f"{SWITCH} no longer defaults the switch to 0: update this test"
-    scratch.commit_change(
-        root, SWITCH, header.replace(default, "#define FUSED_NORM_SLOWDOWN_PERCENT 10\n"), "fused op 10% slower"
-    )
-    scratch.build(root, root / "build", root / "build.log")
+    root = ab_repo["root"]
+    assert gate.find_base(root).sha == ab_repo["clean"]
+    assert scratch.git("rev-parse", "HEAD", cwd=root) == ab_repo["slow"]
     console = Console(file=io.StringIO(), width=2000)
     options = BenchOptions(baseline="fused", quick=True, model_batches=(), out_dir=tmp_path / "reports")
     code = gate.run_gate(console, repo=root, new=ab.Tree(root, root / "build"), options=options)
@@ -142,19 +134,24 @@ def test_a_commit_that_makes_the_op_ten_percent_slower_fails_the_gate(tmp_path):
     assert code == compare.EXIT_REGRESSION, text
     failing = [line for line in text.splitlines() if line.startswith("gate:") and "regression(s)" in line]
     assert failing and "fused/call op" in failing[0] and "Accept-Regression" in failing[0], text
-    # Accepted on purpose, the same measurement passes the gate, each row named with the reason.
-    scratch.git(
-        "commit",
-        "--quiet",
-        "--allow-empty",
-        "-m",
-        "x\n\nAccept-Regression: fused/* op *: measured on purpose",
-        cwd=root,
-    )
+    # Each side is its own commit's build, measured in fresh processes, a pair at each page offset.
     folder = max((tmp_path / "reports" / "ab").iterdir())
-    comparison = ab.rejudge_folder(folder, compare.DEFAULT_THRESHOLD)
-    decision = gate.decide(comparison, compare.EXIT_REGRESSION, gate.acceptances(landed, root))
-    assert decision.code == compare.EXIT_OK and decision.accepted and not decision.failing
+    first = [p for p in folder.glob("*/process*/*.csv") if p.parent.parent.parent == folder]
+    commits = {p.parent.parent.name: set(pd.read_csv(p).git_commit) for p in first}
+    assert commits == {"new": {ab_repo["slow"]}, "base": {ab_repo["clean"]}}, commits
+    processes = pd.read_csv(folder / "processes.csv")
+    pairs = len(processes) // 2
+    assert pairs == ab.PROCESSES["quick"] and processes.pid.nunique() == 2 * pairs
+    assert list(processes.page_offset) == [offset for offset in spread_offsets(pairs) for _ in (0, 1)]
+    # Accepted on purpose, the same measurement passes the gate, each row named with the reason.
+    accepting = "x\n\nAccept-Regression: fused/* op *: measured on purpose"
+    scratch.git("commit", "--quiet", "--allow-empty", "-m", accepting, cwd=root)
+    try:
+        comparison = ab.rejudge_folder(folder, compare.DEFAULT_THRESHOLD)
+        decision = gate.decide(comparison, compare.EXIT_REGRESSION, gate.acceptances(ab_repo["clean"], root))
+        assert decision.code == compare.EXIT_OK and decision.accepted and not decision.failing
+    finally:
+        scratch.git("checkout", "--quiet", ab_repo["slow"], cwd=root)  # the other tests' HEAD
 
 
 def test_a_row_name_names_a_layout_other_than_the_natural_one():
