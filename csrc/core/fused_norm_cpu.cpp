@@ -691,17 +691,32 @@ inline __attribute__((always_inline)) void write_part(const T* __restrict x, con
 // bias 64 bytes after y 0.25 against 0.16.
 constexpr int64_t kAliasBytes = 1024;
 
-inline int64_t bytes_after(const void* later, const void* earlier) {
-  return static_cast<int64_t>((reinterpret_cast<uintptr_t>(later) - reinterpret_cast<uintptr_t>(earlier)) % 4096);
+// Both address effects this file schedules around repeat every 4 KiB: a load
+// is held against a queued store by the low 12 bits of the two addresses
+// (4 KiB aliasing), and the L1's 64 sets of 64-byte lines repeat every 4 KiB.
+constexpr int64_t kAddressPeriodBytes = 4096;
+
+// How many bytes `later` lies after `earlier` modulo 4 KiB, in [0, 4096).
+// Unsigned wrap-around keeps it exact: 2^64 is a multiple of 4096.
+inline int64_t bytes_after(uintptr_t later, uintptr_t earlier) {
+  return static_cast<int64_t>((later - earlier) % kAddressPeriodBytes);
+}
+
+// Whether a and b lie less than a cache line apart modulo 4 KiB, either way
+// round: their lines share an L1 set, and a store to one holds a load of the
+// other.
+inline bool within_a_line(uintptr_t a, uintptr_t b) {
+  const int64_t apart = bytes_after(a, b);
+  return apart < kCacheLineBytes || kAddressPeriodBytes - apart < kCacheLineBytes;
 }
 
 template <typename T>
 inline __attribute__((always_inline)) bool writes_backward(const T* x, const T* w, const T* b, const T* y) {
   bool after_one = false, before_one = false;
   for (const T* loaded : {x, w, b}) {
-    const int64_t after = bytes_after(y, loaded);
+    const int64_t after = bytes_after(reinterpret_cast<uintptr_t>(y), reinterpret_cast<uintptr_t>(loaded));
     after_one = after_one || (after > 0 && after <= kAliasBytes);
-    before_one = before_one || (after > 0 && after >= 4096 - kAliasBytes);
+    before_one = before_one || (after > 0 && after >= kAddressPeriodBytes - kAliasBytes);
   }
   return after_one && !before_one;
 }
@@ -932,19 +947,15 @@ constexpr int kRowBlock = 4;
 // whatever else the loop touches (the first pass's next rows, the stack).
 constexpr int kL1Ways = 8;  // the L1 data cache of AMD Zen 3-5 and of Intel cores up to Skylake (later: 12)
 constexpr int kBlockLinesPerSet = kL1Ways - 2;
-constexpr int64_t kL1WayBytes = 4096;  // 64 sets of 64-byte lines: the set repeats every 4 KiB
 
 // How many of the streams starting at `starts` (byte addresses, `count` of
 // them) at most share an L1 set at every column: those starting less than a
-// line apart modulo kL1WayBytes.
+// line apart modulo 4 KiB (within_a_line).
 inline int most_in_one_set(const uintptr_t* starts, int count) {
   int most = 0;
   for (int i = 0; i < count; ++i) {
     int same = 0;
-    for (int j = 0; j < count; ++j) {
-      const int64_t apart = static_cast<int64_t>((starts[j] - starts[i]) % kL1WayBytes);
-      same += apart < kCacheLineBytes || kL1WayBytes - apart < kCacheLineBytes;
-    }
+    for (int j = 0; j < count; ++j) same += within_a_line(starts[j], starts[i]);
     most = same > most ? same : most;
   }
   return most;
@@ -957,8 +968,7 @@ inline int most_in_one_set(const uintptr_t* starts, int count) {
 // loads row j + 1's: that load waits on the queued store as if it read it.
 inline bool rows_alias_in_block(uintptr_t x, uintptr_t y, uintptr_t row_bytes, int rows) {
   for (int m = 1; m < rows; ++m) {
-    const int64_t apart = static_cast<int64_t>((y - (x + m * row_bytes)) % kL1WayBytes);
-    if (apart < kCacheLineBytes || kL1WayBytes - apart < kCacheLineBytes) return true;
+    if (within_a_line(y, x + m * row_bytes)) return true;
   }
   return false;
 }
@@ -999,7 +1009,7 @@ inline int count_block_rows(uintptr_t x, uintptr_t w, uintptr_t b, uintptr_t y, 
 template <typename T, bool Stream>
 inline int write_block_rows(const T* x, const T* w, const T* b, const T* y, int64_t hidden) {
   static std::atomic<uint64_t> last{0};
-  constexpr uint64_t kPage = static_cast<uint64_t>(kL1WayBytes) - 1;
+  constexpr uint64_t kPage = static_cast<uint64_t>(kAddressPeriodBytes) - 1;
   const auto offset = [](const void* p) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)) & kPage; };
   const uint64_t row_bytes = static_cast<uint64_t>(hidden) * sizeof(T);
   const uint64_t key = offset(x) | offset(w) << 12 | offset(b) << 24 | offset(y) << 36 | (row_bytes & kPage) << 48 |
