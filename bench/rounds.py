@@ -28,7 +28,7 @@ from bench.measure import turns as bench_turns
 from bench.measure.pinning import pinned_for_timing
 from bench.measure.placement import NATURAL
 from bench.measure.timing import L2Flush, Timing, TimingConfig, measure, measure_cuda, timer_resolution_ns
-from bench.measure.verify import VerificationError, verify_outputs
+from bench.measure.verify import CaseReferences, VerificationError, verify_outputs
 from bench.plan.devices import device_label
 from bench.plan.grid import shape_label
 from bench.plan.jobs import Job, device_prefix
@@ -142,7 +142,14 @@ def _time(
     return timing, "cuda_events+l2_flush" if flush is not None else "cuda_events"
 
 
-def _measure(case, variant: Variant, config: TimingConfig, settings: RunSettings, block: int | None) -> _Measured:
+def _measure(
+    case,
+    variant: Variant,
+    config: TimingConfig,
+    settings: RunSettings,
+    block: int | None,
+    references: CaseReferences,
+) -> _Measured:
     threads = torch.get_num_threads() if case.device == "cpu" else 1
     # Before the variant's setup, so the probe's own threads have long gone idle when the timing starts.
     sync_before = core_sync.sync_probe_us(threads)
@@ -151,7 +158,7 @@ def _measure(case, variant: Variant, config: TimingConfig, settings: RunSettings
     setup_s = time.perf_counter() - started
     if not isinstance(prepared, Prepared):
         prepared = Prepared(prepared, variant.note)
-    verify_outputs(prepared.call(), case.reference(), case.tolerance)  # every round: a wrong call is never timed
+    verify_outputs(prepared.call(), references.of(case), case.tolerance)  # every round: a wrong call is never timed
     bench_turns.current().begin()  # in an A/B worker, the first turn: everything above ran beside the other build
     # The setup above ran unpinned: pools it created keep every CPU. A parallel call is not pinned at all.
     with pinned_for_timing(threads):
@@ -168,6 +175,7 @@ def _run_variant(
     config: TimingConfig,
     settings: RunSettings,
     results: Results,
+    references: CaseReferences,
 ) -> None:
     device = device_label(case.device)
     layout = getattr(case, "layout", NATURAL)  # a case that places nothing has its buffers as allocated
@@ -191,7 +199,7 @@ def _run_variant(
     )
     row = results.measured.get(key)
     try:
-        measured = _measure(case, variant, config, settings, row.block if row else None)
+        measured = _measure(case, variant, config, settings, row.block if row else None, references)
     except Unsupported as reason:
         results.skipped.append(f"{where}: {reason}")
     except VerificationError as error:
@@ -209,6 +217,12 @@ def _run_variant(
     results.drop(key)
 
 
+def _run_job(job: Job, round_index: int, config: TimingConfig, settings: RunSettings, results: Results) -> None:
+    references = CaseReferences()  # returned with the job: its cases' prepared references go with it
+    for case, baseline, variant in job.measurements():
+        _run_variant(case, baseline, variant, round_index, config, settings, results, references)
+
+
 def run_round(
     jobs: list[Job],
     round_index: int,
@@ -222,8 +236,7 @@ def run_round(
         if on_job is not None:
             on_job(job)
         try:
-            for case, baseline, variant in job.measurements():
-                _run_variant(case, baseline, variant, round_index, config, settings, results)
+            _run_job(job, round_index, config, settings, results)
         except Unsupported as reason:
             results.skipped.append(f"{job.label}: {reason}")
         except Exception as error:

@@ -64,6 +64,7 @@ class _Clock:
 def _instrument(clock: _Clock) -> None:
     """Wrap the product's steps (module attributes, looked up at call time) in the clock."""
     import bench.measure.timing as timing
+    import bench.measure.verify as verify
     import bench.plan.workloads as workloads
     import bench.rounds as rounds
 
@@ -72,6 +73,7 @@ def _instrument(clock: _Clock) -> None:
         if hasattr(cls, "reference"):
             cls.reference = clock.wrap("reference", cls.reference)
     rounds.verify_outputs = clock.wrap("verify", rounds.verify_outputs)
+    verify.prepare = clock.wrap("verify", verify.prepare)  # a case's reference made ready for comparing
     timing.warm_up_timed = clock.wrap("warmup", timing.warm_up_timed)  # what measure() calls
     timing.block_size = clock.wrap("block", timing.block_size)
     measure = timing.measure

@@ -195,11 +195,16 @@ def test_the_prepared_reference_is_made_once_per_case_and_dropped_for_the_next(c
         return original(cls, reference, tolerance)
 
     monkeypatch.setattr(verify_module.Expected, "of", classmethod(counting))
+    references = verify_module.CaseReferences()
     y = torch.ops.myops.fused_norm.default(case.x, case.weight, case.bias, case.eps)
     for _ in range(3):
-        verify_module.verify_outputs(y, case.reference(), case.tolerance)
+        verify_module.verify_outputs(y, references.of(case), case.tolerance)
     assert len(made) == 1
     other = OpCase.create((2, 8, 256), torch.float32, tmp_path, seed=7)
     with pytest.raises(VerificationError):
-        verify_module.verify_outputs(y, other.reference(), other.tolerance)  # another case's input: differs
+        verify_module.verify_outputs(y, references.of(other), other.tolerance)  # another case's input: differs
     assert len(made) == 2 and made[-1] is other.reference()
+    # Only the current case's operands are held.
+    assert references.of(other) is references.of(other) and len(made) == 2
+    references.of(case)
+    assert len(made) == 3
