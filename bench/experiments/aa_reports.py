@@ -33,7 +33,8 @@ import argparse
 import io
 import itertools
 import math
-from dataclasses import replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -65,27 +66,68 @@ def _verdicts(keys: list[compare.Key], base, new) -> list[compare.RowComparison]
     return [r for r in rows if r.key[0] != compare.LIMIT_WORKLOAD]
 
 
-def judge_pair(base: Path, new: Path) -> dict:
-    """One A/A pair: family-wise false alarms (with the core-placement probe and without it), and the per-row
-    95 % intervals that cover 1 (over the rows that have one: a row whose placements differ has none)."""
-    base_samples, new_samples = read_samples(base), read_samples(new)
-    keys = [k for k in compare.row_keys(read_report(base)) if k in new_samples]
-    counted = _verdicts(keys, base_samples, new_samples)
-    before = _verdicts(keys, unprobed(base_samples), unprobed(new_samples))
+@dataclass(frozen=True)
+class Pair:
+    """Two reports of one commit, with their samples and the rows they share (base's order)."""
+
+    base: Path
+    new: Path
+    base_samples: dict[compare.Key, RowSamples]
+    new_samples: dict[compare.Key, RowSamples]
+    keys: list[compare.Key]
+
+
+def pairs_of(reports: list[Path]) -> Iterator[Pair]:
+    """Every pair of ``reports``; each report's samples are read once."""
+    samples = {path: read_samples(path) for path in reports}
+    keys = {path: compare.row_keys(read_report(path)) for path in reports}
+    for base, new in itertools.combinations(reports, 2):
+        shared = [k for k in keys[base] if k in samples[new]]
+        yield Pair(base, new, samples[base], samples[new], shared)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """Every pair of the reports judged: one line per pair, per flagged row, and per pair and slowdown."""
+
+    pairs: pd.DataFrame
+    flagged: pd.DataFrame
+    shifted: pd.DataFrame
+
+
+def judge_all(reports: list[Path], shifts=SHIFTS) -> Judged:
+    lines, flagged, shifted = [], [], []
+    for pair in pairs_of(reports):
+        counted = _verdicts(pair.keys, pair.base_samples, pair.new_samples)
+        before = _verdicts(pair.keys, unprobed(pair.base_samples), unprobed(pair.new_samples))
+        lines.append(pair_line(pair, counted, before))
+        flagged += flagged_lines(pair, counted)
+        shifted += shifted_lines(pair, counted, before, shifts)
+    return Judged(pd.DataFrame(lines), pd.DataFrame(flagged), pd.DataFrame(shifted))
+
+
+def _names(pair: Pair) -> dict[str, str]:
+    return {"base": report_name(pair.base), "new": report_name(pair.new)}
+
+
+def pair_line(pair: Pair, counted: list[compare.RowComparison], before: list[compare.RowComparison]) -> dict:
+    """One A/A pair: family-wise false alarms (``counted``: with the core-placement probe; ``before``: without it),
+    and the per-row 95 % intervals that cover 1 (over the rows that have one: a row whose placements differ has
+    none)."""
     counted_keys = [r.key for r in counted]
-    priors = compare.kind_priors(counted_keys, base_samples, new_samples, False)
+    priors = compare.kind_priors(counted_keys, pair.base_samples, pair.new_samples, False)
     rng = np.random.default_rng(0)
     covered = with_interval = 0
     for key in counted_keys:
+        prior = priors.get(compare.kind_of(key))
         row = compare.compare_samples(
-            key, base_samples[key], new_samples[key], 0.0, ROW_ALPHA, rng, False, priors.get(compare.kind_of(key))
+            key, pair.base_samples[key], pair.new_samples[key], 0.0, ROW_ALPHA, rng, False, prior
         )
         if not math.isnan(row.ci_low):
             with_interval += 1
             covered += row.ci_low <= 1 <= row.ci_high
     return {
-        "base": report_name(base),
-        "new": report_name(new),
+        **_names(pair),
         "rows": len(counted),
         "false_regressions": sum(r.verdict == compare.REGRESSION for r in counted),
         "false_improvements": sum(r.verdict == compare.IMPROVEMENT for r in counted),
@@ -98,64 +140,56 @@ def judge_pair(base: Path, new: Path) -> dict:
     }
 
 
-def judge_all(reports: list[Path]) -> pd.DataFrame:
-    return pd.DataFrame([judge_pair(a, b) for a, b in itertools.combinations(reports, 2)])
-
-
-def flagged_rows(reports: list[Path]) -> pd.DataFrame:
-    """Every counted row an A/A pair flags, with both sides' unit values: what a false alarm looked like."""
+def flagged_lines(pair: Pair, counted: list[compare.RowComparison]) -> list[dict]:
+    """Every counted row the pair flags, with both sides' unit values: what a false alarm looked like."""
     lines = []
-    for base, new in itertools.combinations(reports, 2):
-        base_samples, new_samples = read_samples(base), read_samples(new)
-        for row in compare.compare_reports(base, new).rows:
-            if row.key[0] == compare.LIMIT_WORKLOAD or row.verdict not in (compare.REGRESSION, compare.IMPROVEMENT):
-                continue
-            units = [compare.unit_medians(samples[row.key]) for samples in (base_samples, new_samples)]
-            lines.append(
-                {
-                    "base": report_name(base),
-                    "new": report_name(new),
-                    **dict(zip(KEY_COLUMNS, row.key, strict=True)),
-                    "verdict": row.verdict,
-                    "ratio": row.ratio,
-                    "ci_low": row.ci_low,
-                    "ci_high": row.ci_high,
-                    "base_units_us": " ".join(f"{v:.1f}" for v in units[0].values()),
-                    "new_units_us": " ".join(f"{v:.1f}" for v in units[1].values()),
-                }
-            )
-    return pd.DataFrame(lines)
-
-
-def shifted_pair(base: Path, new: Path, shifts=SHIFTS) -> list[dict]:
-    """Per slowdown s: the pair judged with NEW's fused op rows s slower, at the product's threshold and alpha
-    (``op_rows_flagged_unprobed``: the same with the core-placement readings dropped)."""
-    base_samples, new_samples = read_samples(base), read_samples(new)
-    keys = [k for k in compare.row_keys(read_report(base)) if k in new_samples]
-    lines = []
-    for shift in shifts:
-        slowed = {k: replace(v, values=v.values * (1 + shift)) if is_op_row(k) else v for k, v in new_samples.items()}
-        counted = _verdicts(keys, base_samples, slowed)
-        op_rows = [r for r in counted if is_op_row(r.key)]
-        before = [r for r in _verdicts(keys, unprobed(base_samples), unprobed(slowed)) if is_op_row(r.key)]
+    for row in counted:
+        if row.verdict not in (compare.REGRESSION, compare.IMPROVEMENT):
+            continue
+        units = [compare.unit_medians(samples[row.key]) for samples in (pair.base_samples, pair.new_samples)]
         lines.append(
             {
-                "base": report_name(base),
-                "new": report_name(new),
-                "slowdown_pct": round(shift * 100),
-                "counted_rows": len(counted),
-                "op_rows": len(op_rows),
-                "op_rows_flagged": sum(r.verdict == compare.REGRESSION for r in op_rows),
-                "op_rows_flagged_unprobed": sum(r.verdict == compare.REGRESSION for r in before),
-                "other_rows_flagged": sum(r.verdict == compare.REGRESSION for r in counted if not is_op_row(r.key)),
-                "op_detectable_80_median": float(np.nanmedian([r.detectable_80 for r in op_rows])),
+                **_names(pair),
+                **dict(zip(KEY_COLUMNS, row.key, strict=True)),
+                "verdict": row.verdict,
+                "ratio": row.ratio,
+                "ci_low": row.ci_low,
+                "ci_high": row.ci_high,
+                "base_units_us": " ".join(f"{v:.1f}" for v in units[0].values()),
+                "new_units_us": " ".join(f"{v:.1f}" for v in units[1].values()),
             }
         )
     return lines
 
 
-def shifted_all(reports: list[Path]) -> pd.DataFrame:
-    return pd.DataFrame([line for a, b in itertools.combinations(reports, 2) for line in shifted_pair(a, b)])
+def shifted_lines(
+    pair: Pair, counted: list[compare.RowComparison], before: list[compare.RowComparison], shifts=SHIFTS
+) -> list[dict]:
+    """Per slowdown s: the pair judged with NEW's fused op rows s slower, at the product's threshold and alpha
+    (``op_rows_flagged_unprobed``: the same with the core-placement readings dropped). At s = 0 that is the pair's
+    own verdicts, ``counted`` and ``before``."""
+    lines = []
+    for shift in shifts:
+        if shift:
+            slowed = {
+                k: replace(v, values=v.values * (1 + shift)) if is_op_row(k) else v for k, v in pair.new_samples.items()
+            }
+            counted = _verdicts(pair.keys, pair.base_samples, slowed)
+            before = _verdicts(pair.keys, unprobed(pair.base_samples), unprobed(slowed))
+        op_rows = [r for r in counted if is_op_row(r.key)]
+        lines.append(
+            {
+                **_names(pair),
+                "slowdown_pct": round(shift * 100),
+                "counted_rows": len(counted),
+                "op_rows": len(op_rows),
+                "op_rows_flagged": sum(r.verdict == compare.REGRESSION for r in op_rows),
+                "op_rows_flagged_unprobed": sum(r.verdict == compare.REGRESSION for r in before if is_op_row(r.key)),
+                "other_rows_flagged": sum(r.verdict == compare.REGRESSION for r in counted if not is_op_row(r.key)),
+                "op_detectable_80_median": float(np.nanmedian([r.detectable_80 for r in op_rows])),
+            }
+        )
+    return lines
 
 
 def power_summary(shifted: pd.DataFrame) -> pd.DataFrame:
@@ -218,11 +252,11 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--judge-only needs at least 2 reports under {args.workspace}, found {len(reports)}")
     else:
         reports = measure(args.reports, args.processes, args.full, args.workspace)
-    pairs = judge_all(reports)
-    shifted = shifted_all(reports)
+    judged = judge_all(reports)
+    pairs, shifted = judged.pairs, judged.shifted
     args.out.mkdir(parents=True, exist_ok=True)
     pairs.to_csv(args.out / "aa_pairs.csv", index=False)
-    flagged_rows(reports).to_csv(args.out / "aa_flagged.csv", index=False, float_format="%.4f")
+    judged.flagged.to_csv(args.out / "aa_flagged.csv", index=False, float_format="%.4f")
     shifted.to_csv(args.out / "shifted_power.csv", index=False)
     summary = power_summary(shifted)
     summary.to_csv(args.out / "shifted_power_summary.csv", index=False, float_format="%.4f")
