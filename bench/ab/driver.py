@@ -69,7 +69,7 @@ from bench.processes.worker import OPS_ROOT_VARIABLE, PROTOCOL
 from bench.report.progress import RunProgress
 from bench.report.schema import READABLE_SCHEMAS, read_report
 from bench.rounds import Outcome
-from bench.stats import compare
+from bench.stats import compare, stages
 from bench.stats.pooled import pool_reports
 from env.files import write_text_atomic
 from env.paths import REPO_ROOT, build_dir, reports_dir
@@ -106,7 +106,7 @@ PROCESS_BUDGET_S = 0.125
 # its standard error, and both fall with the pairs kept (bench/stats/design.py: 12 pairs keep 10, 20 keep 16).
 # Seven suspects at 12 pairs left a 10 % slowdown of the allocating call at 4 MiB, 1.081 [1.037, 1.128],
 # short of the 1.05 the verdict then asked for.
-CONFIRM_ALPHA_SHARE = 0.2
+CONFIRM_ALPHA_SHARE = stages.CONFIRM_ALPHA_SHARE
 CONFIRM_PROCESSES = 20
 CONFIRM_BUDGET_S = 0.25  # per variant and process: a suspect's grid is a few rows, so its windows can be long
 # The worker module, this tree's first; a REF from before bench/ was grouped by stage has it at the second.
@@ -756,24 +756,8 @@ def _judge(
 
 
 def rejudge_folder(folder: Path, threshold: float, alpha: float = compare.DEFAULT_ALPHA) -> compare.Comparison:
-    """A finished run's verdicts judged again from its pooled reports by this checkout's rules, both stages.
-
-    A run from before the second stage (no ``confirm`` folder) keeps its suspects INCONCLUSIVE.
-    """
-    share = CONFIRM_ALPHA_SHARE
-
-    def pooled(where: Path) -> tuple[Path, Path]:
-        return where / "base" / "pooled.csv", where / "new" / "pooled.csv"
-
-    comparison = compare.compare_reports(*pooled(folder), threshold, alpha * (1 - share), paired=True)
-    again = pooled(folder / "confirm")
-    if all(path.is_file() for path in again):
-        # The family is the suspects the run measured again (runs from before 2026-12-03 skipped some).
-        measured = set(compare.row_keys(read_report(again[0])))
-        suspects = [k for k in compare.suspects(comparison, threshold) if k in measured]
-        second = compare.compare_reports(*again, threshold, alpha * share, paired=True, only=suspects)
-        comparison = compare.with_confirmed(comparison, second)
-    return comparison
+    """A finished run's verdicts judged again from its pooled reports by this checkout's rules, both stages."""
+    return stages.judge_folder(folder, threshold, alpha, CONFIRM_ALPHA_SHARE).comparison
 
 
 def _verdict(comparison: compare.Comparison, console: Console, alpha: float, first: float) -> int:
@@ -809,7 +793,7 @@ def run_in_processes(options: BenchOptions, processes: int, verbose: bool = Fals
     Returns 1 when a baseline failed (as a plain run does), else 0.
     """
     from bench.report.plot import write_plot
-    from bench.report.schema import ReportPaths, read_report
+    from bench.report.schema import ReportPaths
     from bench.report.summary import print_summary
 
     console = Console(width=None if Console().is_terminal else 200)

@@ -3,7 +3,7 @@
     python -m bench.experiments.confirm_share [--runs reports/power_curves/measured_runs.csv]
         [--shares 0.2,0.3,0.4,0.5,0.6,0.7] [--bound-share 1.0] [--out reports/power_curves/confirm_share]
 
-An A/B run spends its family-wise alpha in two stages (bench/ab/driver.py,
+An A/B run spends its family-wise alpha in two stages (bench/stats/stages.py,
 CONFIRM_ALPHA_SHARE): every row on the first pairs, then the suspects (rows left
 INCONCLUSIVE with their estimate past the threshold) in fresh pairs, judged
 alone. The share given to the second stage trades the first stage's intervals
@@ -16,8 +16,8 @@ threshold itself; the product now takes half of it, SUSPECT_BOUND_SHARE).
 The recorded confirmation measured the suspects of the share the run used. A
 row that another share leaves a suspect but that was not measured again cannot
 be confirmed from the recording: it is counted as not flagged, and it still
-counts in the second stage's family (so its alpha is spread as the real run
-would spread it). The power read here is therefore a lower bound at shares
+counts in the second stage's family (bench/stats/stages.py: its alpha is spread
+as the real run would spread it). The power read here is therefore a lower bound at shares
 other than the recorded one, and the false alarms are those of the recorded
 pairs.
 """
@@ -31,8 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.experiments.rows import is_op_row
-from bench.report.schema import read_report
-from bench.stats import compare
+from bench.stats import compare, stages
 from env.paths import reports_dir
 
 DEFAULT_SHARES = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
@@ -48,32 +47,18 @@ class Judged:
     confirmed_op_rows: int
 
 
-def _pooled(where: Path) -> tuple[Path, Path]:
-    return where / "base" / "pooled.csv", where / "new" / "pooled.csv"
-
-
 def judge_at_share(
     folder: Path, share: float, threshold: float, alpha: float, bound_share: float = RECORDED_BOUND_SHARE
 ) -> Judged:
     """A recorded quick A/B run's verdicts with ``share`` of ``alpha`` given to the confirmation."""
-    first = compare.compare_reports(*_pooled(folder), threshold, alpha * (1 - share), paired=True)
-    suspects = compare.suspects(first, threshold, bound_share)
-    again = _pooled(folder / "confirm")
-    measured = set(compare.row_keys(read_report(again[0]))) if again[0].is_file() else set()
-    confirmable = [k for k in suspects if k in measured]
-    final = first
-    if confirmable:
-        # Per row alpha * share / (all suspects): compare_reports spreads its alpha over ``only``.
-        second_alpha = alpha * share * len(confirmable) / len(suspects)
-        second = compare.compare_reports(*again, threshold, second_alpha, paired=True, only=confirmable)
-        final = compare.with_confirmed(first, second)
-    op_rows = [r for r in final.rows if is_op_row(r.key)]
-    others = [r for r in final.rows if r.key[0] != compare.LIMIT_WORKLOAD and r not in op_rows]
+    judged = stages.judge_folder(folder, threshold, alpha, share, bound_share)
+    op_rows = [r for r in judged.comparison.rows if is_op_row(r.key)]
+    others = [r for r in judged.comparison.rows if r.key[0] != compare.LIMIT_WORKLOAD and r not in op_rows]
     return Judged(
         op_rows=len(op_rows),
         op_flagged=sum(r.verdict == compare.REGRESSION for r in op_rows),
         other_flagged=sum(r.verdict == compare.REGRESSION for r in others),
-        unmeasured_suspects=len(suspects) - len(confirmable),
+        unmeasured_suspects=len(judged.suspects) - len(judged.measured_again),
         confirmed_op_rows=sum(r.confirmed for r in op_rows),
     )
 

@@ -4,7 +4,7 @@
 
 The three comparisons:
   * quick A/B   `bench --quick --against REF`: 10 pairs of processes, Yuen's
-                interval of the trimmed mean, two stages (bench/ab.py);
+                interval of the trimmed mean, two stages (bench/ab/driver.py);
   * full A/B    the same with 12 pairs, over the full grid's counted rows;
   * separate    two full reports (3 processes each) held against each other with
                 `bench.compare`: unpaired, moderated variances.
@@ -38,14 +38,14 @@ import pandas as pd
 from bench.ab import driver as ab
 from bench.experiments.calibration import ReportNoise, pair_spreads, report_noise
 from bench.experiments.rows import OP_BASELINE, OP_WORKLOAD
-from bench.stats import compare
+from bench.stats import compare, stages
 from bench.stats.moderated import fit_prior, squeeze
 from bench.stats.verdicts import DEFAULT_THRESHOLD, REGRESSION, verdict_of
 from env.paths import reports_dir
 
 SLOWDOWNS_PCT = (0, 2, 3, 5, 10, 20)
 # The A/B run's own stage design (bench/ab/driver.py), so a change of it changes these curves.
-FIRST_STAGE_SHARE = 1 - ab.CONFIRM_ALPHA_SHARE
+FIRST_STAGE_SHARE = 1 - stages.CONFIRM_ALPHA_SHARE
 CONFIRM_PAIRS = ab.CONFIRM_PROCESSES
 # One pair in about fifteen sits 15-40 % off on a row whose other pairs agree within a few per cent (an A/A
 # run of 10 pairs on the development VM: 16 of 32 counted rows had a pair more than 15 % off the row's
@@ -80,7 +80,7 @@ def _judge_paired(diffs: np.ndarray, alpha: float, rng) -> tuple[str, float]:
 
 
 def simulate_ab(design: AbDesign, spreads: np.ndarray, slowdown: float, runs: int, rng, alpha=0.05) -> dict:
-    """One A/B design's runs: both stages, as bench/ab.py judges them."""
+    """One A/B design's runs: both stages, as bench/ab/driver.py judges them."""
     first_alpha = alpha * FIRST_STAGE_SHARE / design.counted_rows
     flagged_op, all_op, false_runs = 0, 0, 0
     bound = 1 + DEFAULT_THRESHOLD * compare.SUSPECT_BOUND_SHARE  # a suspect's estimate lies past it

@@ -14,8 +14,9 @@ from __future__ import annotations
 from scipy.stats import t as student_t
 
 from bench.stats.compare import DEFAULT_ALPHA, TRIM
+from bench.stats.stages import CONFIRM_ALPHA_SHARE
 
-FIRST_STAGE_SHARE = 0.8  # bench/ab.py: 1 - CONFIRM_ALPHA_SHARE (not imported: ab.py loads the benchmark)
+FIRST_STAGE_SHARE = 1 - CONFIRM_ALPHA_SHARE
 QUICK_FAMILY = 54  # counted rows of the quick grid, every baseline: what CI's gate judges
 # Suspects of an A/A quick run at half the threshold's bound: 11-16 in the 10 recorded A/A runs of
 # reports/power_curves/measured_runs.csv, re-read by bench/experiments/confirm_share.py.
