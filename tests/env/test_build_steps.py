@@ -227,3 +227,48 @@ def test_a_step_s_last_result_is_reused_only_while_its_inputs_and_outputs_hold(f
     assert steps.up_to_date_fragment("cuda_compile_check") is None  # its output is gone
     with pytest.raises(ValueError, match="step must be one of torch_jit, ort_library, cuda_compile_check"):
         steps.up_to_date_fragment("cuda")
+
+
+def test_a_benchmarks_build_leaves_a_stale_cuda_check_to_the_next_full_build(tmp_path, monkeypatch, capsys):
+    # Every step stood in for by a recorder; the keys, the up-to-date decisions and the record are the real ones.
+    ran: list[str] = []
+
+    def output(name: str) -> str:
+        path = tmp_path / "build" / name
+        path.write_text("")
+        return str(path)
+
+    def fake_torch(mode):
+        def run(fragment):
+            ran.append(f"torch_{mode}")
+            fragment["artifacts"]["torch_library"] = output("fake_torch.so")
+
+        return run
+
+    def fake_ort(fragment):
+        ran.append("ort_library")
+        fragment["artifacts"]["ort_library"] = output("fake_ort.so")
+
+    def fake_cuda(fragment):
+        ran.append("cuda_compile_check")
+        entry = {"status": "compiled", "json": output("report.json"), "targets": ["sm_90"]}
+        entry["summary"] = {"kernels": 1, "max_registers": {"sm_90": 40}, "spilling_kernels": []}
+        fragment["build"]["cuda_resource_report"] = entry
+        fragment["artifacts"]["cuda_objects"] = {}
+
+    monkeypatch.setattr(steps, "_run_torch", fake_torch)
+    monkeypatch.setattr(steps, "_run_ort", fake_ort)
+    monkeypatch.setattr(cuda, "run_in_build", fake_cuda)
+    monkeypatch.delenv(cuda.SKIP_VARIABLE, raising=False)
+
+    record = steps.build("jit", for_benchmarks=True).record
+    assert ran == ["torch_jit", "ort_library"]
+    assert record["build"]["cuda_resource_report"] == {"status": "skipped", "reason": cuda.FOR_BENCHMARKS}
+    assert f"CUDA compile check: skipped ({cuda.FOR_BENCHMARKS})" in capsys.readouterr().out
+    assert steps.up_to_date_fragment("cuda_compile_check") is None  # no state written: still to run
+
+    steps.build("jit")  # the full build runs what the benchmark's left, and only that
+    assert ran == ["torch_jit", "ort_library", "cuda_compile_check"]
+    record = steps.build("jit", for_benchmarks=True).record  # an up-to-date check's result is kept
+    assert ran == ["torch_jit", "ort_library", "cuda_compile_check"]
+    assert record["build"]["cuda_resource_report"]["status"] == "compiled"
