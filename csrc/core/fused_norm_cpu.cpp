@@ -976,17 +976,24 @@ inline bool rows_alias_in_block(uintptr_t x, uintptr_t y, uintptr_t row_bytes, i
 // The most rows (4, 2 or 1) a write block can take with no L1 set holding
 // more than kBlockLinesPerSet of its lines: x's and y's rows (y's only where
 // its stores are ordinary: streamed lines bypass the L1), weight and bias.
-// Streamed, y's rows must also not alias a later row of x in the block
-// (rows_alias_in_block). At the allocator's natural layout (y at x's offset
-// into a page), past the last-level cache, the blocks of four this rule
-// replaces with single rows took 1.16x the time at 4096x2048 float32, 1.05x
-// at 16384x4096, 2.4x at 4096x2048 bfloat16 and 1.4-1.5x in float16 (Zen 4,
-// 1 thread, bench/experiments/core_ab.cpp). Ordinary stores at that layout
-// already count y's rows in x's sets and take pairs. Only the starts'
-// offsets into a page (and the row length's) matter.
-inline int count_block_rows(uintptr_t x, uintptr_t w, uintptr_t b, uintptr_t y, uintptr_t row_bytes, bool stream) {
+// Where `clear_of_aliasing`, y's rows must also not alias a later row of x in
+// the block (rows_alias_in_block). Streamed: at the allocator's natural
+// layout (y at x's offset into a page), past the last-level cache, the
+// blocks of four this rule replaces with single rows took 1.16x the time at
+// 4096x2048 float32, 1.05x at 16384x4096, 2.4x at 4096x2048 bfloat16 and
+// 1.4-1.5x in float16. Ordinary float32 stores: the pairs (or fours) it
+// replaces took 1.12-1.16x the time at the natural layout with rows of
+// 4 KiB (1024x1024, 512x2048) and 1.12x with rows of 2 KiB (2048x512), and
+// 1.09-1.27x where y sits 1-3 KiB into x's page with rows of 2-3 KiB. In
+// 16 bits in the caches the conversions hide the wait: pairs for fours took
+// 1.04x the time in float16 at 1024x1024 at the natural layout, so 16-bit
+// ordinary stores keep the set rule alone. (Zen 4, 1 thread,
+// bench/experiments/core_ab.cpp.) Only the starts' offsets into a page (and
+// the row length's) matter.
+inline int count_block_rows(uintptr_t x, uintptr_t w, uintptr_t b, uintptr_t y, uintptr_t row_bytes, bool stream,
+                            bool clear_of_aliasing) {
   for (const int rows : {kRowBlock, 2}) {
-    if (stream && rows_alias_in_block(x, y, row_bytes, rows)) continue;
+    if (clear_of_aliasing && rows_alias_in_block(x, y, row_bytes, rows)) continue;
     uintptr_t starts[2 * kRowBlock + 2];
     int count = 0;
     starts[count++] = w;
@@ -1016,8 +1023,10 @@ inline int write_block_rows(const T* x, const T* w, const T* b, const T* y, int6
                        uint64_t{Stream} << 60;
   const uint64_t seen = last.load(std::memory_order_relaxed);
   if ((seen & ((uint64_t{1} << 61) - 1)) == key && (seen >> 61) != 0) return static_cast<int>(seen >> 61);
+  constexpr bool kClearOfAliasing = Stream || sizeof(T) == 4;
   const int rows = count_block_rows(reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(w),
-                                    reinterpret_cast<uintptr_t>(b), reinterpret_cast<uintptr_t>(y), row_bytes, Stream);
+                                    reinterpret_cast<uintptr_t>(b), reinterpret_cast<uintptr_t>(y), row_bytes, Stream,
+                                    kClearOfAliasing);
   last.store(key | static_cast<uint64_t>(rows) << 61, std::memory_order_relaxed);
   return rows;
 }
