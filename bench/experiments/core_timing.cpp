@@ -177,7 +177,8 @@ void time_norm(int64_t rows, int64_t hidden, int reps, const Element& e) {
       const double t1 = now_ns();
       for (int i = 0; i < calls; ++i) std::memcpy(y, x, bytes);
       const double t2 = now_ns();
-      for (int i = 0; floor && i < calls; ++i) two_pass_rows(static_cast<float*>(y), static_cast<float*>(x), rows, hidden);
+      for (int i = 0; floor && i < calls; ++i)
+        two_pass_rows(static_cast<float*>(y), static_cast<float*>(x), rows, hidden);
       const double t3 = now_ns();
       if (rep >= 2) {
         op.push_back((t1 - t0) / calls / n);

@@ -1024,9 +1024,9 @@ inline int write_block_rows(const T* x, const T* w, const T* b, const T* y, int6
   const uint64_t seen = last.load(std::memory_order_relaxed);
   if ((seen & ((uint64_t{1} << 61) - 1)) == key && (seen >> 61) != 0) return static_cast<int>(seen >> 61);
   constexpr bool kClearOfAliasing = Stream || sizeof(T) == 4;
-  const int rows = count_block_rows(reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(w),
-                                    reinterpret_cast<uintptr_t>(b), reinterpret_cast<uintptr_t>(y), row_bytes, Stream,
-                                    kClearOfAliasing);
+  const int rows =
+      count_block_rows(reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(w), reinterpret_cast<uintptr_t>(b),
+                       reinterpret_cast<uintptr_t>(y), row_bytes, Stream, kClearOfAliasing);
   last.store(key | static_cast<uint64_t>(rows) << 61, std::memory_order_relaxed);
   return rows;
 }
