@@ -170,22 +170,25 @@ def shifted_lines(
     own verdicts, ``counted`` and ``before``."""
     lines = []
     for shift in shifts:
+        judged, judged_before = counted, before
         if shift:
             slowed = {
                 k: replace(v, values=v.values * (1 + shift)) if is_op_row(k) else v for k, v in pair.new_samples.items()
             }
-            counted = _verdicts(pair.keys, pair.base_samples, slowed)
-            before = _verdicts(pair.keys, unprobed(pair.base_samples), unprobed(slowed))
-        op_rows = [r for r in counted if is_op_row(r.key)]
+            judged = _verdicts(pair.keys, pair.base_samples, slowed)
+            judged_before = _verdicts(pair.keys, unprobed(pair.base_samples), unprobed(slowed))
+        op_rows = [r for r in judged if is_op_row(r.key)]
         lines.append(
             {
                 **_names(pair),
                 "slowdown_pct": round(shift * 100),
-                "counted_rows": len(counted),
+                "counted_rows": len(judged),
                 "op_rows": len(op_rows),
                 "op_rows_flagged": sum(r.verdict == compare.REGRESSION for r in op_rows),
-                "op_rows_flagged_unprobed": sum(r.verdict == compare.REGRESSION for r in before if is_op_row(r.key)),
-                "other_rows_flagged": sum(r.verdict == compare.REGRESSION for r in counted if not is_op_row(r.key)),
+                "op_rows_flagged_unprobed": sum(
+                    r.verdict == compare.REGRESSION for r in judged_before if is_op_row(r.key)
+                ),
+                "other_rows_flagged": sum(r.verdict == compare.REGRESSION for r in judged if not is_op_row(r.key)),
                 "op_detectable_80_median": float(np.nanmedian([r.detectable_80 for r in op_rows])),
             }
         )
