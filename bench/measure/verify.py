@@ -129,6 +129,10 @@ def verify(output: object, reference: Tensor | Expected, tolerance: Tolerance, w
         raise VerificationError(f"{what}: output shape {list(out.shape)}, expected {list(expected.shape)}")
     flat_out, flat_ref = out.reshape(-1), expected.reference.reshape(-1)
     narrow = expected.near is not None and flat_out.dtype in _NARROW
+    if narrow:
+        largest = _largest_within_bound(flat_out, expected)
+        if largest is not None:
+            return largest
     largest, not_finite, bad, worst, worst_excess = 0.0, 0, 0, -1, -math.inf
     for start in range(0, flat_out.numel(), CHUNK_ELEMENTS):
         chunk = flat_out[start : start + CHUNK_ELEMENTS]
@@ -164,6 +168,24 @@ def verify(output: object, reference: Tensor | Expected, tolerance: Tolerance, w
             f"worst at flat index {worst}: got {float(flat_out[worst]):.6g}, "
             f"expected {float(flat_ref[worst]):.6g}"
         )
+    return largest
+
+
+def _largest_within_bound(flat_out: Tensor, expected: Expected) -> float | None:
+    """The largest |out - near| where every element is finite and within its bound; None otherwise.
+
+    Two reductions a chunk and no boolean temporaries: 4x faster than the counting loop of :func:`verify`
+    (0.04 s against 0.15 s a 256 MiB output, 2 threads), which runs only where this finds a fault, to say
+    where and how many. A NaN or infinite output makes the chunk's largest excess NaN or infinite: a fault.
+    """
+    largest = 0.0
+    for start in range(0, flat_out.numel(), CHUNK_ELEMENTS):
+        end = min(start + CHUNK_ELEMENTS, flat_out.numel())
+        error = torch.sub(flat_out[start:end].to(torch.float32), expected.near[start:end]).abs_()
+        largest = max(largest, float(error.max()))
+        excess = float(error.sub_(expected.bound[start:end]).max())
+        if not excess <= 0.0:  # NaN compares false: a fault too
+            return None
     return largest
 
 

@@ -155,6 +155,29 @@ def test_every_chunk_is_checked_and_the_worst_element_named(case, monkeypatch):
         verify(unwritten, case.reference(), case.tolerance, "unwritten")
 
 
+def test_the_fast_scan_returns_the_largest_error_and_leaves_every_fault_to_the_counting_loop(case, monkeypatch):
+    import bench.measure.verify as verify_module
+    from bench.measure.verify import Expected
+
+    monkeypatch.setattr(verify_module, "CHUNK_ELEMENTS", 100)  # 41 chunks, the last one partial
+    expected = Expected.of(case.reference(), case.tolerance)
+    y = torch.ops.myops.fused_norm.default(case.x, case.weight, case.bias, case.eps)
+    largest = float((y.reshape(-1) - expected.near).abs().max())
+    assert largest > 0  # the op's rounding differs from the reference's somewhere: the value is a real one
+    assert verify(y, expected, case.tolerance, "fused") == largest
+    counted = []
+    monkeypatch.setattr(verify_module, "_largest_within_bound", lambda out, exp: counted.append(1))  # always "fault"
+    assert verify(y, expected, case.tolerance, "fused") == largest  # the counting loop's answer is the same
+    monkeypatch.undo()
+    monkeypatch.setattr(verify_module, "CHUNK_ELEMENTS", 100)
+    for index, value in ((0, float("inf")), (4095, float("-inf")), (2050, float("nan"))):
+        faulty = y.clone()
+        faulty.view(-1)[index] = value
+        with pytest.raises(VerificationError, match=rf"1 of {y.numel()} outputs are not finite"):
+            verify(faulty, expected, case.tolerance, "faulty")
+    assert counted == [1]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_the_narrow_comparison_never_passes_an_element_the_float64_rule_fails(dtype, generator):
     # Each output element is the representable value of ``dtype`` just outside or just inside the float64 bound
