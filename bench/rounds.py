@@ -32,7 +32,7 @@ from bench.measure.verify import CaseReferences, VerificationError, verify_outpu
 from bench.plan.devices import device_label
 from bench.plan.grid import shape_label
 from bench.plan.jobs import Job, device_prefix
-from bench.plan.options import BUDGET_S, MIN_SAMPLES, BenchOptions, unique_csv
+from bench.plan.options import BUDGET_S, MIN_SAMPLES, ROUND_FLOOR_CAP, BenchOptions, unique_csv
 from bench.plan.registry import Prepared, Unsupported, Variant
 from bench.report import metrics
 from bench.report.schema import ReportPaths, RowKey, RowSamples, to_frame, write_report
@@ -62,12 +62,13 @@ class RunSettings:
     _flushes: dict = field(default_factory=dict, compare=False, repr=False)  # device -> L2Flush, made on first use
 
     def round_config(self, round_index: int) -> TimingConfig:
-        """Round 0 warms up fully; later rounds re-warm caches only. Each round takes 1/rounds of the budget."""
+        """Round 0 warms up fully; later rounds re-warm caches only. Each round takes 1/rounds of the budget and of
+        the sample floor (at most ROUND_FLOOR_CAP)."""
         return replace(
             self.config,
             warmup=self.config.warmup if round_index == 0 else min(self.config.warmup, REWARM_CALLS),
             budget_s=self.config.budget_s / self.rounds,
-            min_samples=max(1, -(-self.config.min_samples // self.rounds)),
+            min_samples=max(1, min(ROUND_FLOOR_CAP, -(-self.config.min_samples // self.rounds))),
         )
 
     def flush_for(self, case) -> L2Flush | None:

@@ -7,7 +7,7 @@ Method on the CPU (the README states it too):
     and fifty 1-second calls would cost a minute per variant. With
     ``steady_warmup`` the warm-up ends earlier, once two consecutive windows
     of calls take the same time (bench/measure/precision.py), after at least
-    two windows;
+    two windows, or at half the budget;
   * perf_counter_ns around each call; when one call takes less than
     ``BLOCK_FACTOR`` x the measured timer resolution, around a block of calls
     (time / calls per block), so the timer's own cost stays below 1 %. The
@@ -45,6 +45,10 @@ from bench.measure.precision import PRECISION_FLOOR, WARMUP_WINDOW, half_width, 
 BLOCK_FACTOR = 100
 # Extra timings of the block probe's batch; the fastest sets the block.
 BLOCK_PROBE_REPEATS = 4
+# The steady-state warm-up stops at this share of the variant's budget (after the minimum): past the minimum,
+# warm-up calls of 10-700 ms read as the settled calls do (reports/mainjob/warmup_curve/), so a longer warm-up buys
+# nothing where a steady state takes two windows of such calls.
+STEADY_WARMUP_BUDGET_SHARE = 0.5
 # Calls made before timing even when one call outlasts the budget: the first touches
 # the output's pages and lazy state, the next ones run on warm caches. Calls the
 # caller already made (``TimingConfig.calls_before``: the run's verified call)
@@ -211,10 +215,11 @@ def warm_up_timed(
 
 def _warm_up_to_steady_state(call: Callable[[], object], config: TimingConfig) -> tuple[int, float]:
     """Timed warm-up calls in windows of WARMUP_WINDOW: stop when two consecutive windows agree (after at least
-    two), at ``config.warmup`` calls, or once the calls have taken ``config.budget_s`` (after ``min_warmup``).
-    Returns the calls made and the fastest of them in ns (0 when none was made)."""
+    two), at ``config.warmup`` calls, or once the calls have taken STEADY_WARMUP_BUDGET_SHARE of
+    ``config.budget_s`` (after ``min_warmup``). Returns the calls made and the fastest of them in ns (0 when
+    none was made)."""
     clock = time.perf_counter_ns
-    deadline = clock() + config.budget_s * 1e9
+    deadline = clock() + STEADY_WARMUP_BUDGET_SHARE * config.budget_s * 1e9
     times = np.empty(max(config.warmup, 1), dtype=np.float64)
     made = 0
     while made < config.warmup:

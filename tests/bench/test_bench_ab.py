@@ -365,6 +365,15 @@ def test_each_process_times_a_variant_for_the_process_budget_unless_the_run_set_
     assert run_settings(own).round_config(0).budget_s == pytest.approx(0.005)
 
 
+def test_a_process_sample_floor_is_its_share_capped_where_few_processes_share_it():
+    from bench.plan.options import MIN_SAMPLES, ROUND_FLOOR_CAP
+
+    floors = {n: run_settings(ab.per_process(BenchOptions(), n)).round_config(0).min_samples for n in (1, 3, 12, 24)}
+    # A full run's three processes: 4 each, not ceil(20 / 3) = 7; A/B pairs keep their shares of 20.
+    assert floors == {1: ROUND_FLOOR_CAP, 3: ROUND_FLOOR_CAP, 12: 2, 24: 1}
+    assert -(-MIN_SAMPLES // 3) > ROUND_FLOOR_CAP >= -(-MIN_SAMPLES // 12)
+
+
 def test_an_incompatible_ref_is_skipped_with_the_reason():
     with pytest.raises(ab.Skipped, match="speaks protocol 1"):
         ab.check_compatible({"protocol": 1, "schema_version": SCHEMA_VERSION}, "a" * 40)

@@ -77,6 +77,25 @@ def test_the_warm_up_ends_at_a_steady_state_after_a_slow_start():
     assert warm_up(lambda: _spin(50), TimingConfig(warmup=10, steady_warmup=True)) == 10  # the count caps it
 
 
+def test_a_warm_up_that_never_settles_stops_at_its_share_of_the_budget():
+    from bench.measure.timing import STEADY_WARMUP_BUDGET_SHARE
+
+    started = []
+
+    def drifting():  # each call 20 % longer than the last: no two windows agree
+        started.append(time.perf_counter())
+        _spin(50 * 1.2 ** len(started))
+
+    budget = 0.2
+    made = warm_up(drifting, TimingConfig(warmup=10_000, budget_s=budget, steady_warmup=True))
+    share = STEADY_WARMUP_BUDGET_SHARE * budget
+    elapsed = time.perf_counter() - started[0]
+    # The last call started before the deadline, and the warm-up ended once it had passed: at half the budget,
+    # not at the whole of it (the last call lasts a few ms at most).
+    assert made == len(started) > 2 * WARMUP_WINDOW and started[-1] - started[0] < share
+    assert 0.99 * share <= elapsed < 0.75 * budget
+
+
 def test_a_precision_outside_0_1_is_refused_naming_it():
     with pytest.raises(ValueError, match="precision must be in"):
         TimingConfig(precision=0.0)
