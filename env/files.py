@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,9 +34,21 @@ def atomic_path(target: Path | str) -> Iterator[Path]:
         raise
 
 
+_UMASK_LOCK = threading.Lock()
+
+
 def _current_umask() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
+    """The process's umask, read without changing it where Linux shows it (build steps run in threads, and a
+    compiler started while another thread had set it to 0 would write world-writable files)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:  # elsewhere the only way to read it is to set it; the lock keeps our own threads apart
+        umask = os.umask(0)
+        os.umask(umask)
     return umask
 
 

@@ -32,3 +32,18 @@ def test_interrupted_write_leaves_the_old_file_and_no_temporary(tmp_path):
         write_atomic(target, half_write)
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["record.json"]
+
+
+def test_the_umask_is_read_without_being_set_where_linux_shows_it(monkeypatch, tmp_path):
+    import env.files as files
+
+    old = os.umask(0o027)
+    try:
+        assert files._current_umask() == 0o027
+        with monkeypatch.context() as patched:  # a thread that set it to 0 for a moment could leak it to compilers
+            patched.setattr(os, "umask", lambda mask: pytest.fail(f"umask({mask:o}) called"))
+            assert files._current_umask() == 0o027
+            written = files.write_text_atomic(tmp_path / "a.txt", "a")
+        assert written.stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)
