@@ -6,6 +6,8 @@ the project headers they include, its flags, the toolchain facts, the build
 code that runs it) are hashed (env/builder/fingerprint.py); a step whose hash
 matches its last successful run is skipped with one "up to date" line, so a
 build with nothing to do takes a fraction of a second and prints four lines.
+The steps that do run, run side by side (:func:`build` says why), and their
+lines, record fragments and state files follow the plan's order all the same.
 
 The toolchain record build/toolchain.json is rewritten on every build, before
 compiling, so a failed build still leaves the facts needed to understand it;
@@ -19,7 +21,8 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +92,9 @@ class Step:
     name: str  # its state file: build/state/<name>.json
     title: str  # how the console names it
     inputs: Callable[[dict[str, Any]], dict[str, Any]]  # toolchain facts -> everything the output depends on
-    run: Callable[[dict[str, Any]], None]  # fills a record fragment {build, artifacts, timings_s}
+    # Called in the build's own thread, before any step runs, when this one is to run; returns the run, which fills
+    # a record fragment {build, artifacts, timings_s} in a thread of its own, beside the other steps' runs.
+    prepare: Callable[[], Callable[[dict[str, Any]], None]]
     outputs: Callable[[dict[str, Any]], list[str]]  # files of a fragment that must still exist
     describe: Callable[[dict[str, Any]], str]  # one line about a fragment's result
     # A step a benchmark does not need: how a benchmark's build records leaving it (None: every build runs it).
@@ -212,9 +217,13 @@ def cuda_check_inputs(facts: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_torch(mode: str) -> Callable[[dict[str, Any]], None]:
+    # The JIT spec is resolved here, in the build's own thread: with CUDA, torch_extension_spec() writes the pinned
+    # TORCH_CUDA_ARCH_LIST into os.environ, which the other steps' threads read as they start their compilers.
+    start = time.perf_counter()
+    spec = torch_extension_spec() if mode == "jit" else None
+
     def run(fragment: dict[str, Any]) -> None:
-        start = time.perf_counter()
-        library = build_jit(torch_extension_spec()) if mode == "jit" else build_aot()
+        library = build_jit(spec) if spec is not None else build_aot()
         fragment["timings_s"][f"torch_{mode}"] = round(time.perf_counter() - start, 1)
         fragment["artifacts"]["torch_library"] = str(library)
         fragment["build"]["torch_cxx_runtime"] = check_shared_cxx_runtime(library)
@@ -241,7 +250,7 @@ def steps(mode: str) -> list[Step]:
             f"torch_{mode}",
             f"torch op library ({mode})",
             torch_inputs(mode),
-            _run_torch(mode),
+            lambda: _run_torch(mode),
             lambda f: [f["artifacts"]["torch_library"]],
             lambda f: _shown(f["artifacts"]["torch_library"]),
         ),
@@ -249,7 +258,7 @@ def steps(mode: str) -> list[Step]:
             "ort_library",
             "ONNX Runtime custom-op library",
             ort_inputs,
-            _run_ort,
+            lambda: _run_ort,
             lambda f: [f["artifacts"]["ort_library"]],
             lambda f: _shown(f["artifacts"]["ort_library"]),
         ),
@@ -257,7 +266,7 @@ def steps(mode: str) -> list[Step]:
             "cuda_compile_check",
             "CUDA compile check",
             cuda_check_inputs,
-            cuda.run_in_build,
+            lambda: cuda.run_in_build,
             _cuda_outputs,
             lambda f: ptxas.describe(f["build"].get("cuda_resource_report", {})),
             left_by_benchmarks=_cuda_check_left,  # it builds nothing a benchmark loads (28-40 s of a 2-core build)
@@ -366,6 +375,62 @@ def _write_record(record: dict[str, Any]) -> None:
 # --- the build ---------------------------------------------------------------------
 
 
+@dataclass
+class _Work:
+    """What a build does about one step: reuse its last result, leave it (a benchmarks build), or run it."""
+
+    step: Step
+    fragment: dict[str, Any]
+    to_run: bool = False
+    line: str = ""  # the console's line, when the step does not run
+    key: str = ""
+    inputs: dict[str, Any] = field(default_factory=dict)
+    changed: list[str] = field(default_factory=list)
+    run: Callable[[dict[str, Any]], None] | None = None
+    began: float = 0.0
+    ended: float | None = None  # when its run ended, failed or not
+    error: BaseException | None = None
+
+
+def _decide(step: Step, facts: dict[str, Any], state: dict[str, Any] | None, for_benchmarks: bool) -> _Work:
+    inputs = step.inputs(facts)
+    key = fingerprint.key_of(inputs)
+    if is_up_to_date(step, key, state):
+        fragment = state["fragment"]
+        detail = step.describe(fragment)
+        line = f"{step.title}: {detail if detail.startswith('skipped') else 'up to date - ' + detail}"
+        return _Work(step, fragment, line=line)
+    fragment = {"build": {}, "artifacts": {}, "timings_s": {}}
+    if for_benchmarks and step.left_by_benchmarks is not None:
+        step.left_by_benchmarks(fragment)  # no state written: the next full build runs the step
+        return _Work(step, fragment, line=f"{step.title}: {step.describe(fragment)}")
+    changed = fingerprint.changed_inputs((state or {}).get("inputs"), inputs)
+    return _Work(step, fragment, to_run=True, key=key, inputs=inputs, changed=changed)
+
+
+def _run(work: _Work) -> None:
+    """In a worker thread: the step's run; its failure is kept for the build's thread to raise."""
+    try:
+        work.run(work.fragment)
+    except BaseException as error:
+        work.error = error
+    finally:
+        work.ended = time.perf_counter()
+
+
+def _print_line(work: _Work, verbose: bool) -> None:
+    step, fragment = work.step, work.fragment
+    line = work.line or (
+        f"{step.title}: built in {work.ended - work.began:.1f} s (changed: {', '.join(work.changed)}) - "
+        f"{step.describe(fragment)}"
+    )
+    print(line, flush=True)
+    if verbose and step.name == "cuda_compile_check":
+        table = ptxas.report_table(fragment["build"].get("cuda_resource_report", {}))
+        if table:
+            print(table, flush=True)
+
+
 def build(mode: str = "jit", verbose: bool = False, for_benchmarks: bool = False) -> BuildResult:
     """Run every step of the build (``mode`` jit or aot for the torch library) whose inputs changed.
 
@@ -387,39 +452,41 @@ def build(mode: str = "jit", verbose: bool = False, for_benchmarks: bool = False
     if verbose:
         print(toolchain.format_summary(record), flush=True)
 
-    for step in plan:
-        inputs = step.inputs(facts)
-        key = fingerprint.key_of(inputs)
-        state = states[step.name]
-        if is_up_to_date(step, key, state):
-            fragment = state["fragment"]
-            detail = step.describe(fragment)
-            print(f"{step.title}: {detail if detail.startswith('skipped') else 'up to date - ' + detail}", flush=True)
-        elif for_benchmarks and step.left_by_benchmarks is not None:
-            fragment = {"build": {}, "artifacts": {}, "timings_s": {}}
-            step.left_by_benchmarks(fragment)  # no state written: the next full build runs the step
-            print(f"{step.title}: {step.describe(fragment)}", flush=True)
-        else:
-            changed = fingerprint.changed_inputs((state or {}).get("inputs"), inputs)
-            fragment = {"build": {}, "artifacts": {}, "timings_s": {}}
-            start = time.perf_counter()
-            try:
-                step.run(fragment)
-            finally:
-                _merge(record, fragment)  # what a failed step learnt (headers, CUDA choice) is worth keeping
-                _write_record(record)
-            _write_state(step, key, inputs, fragment)
-            print(
-                f"{step.title}: built in {time.perf_counter() - start:.1f} s (changed: {', '.join(changed)}) - "
-                f"{step.describe(fragment)}",
-                flush=True,
-            )
-        _merge(record, fragment)
-        if verbose and step.name == "cuda_compile_check":
-            table = ptxas.report_table(fragment["build"].get("cuda_resource_report", {}))
-            if table:
-                print(table, flush=True)
-    _write_record(record)
+    work = [_decide(step, facts, states[step.name], for_benchmarks) for step in plan]
+    runs = [w for w in work if w.to_run]
+    for w in runs:
+        w.began = time.perf_counter()
+        try:
+            w.run = w.step.prepare()
+        except Exception as error:  # raised below like a failed run: the other steps still run
+            w.error = error
+
+    # The runs go side by side: each library compiles csrc/core/fused_norm_cpu.cpp, one translation unit that
+    # alone keeps one core busy for 40 s, so on the 2-core VM one step after the other left the second core
+    # mostly idle. No step reads another's output (each writes its own folder under build/ and its own fragment;
+    # the CUDA check compiles the adapters to objects of its own), and every run mostly waits on compiler
+    # processes, hence threads. What this function changes in the process (os.environ through the torch spec,
+    # build/state, the record, the console) it changes in this thread: the inputs and preparations above, the
+    # lines, fragments and states below.
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, len(runs))) as pool:
+            futures = {w.step.name: pool.submit(_run, w) for w in runs if w.run is not None}
+            for w in work:  # the lines in plan order, each as soon as its run has ended
+                if w.step.name in futures:
+                    futures[w.step.name].result()
+                if w.error is None:
+                    _print_line(w, verbose)
+    finally:  # once every run has ended: fragments and states in plan order, what a failed step learnt included
+        for w in work:
+            _merge(record, w.fragment)
+            if w.ended is not None and w.error is None:  # a run that ended well
+                _write_state(w.step, w.key, w.inputs, w.fragment)
+        _write_record(record)
+    failed = [w for w in work if w.error is not None]
+    if failed:  # the first failure in plan order, as a build of one step after the other raised it
+        for other in failed[1:]:
+            failed[0].error.add_note(f"{other.step.title} failed too: {other.error}")
+        raise failed[0].error
     return BuildResult(record=record, record_path=toolchain_record_path())
 
 

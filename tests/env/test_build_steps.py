@@ -3,19 +3,24 @@
 Hash-level tests change one input at a time (a header of a copied csrc/, a
 flag, the compiler) and compare the three steps' keys; one test really
 rebuilds the ONNX Runtime library after a source edit and checks that the
-other steps stayed untouched.
+other steps stayed untouched. The steps that run, run side by side: stand-ins
+that sleep show it, and that a failure waits for the other runs.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import stat
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from env.builder import config, cuda, fingerprint, steps, toolchain
-from env.paths import REPO_ROOT
+from env.builder.commands import BuildError
+from env.paths import REPO_ROOT, toolchain_record_path
 
 STEP_NAMES = ("torch_jit", "ort_library", "cuda_compile_check")
 
@@ -183,7 +188,7 @@ def test_editing_an_ort_source_rebuilds_only_the_ort_library(tmp_path, csrc_copy
 
     first = steps.build("jit")
     library = Path(first.record["artifacts"]["ort_library"])
-    assert ran == ["torch_jit", "cuda_compile_check"] and library.is_file()
+    assert sorted(ran) == ["cuda_compile_check", "torch_jit"] and library.is_file()  # side by side: either order
     built = library.stat()
     capsys.readouterr()
 
@@ -194,13 +199,13 @@ def test_editing_an_ort_source_rebuilds_only_the_ort_library(tmp_path, csrc_copy
         "torch op library (jit)",
         "ONNX Runtime custom-op library",
     ], lines
-    assert ran == ["torch_jit", "cuda_compile_check"] and library.stat().st_ino == built.st_ino
+    assert len(ran) == 2 and library.stat().st_ino == built.st_ino
 
     source = csrc_copy / "ort" / "ort_cpu_op.cc"
     source.write_text(source.read_text() + "\n// edited\n")
     record = steps.build("jit").record
     out = capsys.readouterr().out
-    assert ran == ["torch_jit", "cuda_compile_check"], "only the ORT library depends on that file"
+    assert len(ran) == 2, "only the ORT library depends on that file"
     assert "ONNX Runtime custom-op library: built in" in out and "ort/ort_cpu_op.cc" in out, out
     assert library.stat().st_ino != built.st_ino  # linked anew and renamed into place
     assert record["artifacts"]["torch_library"] == first.record["artifacts"]["torch_library"]
@@ -262,13 +267,110 @@ def test_a_benchmarks_build_leaves_a_stale_cuda_check_to_the_next_full_build(tmp
     monkeypatch.delenv(cuda.SKIP_VARIABLE, raising=False)
 
     record = steps.build("jit", for_benchmarks=True).record
-    assert ran == ["torch_jit", "ort_library"]
+    assert sorted(ran) == ["ort_library", "torch_jit"]  # side by side: either order
     assert record["build"]["cuda_resource_report"] == {"status": "skipped", "reason": cuda.FOR_BENCHMARKS}
     assert f"CUDA compile check: skipped ({cuda.FOR_BENCHMARKS})" in capsys.readouterr().out
     assert steps.up_to_date_fragment("cuda_compile_check") is None  # no state written: still to run
 
     steps.build("jit")  # the full build runs what the benchmark's left, and only that
-    assert ran == ["torch_jit", "ort_library", "cuda_compile_check"]
+    assert len(ran) == 3 and ran[2] == "cuda_compile_check"
     record = steps.build("jit", for_benchmarks=True).record  # an up-to-date check's result is kept
-    assert ran == ["torch_jit", "ort_library", "cuda_compile_check"]
+    assert len(ran) == 3
     assert record["build"]["cuda_resource_report"]["status"] == "compiled"
+
+
+def test_the_steps_that_run_run_side_by_side_and_print_in_plan_order(tmp_path, monkeypatch, capsys):
+    # Each stand-in sleeps 1 s, as a step mostly waits on its compilers: one after the other they take 3 s.
+    spans: dict[str, tuple[float, float]] = {}
+    threads: dict[str, int] = {}
+
+    def output(name: str) -> str:
+        path = tmp_path / "build" / name
+        path.write_text("")
+        return str(path)
+
+    def slow(name: str) -> None:
+        threads[name] = threading.get_ident()
+        start = time.perf_counter()
+        time.sleep(1.0)
+        spans[name] = (start, time.perf_counter())
+
+    def fake_torch(mode):
+        threads["torch prepared"] = threading.get_ident()  # the JIT spec's os.environ write happens here
+
+        def run(fragment):
+            slow(f"torch_{mode}")
+            fragment["artifacts"]["torch_library"] = output("fake_torch.so")
+
+        return run
+
+    def fake_ort(fragment):
+        slow("ort_library")
+        fragment["artifacts"]["ort_library"] = output("fake_ort.so")
+
+    def fake_cuda(fragment):
+        slow("cuda_compile_check")
+        fragment["build"]["cuda_resource_report"] = {"status": "skipped", "reason": "stood in for by the test"}
+
+    monkeypatch.setattr(steps, "_run_torch", fake_torch)
+    monkeypatch.setattr(steps, "_run_ort", fake_ort)
+    monkeypatch.setattr(cuda, "run_in_build", fake_cuda)
+
+    record = steps.build("jit").record
+    assert set(spans) == set(STEP_NAMES)
+    first_start, last_end = min(s for s, _ in spans.values()), max(e for _, e in spans.values())
+    assert max(s for s, _ in spans.values()) < min(e for _, e in spans.values()), spans  # all three at once
+    assert last_end - first_start < 1.9, spans
+    assert threads["torch prepared"] == threading.get_ident()  # prepared in the build's own thread
+    assert len({threads[name] for name in STEP_NAMES} | {threading.get_ident()}) == 4  # each run in its own
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert [line.split(":")[0] for line in lines] == [
+        "torch op library (jit)",
+        "ONNX Runtime custom-op library",
+        "CUDA compile check",
+    ], lines
+    assert all(": built in 1." in line for line in lines), lines
+    assert record["artifacts"]["torch_library"] and record["artifacts"]["ort_library"]
+    assert all(steps.up_to_date_fragment(name) is not None for name in STEP_NAMES)
+
+
+def test_a_failed_step_is_raised_once_the_others_ended_with_every_fragment_merged(tmp_path, monkeypatch, capsys):
+    # The ORT stand-in fails after 0.3 s and the CUDA one at once, while the torch one takes 1 s and succeeds.
+    ended: list[str] = []
+
+    def fake_torch(mode):
+        def run(fragment):
+            time.sleep(1.0)
+            library = tmp_path / "build" / "fake_torch.so"
+            library.write_text("")
+            fragment["artifacts"]["torch_library"] = str(library)
+            ended.append(f"torch_{mode}")
+
+        return run
+
+    def fake_ort(fragment):
+        time.sleep(0.3)
+        fragment["build"]["ort_headers"] = {"summary": "learnt before the compile failed"}
+        raise BuildError("c++ failed (exit 1); the ORT library's compile")
+
+    def fake_cuda(fragment):  # fails first, but comes after the ORT library in the plan
+        fragment["build"]["cuda_resource_report"] = {"status": "failed", "reason": "stood in for by the test"}
+        raise cuda.CudaCheckError("nvcc failed (exit 1); the CUDA check's compile")
+
+    monkeypatch.setattr(steps, "_run_torch", fake_torch)
+    monkeypatch.setattr(steps, "_run_ort", fake_ort)
+    monkeypatch.setattr(cuda, "run_in_build", fake_cuda)
+
+    with pytest.raises(BuildError) as raised:
+        steps.build("jit")
+    assert ended == ["torch_jit"]  # raised once the slow step had ended, not when the first failure came
+    assert str(raised.value) == "c++ failed (exit 1); the ORT library's compile"  # the first in plan order
+    assert raised.value.__notes__ == ["CUDA compile check failed too: nvcc failed (exit 1); the CUDA check's compile"]
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert len(lines) == 1 and lines[0].startswith("torch op library (jit): built in 1."), lines
+    record = json.loads(toolchain_record_path().read_text())  # every fragment, the failed steps' included
+    assert record["artifacts"]["torch_library"] == str(tmp_path / "build" / "fake_torch.so")
+    assert record["build"]["ort_headers"] == {"summary": "learnt before the compile failed"}
+    assert record["build"]["cuda_resource_report"]["status"] == "failed"
+    assert steps.up_to_date_fragment("torch_jit") is not None  # the step that succeeded keeps its result
+    assert steps.up_to_date_fragment("ort_library") is None and steps.up_to_date_fragment("cuda_compile_check") is None
