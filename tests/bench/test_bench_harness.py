@@ -17,7 +17,7 @@ from rich.console import Console
 from bench.measure.timing import TimingConfig, timer_resolution_ns
 from bench.plan.jobs import Job, plan_jobs
 from bench.plan.limits import LimitCase
-from bench.plan.options import MIN_SAMPLES, ROUNDS, BenchOptions
+from bench.plan.options import MIN_SAMPLES, ROUND_FLOOR_CAP, ROUNDS, BenchOptions
 from bench.plan.registry import Variant, all_baselines, register, select
 from bench.report.schema import KEY_COLUMNS, ReportPaths, read_report, read_samples
 from bench.report.summary import print_summary
@@ -70,10 +70,12 @@ def test_tiny_grid_writes_one_row_per_baseline_variant_and_case(torch_run):
 def test_rows_agree_with_their_raw_samples(torch_run):
     _, outcome = torch_run
     frame, samples = read_report(outcome.paths.csv), read_samples(outcome.paths.csv)
+    floor = min(ROUND_FLOOR_CAP, -(-MIN_SAMPLES // ROUNDS))  # each round's share of the floor, capped
     for row in frame.itertuples():
         row_samples = samples[tuple(str(getattr(row, c)) for c in KEY_COLUMNS)]
         values = row_samples.values
-        assert row.n == len(values) >= MIN_SAMPLES
+        assert row.n == len(values) >= ROUNDS * floor
+        assert (np.bincount(row_samples.rounds) >= floor).all()  # every round took its floor at least
         assert row.rounds == ROUNDS and sorted(set(row_samples.rounds)) == list(
             range(ROUNDS)
         )  # every round contributed
