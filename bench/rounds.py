@@ -218,8 +218,14 @@ def _run_variant(
     results.drop(key)
 
 
-def _run_job(job: Job, round_index: int, config: TimingConfig, settings: RunSettings, results: Results) -> None:
-    references = CaseReferences()  # returned with the job: its cases' prepared references go with it
+def _run_job(
+    job: Job,
+    round_index: int,
+    config: TimingConfig,
+    settings: RunSettings,
+    results: Results,
+    references: CaseReferences,
+) -> None:
     for case, baseline, variant in job.measurements():
         _run_variant(case, baseline, variant, round_index, config, settings, results, references)
 
@@ -230,14 +236,20 @@ def run_round(
     settings: RunSettings,
     results: Results,
     on_job: Callable[[Job], None] | None = None,
+    references: CaseReferences | None = None,
 ) -> None:
-    """One pass over ``jobs``, adding to ``results``; ``on_job`` is called before each job (progress)."""
+    """One pass over ``jobs``, adding to ``results``; ``on_job`` is called before each job (progress).
+
+    ``references``: the prepared references of a caller that runs a round one job a call, so that a case's jobs
+    (one per baseline) share its prepared reference; None: this call's own.
+    """
     config = settings.round_config(round_index)
+    references = references if references is not None else CaseReferences()
     for job in jobs:
         if on_job is not None:
             on_job(job)
         try:
-            _run_job(job, round_index, config, settings, results)
+            _run_job(job, round_index, config, settings, results, references)
         except Unsupported as reason:
             results.skipped.append(f"{job.label}: {reason}")
         except Exception as error:

@@ -35,6 +35,7 @@ from rich.console import Console
 
 from bench.measure.allocator import check_policy, set_malloc_policy
 from bench.measure.environment import environment_columns, utc_timestamp
+from bench.measure.verify import CaseReferences
 from bench.plan.devices import device_label, resolve_devices
 from bench.plan.grid import GRIDS
 from bench.plan.jobs import plan_jobs
@@ -109,13 +110,14 @@ def _run_bench(options: BenchOptions, console: Console) -> Outcome:
         ]
     with tempfile.TemporaryDirectory(prefix="fusedbench-") as tmp:
         jobs = plan_jobs(options, Path(tmp))
+        references = CaseReferences()  # a case's prepared reference, shared by its jobs
         with RunProgress(console, len(jobs) * settings.rounds) as progress:
             for round_index in range(settings.rounds):
                 for job in jobs:  # one job at a time, so the progress knows when each ends
                     label = f"round {round_index + 1}/{settings.rounds}: {job.label}"
                     progress.start_job(label)
                     began = time.perf_counter()
-                    run_round([job], round_index, settings, results)
+                    run_round([job], round_index, settings, results, references=references)
                     progress.finish_job(label, time.perf_counter() - began)
     return record_results(results, settings, env, options.out_dir, started)
 

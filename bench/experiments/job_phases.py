@@ -114,6 +114,7 @@ def run(options, page_offset: int, imported_torch: float) -> list[dict]:
 
     from bench.ab.driver import per_process
     from bench.measure.placement import set_page_offset
+    from bench.measure.verify import CaseReferences
     from bench.plan.jobs import plan_jobs
     from bench.plan.options import default_threads
     from bench.rounds import Results, run_round, run_settings
@@ -126,7 +127,7 @@ def run(options, page_offset: int, imported_torch: float) -> list[dict]:
     clock = _Clock()
     _instrument(clock)
     rows = [{"kind": "process", "job": "import torch", "total": imported_torch}]
-    results = Results()
+    results, references = Results(), CaseReferences()
     with tempfile.TemporaryDirectory(prefix="job-phases-") as tmp:
         planned = time.perf_counter()
         jobs = plan_jobs(options, Path(tmp))
@@ -134,7 +135,8 @@ def run(options, page_offset: int, imported_torch: float) -> list[dict]:
         for job in jobs:
             first = len(clock.rows)
             began = time.perf_counter()
-            run_round([_timed(job, clock)], 0, settings, results)  # every worker runs its one round as round 0
+            # Every worker runs its one round as round 0, one job a call, a case's prepared reference shared.
+            run_round([_timed(job, clock)], 0, settings, results, references=references)
             total = time.perf_counter() - began
             for row in clock.rows[first:]:
                 row["job"] = job.label

@@ -9,7 +9,7 @@ so that passing the float32 comparison implies |out - ref| <= atol + rtol *
 |ref| in float64. It is stricter than that rule by at most one float32 ulp of
 the reference (1.2e-7 of |ref|: the rounded reference may lie on the other side
 of the output), against tolerances of 1e-4 of it and looser.
-A job prepares it once per case (:class:`CaseReferences`) and compares every variant's output with it:
+A round prepares it once per case (:class:`CaseReferences`) and compares every variant's output with it:
 at 32x512x4096 float32 a comparison takes 0.32 s instead of 1.29 s in float64
 (1 thread), and a worker compares about 39 outputs of that size.
 """
@@ -17,6 +17,7 @@ at 32x512x4096 float32 a comparison takes 0.32 s instead of 1.29 s in float64
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -98,22 +99,27 @@ def prepare(reference: Tensor | tuple[Tensor, ...], tolerance: Tolerance) -> Exp
 class CaseReferences:
     """The prepared reference of the case being measured, for each of its variants in turn.
 
-    A job measures a case's variants one after the other, and preparing the reference takes as long as a
-    comparison (0.3 s at 32x512x4096 float32), so it is prepared once per case. One case at a time: the
-    previous case's operands go before the next one's are made. Its owner's lifetime (one job) bounds theirs.
+    A case's variants are measured by several jobs (one per baseline), and preparing its reference takes as long
+    as ten comparisons (0.5 s at 32x512x4096 float32, 2 threads: 24 preparations a worker when each job made its
+    own), so one instance serves a whole round and prepares each case once. One case at a time: the previous
+    case's operands go before the next one's are made, and they go with their case (a weak reference), not
+    later: the job that releases a case's buffers releases these too.
     """
 
     def __init__(self) -> None:
-        self._case: object | None = None
+        self._case: weakref.ref | None = None
         self._expected: Expected | tuple[Expected, ...] | None = None
 
     def of(self, case) -> Expected | tuple[Expected, ...]:
         """``case.reference()`` prepared at ``case.tolerance``."""
-        if self._case is not case:
-            self._case = self._expected = None
-            self._expected = prepare(case.reference(), case.tolerance)
-            self._case = case
+        if self._case is None or self._case() is not case:
+            self._drop()
+            expected = prepare(case.reference(), case.tolerance)
+            self._case, self._expected = weakref.ref(case, self._drop), expected
         return self._expected
+
+    def _drop(self, _gone: weakref.ref | None = None) -> None:
+        self._case = self._expected = None
 
 
 def verify(output: object, reference: Tensor | Expected, tolerance: Tolerance, what: str) -> float:

@@ -91,6 +91,7 @@ class _Side:
 
         from bench.measure.environment import environment_columns, utc_timestamp
         from bench.measure.placement import set_page_offset
+        from bench.measure.verify import CaseReferences
         from bench.plan.jobs import plan_jobs
         from bench.plan.options import BenchOptions, default_threads
         from bench.rounds import Results, run_settings
@@ -121,6 +122,7 @@ class _Side:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.jobs = plan_jobs(self.options, self.workdir)
         self.results = Results()
+        self.references = CaseReferences()  # a case's prepared reference, shared by its jobs across job() calls
 
     def job(self, round_index: int, index: int, turns=None) -> dict:
         """Run job ``index``; with ``turns`` (bench/measure/turns.py), only in this process's turns."""
@@ -138,6 +140,7 @@ class _Side:
                 self.settings,
                 self.results,
                 lambda job: print(f"round {round_index + 1}: {job.label}", file=sys.stderr, flush=True),
+                self.references,
             )
         finally:
             bench_turns.use(None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 
 import numpy as np
@@ -231,3 +232,44 @@ def test_the_prepared_reference_is_made_once_per_case_and_dropped_for_the_next(c
     assert references.of(other) is references.of(other) and len(made) == 2
     references.of(case)
     assert len(made) == 3
+    # They go with their case: a released case's operands are not held until the next case comes.
+    del other
+    gc.collect()
+    third = OpCase.create((2, 8, 256), torch.float32, tmp_path, seed=8)
+    held = references.of(third)
+    assert len(made) == 4 and references._expected is held
+    del third
+    gc.collect()
+    assert references._expected is None and references._case is None
+
+
+def test_a_cases_jobs_share_its_prepared_reference_across_one_job_calls(tmp_path, monkeypatch):
+    # Workers run a round one job a call; a case's jobs (one per baseline) must not prepare its reference again.
+    import bench.measure.verify as verify_module
+    from bench.plan.jobs import plan_jobs
+    from bench.rounds import Results, run_round, run_settings
+
+    made = []
+    original = verify_module.Expected.of.__func__
+
+    def counting(cls, reference, tolerance):
+        made.append(reference.shape)
+        return original(cls, reference, tolerance)
+
+    monkeypatch.setattr(verify_module.Expected, "of", classmethod(counting))
+    options = BenchOptions(
+        baseline="unfused,fused,native",
+        op_shapes=((2, 8, 256),),
+        add_norm_shapes=(),
+        model_batches=(),
+        budget_s=0.003,
+        layouts="natural",
+    )
+    jobs = [job for job in plan_jobs(options, tmp_path) if job.label.startswith("op ")]
+    settings, results, references = run_settings(options), Results(), verify_module.CaseReferences()
+    for job in jobs:
+        run_round([job], 0, settings, results, references=references)
+    assert not results.failures and len(results.measured) >= 4
+    # Once for the copy's own case (its reference is the input) and once for the op's case that the three
+    # baselines' jobs share: not once per job.
+    assert len(jobs) == 4 and made == [(2, 8, 256)] * 2
