@@ -139,6 +139,8 @@ def verify(output: object, reference: Tensor | Expected, tolerance: Tolerance, w
         largest = _largest_within_bound(flat_out, expected)
         if largest is not None:
             return largest
+    elif tolerance.atol == tolerance.rtol == 0 and flat_out.dtype == flat_ref.dtype and torch.equal(flat_out, flat_ref):
+        return 0.0  # an exact rule (a copy) against its own input: one pass, 0.05 s instead of 0.45 s at 256 MiB
     largest, not_finite, bad, worst, worst_excess = 0.0, 0, 0, -1, -math.inf
     for start in range(0, flat_out.numel(), CHUNK_ELEMENTS):
         chunk = flat_out[start : start + CHUNK_ELEMENTS]

@@ -179,6 +179,21 @@ def test_the_fast_scan_returns_the_largest_error_and_leaves_every_fault_to_the_c
     assert counted == [1]
 
 
+def test_an_exact_rule_passes_only_the_same_bits(generator):
+    from bench.plan.limits import EXACT
+
+    x = torch.randn(3, 1000, generator=generator)
+    assert verify(x.clone(), x, EXACT, "copy") == 0.0
+    off = x.clone()
+    off.view(-1)[1234] = torch.nextafter(off.view(-1)[1234], torch.tensor(float("inf")))  # one ulp
+    with pytest.raises(VerificationError, match=r"1 of 3000 outputs differ.*flat index 1234"):
+        verify(off, x, EXACT, "copy")
+    unwritten = x.clone()
+    unwritten.view(-1)[5] = float("nan")
+    with pytest.raises(VerificationError, match=r"1 of 3000 outputs are not finite"):
+        verify(unwritten, x, EXACT, "copy")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_the_narrow_comparison_never_passes_an_element_the_float64_rule_fails(dtype, generator):
     # Each output element is the representable value of ``dtype`` just outside or just inside the float64 bound
