@@ -218,18 +218,6 @@ def _run_variant(
     results.drop(key)
 
 
-def _run_job(
-    job: Job,
-    round_index: int,
-    config: TimingConfig,
-    settings: RunSettings,
-    results: Results,
-    references: CaseReferences,
-) -> None:
-    for case, baseline, variant in job.measurements():
-        _run_variant(case, baseline, variant, round_index, config, settings, results, references)
-
-
 def run_round(
     jobs: list[Job],
     round_index: int,
@@ -249,7 +237,8 @@ def run_round(
         if on_job is not None:
             on_job(job)
         try:
-            _run_job(job, round_index, config, settings, results, references)
+            for case, baseline, variant in job.measurements():
+                _run_variant(case, baseline, variant, round_index, config, settings, results, references)
         except Unsupported as reason:
             results.skipped.append(f"{job.label}: {reason}")
         except Exception as error:
