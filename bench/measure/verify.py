@@ -140,7 +140,7 @@ def verify(output: object, reference: Tensor | Expected, tolerance: Tolerance, w
         if largest is not None:
             return largest
     elif tolerance.atol == tolerance.rtol == 0 and flat_out.dtype == flat_ref.dtype and torch.equal(flat_out, flat_ref):
-        return 0.0  # an exact rule (a copy) against its own input: one pass, 0.05 s instead of 0.45 s at 256 MiB
+        return 0.0  # an exact rule (a copy) against its own input: one pass, 0.025 s instead of 0.45 s at 256 MiB
     largest, not_finite, bad, worst, worst_excess = 0.0, 0, 0, -1, -math.inf
     for start in range(0, flat_out.numel(), CHUNK_ELEMENTS):
         chunk = flat_out[start : start + CHUNK_ELEMENTS]
