@@ -63,8 +63,8 @@ def toolchain(c):
         "args": "extra pytest arguments, quoted",
         "all": "run both tiers: the fast one and the slow one (tests marked slow)",
         "slow_only": "run the slow tier alone (CI runs it after the fast tier)",
-        "workers": "pytest-xdist processes, an integer >= 1 (default: 2 for the fast tier where 2 CPUs are usable, "
-        "1 with the slow tier, whose tests time code; docs/testing.md)",
+        "workers": "pytest-xdist processes for the tests not marked timed, an integer >= 1 (default: 2 where 2 CPUs "
+        "are usable); timed tests always run alone, after the others (docs/testing.md)",
     },
 )
 @cli.fails_with("test", ValueError)
@@ -72,12 +72,12 @@ def test(c, k="", args="", all_=False, slow_only=False, workers=""):
     """Build, then run the fast test tier (pytest -m "not slow"); --all adds the slow tier."""
     import shlex
 
-    from env.tiers import default_workers, pytest_command, tier_of
+    from env.tiers import passes, run_passes, tier_of
 
-    tier = tier_of(all_, slow_only)
-    processes = cli.integer("--workers", workers, minimum=1) if workers else default_workers(tier)
-    command = pytest_command(tier, k=k, workers=processes, extra=args)
-    c.run(shlex.join(command), pty=False)
+    steps = passes(tier_of(all_, slow_only), cli.integer("--workers", workers, minimum=1) if workers else None)
+    status = run_passes(steps, lambda command: c.run(shlex.join(command), pty=False, warn=True).exited, k=k, extra=args)
+    if status:
+        raise Exit(code=status)
 
 
 # The verdict's two options, described once for `bench --against` and `bench.compare`.

@@ -399,7 +399,10 @@ def _run(repo: dict, ref: str, tmp_path: Path, new: ab.Tree | None = None) -> tu
     return result, console.file.getvalue()
 
 
+# Timed: an A/A verdict on measured times. The module's other slow tests share its scratch repository's builds
+# (tests/bench/conftest.py), so they run in the same pass, not built again in another worker.
 @pytest.mark.slow
+@pytest.mark.timed
 def test_the_same_commit_against_itself_has_no_regression(ab_repo, tmp_path, monkeypatch):
     # NEW is REF's own checkout and build: identical code, measured through the whole path. A row it leaves a
     # suspect is measured again in as many pairs as the first stage: the confirmation's 20 pairs buy power that
@@ -419,6 +422,7 @@ def test_the_same_commit_against_itself_has_no_regression(ab_repo, tmp_path, mon
 
 
 @pytest.mark.slow
+@pytest.mark.timed
 def test_a_ref_before_ab_support_is_skipped_with_the_reason(ab_repo, tmp_path):
     result, text = _run(ab_repo, ab_repo["old"], tmp_path)
     assert result.code == 0 and result.new_csv is None
@@ -427,6 +431,7 @@ def test_a_ref_before_ab_support_is_skipped_with_the_reason(ab_repo, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timed
 def test_a_ref_of_another_report_schema_is_skipped_with_the_reason(ab_repo, tmp_path):
     root = ab_repo["root"]
     scratch.git("checkout", "--quiet", ab_repo["clean"], cwd=root)

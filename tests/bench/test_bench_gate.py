@@ -114,6 +114,7 @@ def test_the_committed_base_is_an_ancestor_of_this_checkout():
 
 
 @pytest.mark.slow
+@pytest.mark.timed  # the gate's verdict on measured times: nothing else on the cores
 def test_a_commit_that_makes_the_op_ten_percent_slower_fails_the_gate(ab_repo, tmp_path):
     """The scratch repository's landed commit (clean), then a commit that turns the build-time slowdown switch to
     10 %: the gate, measuring the fused op's rows as the quick A/B run does, fails; a trailer accepting them

@@ -180,6 +180,7 @@ sys.exit(main(options))
 # A real sweep in a fresh interpreter, on the small exported models (their export is this module's fixture, about
 # 14 s): the slow tier. test_a_signal_is_not_an_exception_that_a_broad_handler_swallows is the fast test of it.
 @pytest.mark.slow
+@pytest.mark.timed  # a deadline: the run must stop within 2 s of the signal
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_during_the_sweep_stops_it_promptly_and_writes_nothing(tmp_path_factory, tmp_path, signum):
     files = small_model_files(tmp_path_factory)
