@@ -102,7 +102,7 @@ def export_model(
         produced = module(*inputs)
     names = _Names(INPUT_NAMES[: len(inputs)], OUTPUT_NAMES[: len(produced) if isinstance(produced, tuple) else 1])
     start = time.perf_counter()
-    with _quiet_exporter():
+    with _quiet_exporter(), _torchlib_registry_reused():
         export = _export_dynamo if dynamo else _export_torchscript
         model = export(module, inputs, route, names)
     seconds = time.perf_counter() - start
@@ -220,6 +220,40 @@ def _export_torchscript(module: nn.Module, inputs: tuple, route: Route, names: _
         for name in registered:
             torch.onnx.unregister_custom_op_symbolic(name, _SYMBOLIC_FROM_OPSET)
     return onnx.load_from_string(buffer.getvalue())
+
+
+# The dynamo exporter's registry of torchlib functions, per opset, as first built in this process.
+_TORCHLIB_REGISTRIES: dict[int, object] = {}
+
+
+@contextlib.contextmanager
+def _torchlib_registry_reused() -> Iterator[None]:
+    """Build the dynamo exporter's registry of torchlib functions once per opset and process, not once per export.
+
+    torch.onnx.export builds it anew on every call, parsing the source of each of about 500 functions again:
+    0.4 s of every export after the first (0.7 s the first), more than tracing a norm takes, and a benchmark
+    run exports dozens of models. Each export gets its own copy of the lists (it registers the route's
+    translations into them); the functions themselves are shared, as every build makes the same ones.
+    """
+    from torch.onnx._internal.exporter import _registration
+
+    registry_class = _registration.ONNXRegistry
+    build = registry_class.__dict__["from_torchlib"]
+
+    def reused(cls, opset_version=_registration._constants.TORCHLIB_OPSET):
+        if opset_version not in _TORCHLIB_REGISTRIES:
+            _TORCHLIB_REGISTRIES[opset_version] = build.__func__(cls, opset_version=opset_version)
+        built = _TORCHLIB_REGISTRIES[opset_version]
+        copy = cls()
+        copy._opset_version = built._opset_version
+        copy.functions = {target: list(decompositions) for target, decompositions in built.functions.items()}
+        return copy
+
+    registry_class.from_torchlib = classmethod(reused)
+    try:
+        yield
+    finally:
+        registry_class.from_torchlib = build
 
 
 @contextlib.contextmanager

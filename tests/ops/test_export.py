@@ -335,3 +335,37 @@ def test_rejected_export_is_kept_aside(model, tmp_path, monkeypatch):
     with pytest.raises(ExportCheckError, match="rejected file is kept at .*model.rejected.onnx"):
         export_model(model, example_input(2, 8, CONFIG.d_model), "standard", target, dynamo=False)
     assert not target.exists() and (tmp_path / "model.rejected.onnx").exists()
+
+
+@pytest.mark.parametrize("route", ["standard", "custom"])
+def test_an_export_with_the_reused_torchlib_registry_writes_the_same_file(route, tmp_path, monkeypatch, generator):
+    # The exporter's registry is built once per opset and process; every export after that gets a copy. The file
+    # must be byte for byte the one an export building its own registry writes, and the route's translation
+    # registered into one export's copy must not reach the next export's.
+    import contextlib
+
+    from torch.onnx._internal.exporter import _registration
+
+    import ops.onnx.export as export
+
+    norm = build_norm(256, seed=int(torch.randint(0, 2**31, (1,), generator=generator)))
+    x = torch.randn(2, 3, 256, generator=generator)
+    other = "opset23" if route == "standard" else "standard"
+    export_model(norm, x, other, tmp_path / "other.onnx")  # registers the other route's translation in its copy
+    builds = []
+    original = _registration.ONNXRegistry.__dict__["from_torchlib"].__func__
+
+    def counted(cls, opset_version=20):
+        builds.append(opset_version)
+        return original(cls, opset_version=opset_version)
+
+    monkeypatch.setattr(_registration.ONNXRegistry, "from_torchlib", classmethod(counted))
+    export_model(norm, x, route, tmp_path / "reused.onnx")
+    export_model(norm, x, route, tmp_path / "reused-again.onnx")
+    reused_builds = list(builds)
+    monkeypatch.setattr(export, "_torchlib_registry_reused", contextlib.nullcontext)
+    export_model(norm, x, route, tmp_path / "own.onnx")
+    opset = get_route(route).opset
+    assert reused_builds.count(opset) <= 1 and builds[len(reused_builds) :] == [opset]
+    reused, again, own = (onnx.load(tmp_path / f"{n}.onnx") for n in ("reused", "reused-again", "own"))
+    assert reused.SerializeToString() == own.SerializeToString() == again.SerializeToString()
