@@ -69,3 +69,32 @@ def test_inputs_are_built_once_per_shape_and_left_as_drawn(tmp_path, monkeypatch
     for x, value in references:  # every element of the reference the baselines were checked against
         fresh = make_inputs(tuple(x.shape), torch.float32, seed=0, distribution="features")
         assert torch.equal(value, reference_norm(*fresh, EPS))
+
+
+def test_the_op_cases_of_a_shape_share_one_float64_reference_across_layouts(tmp_path, monkeypatch):
+    computed = []
+
+    def counting(x, weight, bias, eps):
+        computed.append(tuple(x.shape))
+        return reference_norm(x, weight, bias, eps)
+
+    monkeypatch.setattr(workloads, "reference_norm", counting)
+    cases = []
+    reference = workloads.OpCase.reference
+
+    def keeping(case):
+        cases.append((case.layout, case.x.data_ptr(), reference(case)))
+        return cases[-1][2]
+
+    monkeypatch.setattr(workloads.OpCase, "reference", keeping)
+    options = _options()
+    results = Results()
+    run_round(plan_jobs(options, tmp_path), 0, run_settings(options), results)
+    assert not results.failures
+    assert sorted(computed) == sorted(SHAPES)  # once per shape, not once per layout
+    for shape in SHAPES:
+        mine = [(layout, ptr, ref) for layout, ptr, ref in cases if tuple(ref.shape) == shape]
+        assert {layout for layout, _, _ in mine} == set(LAYOUTS)
+        assert len({ptr for _, ptr, _ in mine}) == len(LAYOUTS)  # x itself sits at another place in each layout
+        fresh = make_inputs(shape, torch.float32, seed=0, distribution="features")
+        assert all(torch.equal(ref, reference_norm(*fresh, EPS)) for _, _, ref in mine)
