@@ -76,10 +76,22 @@ fi
 
 pins=$(grep -c '^[A-Za-z0-9]' "$requirements")
 echo "create_env: installing requirements/$variant.txt ($pins pins, --require-hashes --no-deps)"
-if ! "$prefix/bin/python" -m pip install --require-hashes --no-deps -r "$requirements" >"$tmp/pip.log" 2>&1; then
+# pip byte-compiles what it installs in one process, half of the install's time;
+# compileall compiles the same files to the same .pyc in a process per core, after the install (2 cores: 56 s
+# in all before, 21 s of install and 19 s of compiling after).
+if ! "$prefix/bin/python" -m pip install --require-hashes --no-deps --no-compile -r "$requirements" >"$tmp/pip.log" 2>&1; then
   grep -v "^WARNING: Location .* is ignored" "$tmp/pip.log" >&2
   echo "create_env: pip install failed (output above)" >&2
   exit 1
+fi
+# Like pip, leave uncompiled the few files Python cannot compile (torch ships tests in a newer Python's syntax);
+# they are listed.
+site=$("$prefix/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+if ! "$prefix/bin/python" -m compileall -q -j 0 "$site" >"$tmp/compile.log" 2>&1; then
+  failed=$(sed -n "s/^\*\*\* Error compiling '\(.*\)'.*/\1/p" "$tmp/compile.log")
+  [ -n "$failed" ] || { cat "$tmp/compile.log" >&2; echo "create_env: compileall failed (output above)" >&2; exit 1; }
+  echo "create_env: left as source, as pip does, what Python $python_version cannot compile:"
+  sed 's/^/  /' <<<"$failed"
 fi
 "$prefix/bin/python" -m pip check
 (cd "$repo" && "$prefix/bin/python" -m env.lock.drift)
