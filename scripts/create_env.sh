@@ -91,7 +91,7 @@ if ! "$prefix/bin/python" -m compileall -q -j 0 "$site" >"$tmp/compile.log" 2>&1
   failed=$(sed -n "s/^\*\*\* Error compiling '\(.*\)'.*/\1/p" "$tmp/compile.log")
   [ -n "$failed" ] || { cat "$tmp/compile.log" >&2; echo "create_env: compileall failed (output above)" >&2; exit 1; }
   echo "create_env: left as source, as pip does, what Python $python_version cannot compile:"
-  sed 's/^/  /' <<<"$failed"
+  while IFS= read -r path; do echo "  $path"; done <<<"$failed"
 fi
 "$prefix/bin/python" -m pip check
 (cd "$repo" && "$prefix/bin/python" -m env.lock.drift)

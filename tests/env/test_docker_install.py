@@ -42,7 +42,10 @@ def test_create_env_installs_the_variants_file_with_hashes_and_stamps_it(tmp_pat
     result = _create_env(prefix, variant)
     assert result.returncode == 0, result.stderr
     assert calls.read_text().splitlines() == [
-        f"-m pip install --require-hashes --no-deps -r {requirements_path(variant)}",
+        f"-m pip install --require-hashes --no-deps --no-compile -r {requirements_path(variant)}",
+        # then byte-compiled in a process per core, where the environment's Python puts packages
+        '-c import sysconfig; print(sysconfig.get_paths()["purelib"])',
+        "-m compileall -q -j 0 ",  # (this stand-in Python names no folder)
         "-m pip check",
         "-m env.lock.drift",  # the same comparison as `invoke env.check`
     ]
