@@ -36,6 +36,7 @@ from env.builder.ort_headers import OrtHeaders, check_runtime_compatible, ensure
 from env.builder.ort_runtime import cuda_provider_status, runtime_api
 from env.builder.toolchain import cxx_compiler
 from env.builder.toolkit import NOT_FOUND, CudaToolkit, find_cuda_toolkit
+from env.builder.torch_library import compiler_cache_env
 from env.files import atomic_path, write_text_atomic
 from env.paths import build_dir, csrc_dir
 
@@ -257,7 +258,14 @@ def build_ort_library(record: dict[str, Any], with_cuda: bool | None = None) -> 
         build["ort_cxx_flags"] = cxx_flags
         try:
             with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-                for future in [pool.submit(run_logged, s.command, s.log) for s in compiles]:
+                # The C++ compiles run through ccache where it is installed, as the torch library's do: another
+                # checkout of the same sources (an A/B run's base) reuses their objects. nvcc runs as it is.
+                cache = compiler_cache_env()
+                runs = [
+                    pool.submit(run_logged, s.command, s.log, env=None if s.name.startswith("nvcc") else cache)
+                    for s in compiles
+                ]
+                for future in runs:
                     future.result()
             run_logged(link.command, link.log)
         finally:

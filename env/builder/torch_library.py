@@ -18,7 +18,7 @@ from pathlib import Path
 
 from env.builder.commands import BuildError, run_logged
 from env.builder.config import TORCH_EXTENSION_NAME, TorchExtensionSpec, torch_extension_spec
-from env.paths import build_dir
+from env.paths import REPO_ROOT, build_dir
 
 # ccache's folder of compiler links (Debian's ccache package): first in PATH,
 # `c++` runs through the cache, so compiling sources and flags that compiled
@@ -27,17 +27,23 @@ from env.paths import build_dir
 # Ninja compiles in the build folder, and setup.py's -g would make ccache hash
 # that folder too: CCACHE_NOHASHDIR lets another build folder (the tests'
 # private ones) hit, at the price of debug info naming the first folder.
+# CCACHE_BASEDIR, the checkout being built: ccache hashes the paths under it
+# relative to the compiler's folder, so another checkout of the same sources
+# (an A/B run's base, the tests' scratch repositories) takes the objects this
+# one compiled, where the compiler runs in the same place relative to its tree.
 CCACHE_LINKS = Path("/usr/lib/ccache")
 
 
 def compiler_cache_env() -> dict[str, str] | None:
-    """The environment of a torch library build: ccache in front of the compiler when it is installed
-    and FUSEDBENCH_CCACHE is not 0; None (this process's environment, unchanged) otherwise."""
+    """The environment of a library build: ccache in front of the compiler when it is installed and
+    FUSEDBENCH_CCACHE is not 0; None (this process's environment, unchanged) otherwise. Variables already
+    set (CCACHE_BASEDIR, CCACHE_DIR, ...) win over these."""
     if os.environ.get("FUSEDBENCH_CCACHE", "1") == "0" or shutil.which("ccache") is None:
         return None
     if not (CCACHE_LINKS / "c++").exists():
         return None
-    return {"CCACHE_NOHASHDIR": "1", **os.environ, "PATH": f"{CCACHE_LINKS}{os.pathsep}{os.environ.get('PATH', '')}"}
+    defaults = {"CCACHE_NOHASHDIR": "1", "CCACHE_BASEDIR": str(REPO_ROOT)}
+    return {**defaults, **os.environ, "PATH": f"{CCACHE_LINKS}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 def jit_dir() -> Path:

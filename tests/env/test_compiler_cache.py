@@ -1,0 +1,60 @@
+"""ccache in front of the library builds: the environment it runs in, and a second checkout of the same
+sources taking the first one's objects."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import env.builder.torch_library as torch_library
+from env.builder.ort_library import ort_cxx_flags
+from env.builder.toolchain import cxx_compiler
+from env.paths import REPO_ROOT, csrc_dir
+
+
+def test_the_cache_environment_puts_ccache_first_and_names_this_checkout(tmp_path, monkeypatch):
+    links = tmp_path / "links"
+    links.mkdir()
+    (links / "c++").symlink_to("/bin/true")
+    monkeypatch.setattr(torch_library, "CCACHE_LINKS", links)
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.delenv("CCACHE_BASEDIR", raising=False)
+    monkeypatch.delenv("FUSEDBENCH_CCACHE", raising=False)
+    cache = torch_library.compiler_cache_env()
+    assert cache["PATH"].split(os.pathsep)[0] == str(links)
+    assert cache["CCACHE_BASEDIR"] == str(REPO_ROOT) and cache["CCACHE_NOHASHDIR"] == "1"
+    monkeypatch.setenv("CCACHE_BASEDIR", "/elsewhere")  # a setting of the caller's wins
+    assert torch_library.compiler_cache_env()["CCACHE_BASEDIR"] == "/elsewhere"
+    monkeypatch.setenv("FUSEDBENCH_CCACHE", "0")
+    assert torch_library.compiler_cache_env() is None
+
+
+@pytest.mark.skipif(
+    shutil.which("ccache") is None or not (torch_library.CCACHE_LINKS / "c++").exists(),
+    reason="ccache is not installed (Debian: apt-get install ccache); the builds then compile everything",
+)
+def test_a_second_checkout_of_the_same_sources_compiles_from_the_first_ones_objects(tmp_path, monkeypatch):
+    # Two checkouts at different paths, each compiling as the ONNX Runtime library's build does: from its
+    # root, with its own folder on the command line. Only the first compiles; the second is a cache hit.
+    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("CCACHE_BASEDIR", raising=False)
+    source = Path("platform") / "cpu_caches.cpp"
+    for checkout in ("first", "second"):
+        root = tmp_path / checkout / "tree"
+        for folder in ("platform", "core"):
+            shutil.copytree(csrc_dir() / folder, root / "csrc" / folder)
+        monkeypatch.setattr(torch_library, "REPO_ROOT", root)
+        command = [cxx_compiler(), *ort_cxx_flags(), "-I", str(root / "csrc"), "-c", str(root / "csrc" / source)]
+        out = root / "cpu_caches.o"
+        subprocess.run([*command, "-o", str(out)], cwd=root, env=torch_library.compiler_cache_env(), check=True)
+        assert out.stat().st_size > 0
+    stats = subprocess.run(["ccache", "--print-stats"], capture_output=True, text=True, check=True).stdout
+    counts = dict(line.split("\t") for line in stats.splitlines() if "\t" in line)
+    assert int(counts["cache_miss"]) == 1, stats
+    assert int(counts["direct_cache_hit"]) + int(counts["preprocessed_cache_hit"]) == 1, stats
+    first, second = ((tmp_path / c / "tree" / "cpu_caches.o").read_bytes() for c in ("first", "second"))
+    assert first == second
