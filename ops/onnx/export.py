@@ -23,6 +23,7 @@ import contextlib
 import io
 import json
 import logging
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -224,6 +225,8 @@ def _export_torchscript(module: nn.Module, inputs: tuple, route: Route, names: _
 
 # The dynamo exporter's registry of torchlib functions, per opset, as first built in this process.
 _TORCHLIB_REGISTRIES: dict[int, object] = {}
+# Held while the registry's builder is replaced: an export in another thread waits, so the original goes back.
+_REGISTRY_LOCK = threading.RLock()
 
 
 @contextlib.contextmanager
@@ -238,22 +241,23 @@ def _torchlib_registry_reused() -> Iterator[None]:
     from torch.onnx._internal.exporter import _registration
 
     registry_class = _registration.ONNXRegistry
-    build = registry_class.__dict__["from_torchlib"]
+    with _REGISTRY_LOCK:
+        build = registry_class.__dict__["from_torchlib"]
 
-    def reused(cls, opset_version=_registration._constants.TORCHLIB_OPSET):
-        if opset_version not in _TORCHLIB_REGISTRIES:
-            _TORCHLIB_REGISTRIES[opset_version] = build.__func__(cls, opset_version=opset_version)
-        built = _TORCHLIB_REGISTRIES[opset_version]
-        copy = cls()
-        copy._opset_version = built._opset_version
-        copy.functions = {target: list(decompositions) for target, decompositions in built.functions.items()}
-        return copy
+        def reused(cls, opset_version=_registration._constants.TORCHLIB_OPSET):
+            if opset_version not in _TORCHLIB_REGISTRIES:
+                _TORCHLIB_REGISTRIES[opset_version] = build.__func__(cls, opset_version=opset_version)
+            built = _TORCHLIB_REGISTRIES[opset_version]
+            copy = cls()
+            copy._opset_version = built._opset_version
+            copy.functions = {target: list(decompositions) for target, decompositions in built.functions.items()}
+            return copy
 
-    registry_class.from_torchlib = classmethod(reused)
-    try:
-        yield
-    finally:
-        registry_class.from_torchlib = build
+        registry_class.from_torchlib = classmethod(reused)
+        try:
+            yield
+        finally:
+            registry_class.from_torchlib = build
 
 
 @contextlib.contextmanager

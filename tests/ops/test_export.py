@@ -369,3 +369,29 @@ def test_an_export_with_the_reused_torchlib_registry_writes_the_same_file(route,
     assert reused_builds.count(opset) <= 1 and builds[len(reused_builds) :] == [opset]
     reused, again, own = (onnx.load(tmp_path / f"{n}.onnx") for n in ("reused", "reused-again", "own"))
     assert reused.SerializeToString() == own.SerializeToString() == again.SerializeToString()
+
+
+def test_exports_in_two_threads_leave_the_exporters_registry_builder_as_it_was(tmp_path, generator):
+    import threading
+
+    from torch.onnx._internal.exporter import _registration
+
+    original = _registration.ONNXRegistry.__dict__["from_torchlib"]
+    norm = build_norm(128, seed=int(torch.randint(0, 2**31, (1,), generator=generator)))
+    x = torch.randn(2, 3, 128, generator=generator)
+    failures = []
+
+    def export(route):
+        try:
+            export_model(norm, x, route, tmp_path / f"{route}.onnx")
+        except Exception as error:  # reported below: a thread's exception would otherwise be lost
+            failures.append(error)
+
+    threads = [threading.Thread(target=export, args=(route,)) for route in ("standard", "custom")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures
+    assert _registration.ONNXRegistry.__dict__["from_torchlib"] is original
+    assert all((tmp_path / f"{route}.onnx").is_file() for route in ("standard", "custom"))
