@@ -71,16 +71,16 @@ def test_a_stretched_probe_batch_does_not_shorten_the_block():
 def test_warm_up_of_long_calls_stops_at_the_budget_but_never_below_the_minimum():
     calls = []
 
-    def long_call():  # 4 ms: 50 of them would take 0.2 s against a 10 ms budget
+    def long_call():  # 4 ms: 50 of them would take 0.2 s against a 2 ms budget
         calls.append(1)
         _spin(4_000)
 
-    made = warm_up(long_call, TimingConfig(warmup=50, budget_s=0.01))
+    made = warm_up(long_call, TimingConfig(warmup=50, budget_s=0.002))
     assert made == len(calls)
     # The minimum already outlasts the budget, so the deadline stops it right there.
     assert made == MIN_WARMUP_CALLS
     calls.clear()
-    timing = measure(long_call, TimingConfig(warmup=50, budget_s=0.01, min_samples=2), resolution_ns=50.0)
+    timing = measure(long_call, TimingConfig(warmup=50, budget_s=0.002, min_samples=2), resolution_ns=50.0)
     assert timing.warmup == MIN_WARMUP_CALLS  # the report records the calls made, not the number asked
     assert len(calls) == MIN_WARMUP_CALLS + 1 + len(timing.samples_us)  # + the block probe's single call
 
