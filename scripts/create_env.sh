@@ -7,8 +7,9 @@
 #   otherwise:                   a venv at $FUSEDBENCH_ENV made by the Python
 #                                version the lock pins
 # Then, on both paths, the variant's hashed requirements are installed with
-# `pip install --require-hashes --no-deps` (nothing is resolved, every file's
-# sha256 is checked), `pip check` proves the set is self-consistent and
+# uv (or `pip install --require-hashes --no-deps`: FUSEDBENCH_INSTALLER=pip, or
+# where pip's settings have no uv equivalent): nothing is resolved, every file's
+# sha256 is checked. `pip check` proves the set is self-consistent and
 # `invoke env.check`'s comparison proves nothing else is installed. A stamp
 # holding the sha256 of the lock and of the requirements file makes re-runs
 # free until either changes. The Dockerfile, .ci/run and CI call this script.
@@ -19,6 +20,7 @@
 # it adds pip), so pip is run here, the same way on both paths.
 #
 #   FUSEDBENCH_ENV            prefix (default <repo>/.venv)
+#   FUSEDBENCH_INSTALLER      uv (default) or pip
 #   FUSEDBENCH_TORCH_VARIANT  cpu (default): requirements/cpu.txt, torch's CPU build
 #                             cuda: requirements/cuda.txt, torch's CUDA 13.0 build (the image)
 set -euo pipefail
@@ -75,14 +77,42 @@ if [ ! -x "$prefix/bin/python" ]; then
 fi
 
 pins=$(grep -c '^[A-Za-z0-9]' "$requirements")
-echo "create_env: installing requirements/$variant.txt ($pins pins, --require-hashes --no-deps)"
-# pip byte-compiles what it installs in one process, half of the install's time;
-# compileall compiles the same files to the same .pyc in a process per core, after the install (2 cores: 56 s
-# in all before, 21 s of install and 19 s of compiling after).
-if ! "$prefix/bin/python" -m pip install --require-hashes --no-deps --no-compile -r "$requirements" >"$tmp/pip.log" 2>&1; then
-  grep -v "^WARNING: Location .* is ignored" "$tmp/pip.log" >&2
-  echo "create_env: pip install failed (output above)" >&2
-  exit 1
+# uv installs the pins in parallel from its cache of unpacked wheels (1-4 s here, against pip's 21 s); it is itself a
+# pin, installed first by pip from its hashed entry. env/lock/uv_install.py hands pip's index settings to it, and
+# asks for pip (status 3) where a pip setting has no uv equivalent. FUSEDBENCH_INSTALLER=pip installs with pip.
+# Either way nothing is resolved and every file's sha256 is checked; neither byte-compiles (below).
+installer=${FUSEDBENCH_INSTALLER:-uv}
+case "$installer" in
+  uv | pip) ;;
+  *) echo "create_env: FUSEDBENCH_INSTALLER must be uv or pip, got '$installer'" >&2; exit 1 ;;
+esac
+install_with_pip() {
+  if ! "$prefix/bin/python" -m pip install --require-hashes --no-deps --no-compile -r "$1" >"$tmp/pip.log" 2>&1; then
+    grep -v "^WARNING: Location .* is ignored" "$tmp/pip.log" >&2
+    echo "create_env: pip install failed (output above)" >&2
+    exit 1
+  fi
+}
+echo "create_env: installing requirements/$variant.txt ($pins pins, --no-deps, every file's hash checked) with $installer"
+if [ "$installer" = uv ]; then
+  # uv's entry: its pin line and the hash lines that continue it.
+  awk '/^uv==/ {keep = 1} keep {print} keep && !/\\$/ {exit}' "$requirements" >"$tmp/uv.txt"
+  [ -s "$tmp/uv.txt" ] || { echo "create_env: $requirements pins no uv" >&2; exit 1; }
+  install_with_pip "$tmp/uv.txt"
+  status=0
+  (cd "$repo" && "$prefix/bin/python" -m env.lock.uv_install "$prefix/bin/uv" "$prefix/bin/python" "$requirements") \
+    >"$tmp/uv.log" 2>&1 || status=$?
+  if [ "$status" = 3 ]; then
+    cat "$tmp/uv.log"
+    installer=pip
+  elif [ "$status" != 0 ]; then
+    cat "$tmp/uv.log" >&2
+    echo "create_env: uv pip install failed (output above)" >&2
+    exit 1
+  fi
+fi
+if [ "$installer" = pip ]; then
+  install_with_pip "$requirements"
 fi
 # Like pip, leave uncompiled the few files Python cannot compile (torch ships tests in a newer Python's syntax);
 # they are listed.

@@ -17,7 +17,6 @@ asked to upgrade. Written here by hand, because no tool does it:
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 
 from env.files import atomic_path
 from env.lock.lockfile import REQUIREMENTS_DIR, VARIANTS, LockError, read_lock, read_pins, requirements_path
+from env.lock.uv_install import pip_settings
 from env.paths import REPO_ROOT
 
 PLATFORM = "x86_64-manylinux_2_28"
@@ -58,17 +58,8 @@ def uv_binary() -> str:
 
 
 def pip_find_links() -> list[str]:
-    """The find-links pip uses here: $PIP_FIND_LINKS, else `pip config get global.find-links`."""
-    value = os.environ.get("PIP_FIND_LINKS")
-    if value is None:
-        result = subprocess.run(
-            [sys.executable, "-m", "pip", "config", "get", "global.find-links"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        value = result.stdout if result.returncode == 0 else ""
-    return value.split()
+    """The find-links pip uses here ($PIP_FIND_LINKS over its configuration files)."""
+    return pip_settings(sys.executable).get("find-links", "").split()
 
 
 def compile_command(variant: str, output: str, upgrade: bool = False) -> list[str]:

@@ -1,5 +1,5 @@
 """The Dockerfile, scripts/create_env.sh and CI install through the same pins: the lock and
-requirements/<variant>.txt, with `pip install --require-hashes --no-deps`."""
+requirements/<variant>.txt, with uv (or `pip install --require-hashes --no-deps`), every file's hash checked."""
 
 from __future__ import annotations
 
@@ -20,20 +20,47 @@ from env.paths import REPO_ROOT
 CREATE_ENV = REPO_ROOT / "scripts" / "create_env.sh"
 
 
-def _fake_prefix(tmp_path: Path) -> tuple[Path, Path]:
-    """An environment prefix whose python only records how it was called."""
+def _fake_prefix(tmp_path: Path, uv_status: int = 0) -> tuple[Path, Path]:
+    """An environment prefix whose python only records how it was called (and keeps the files it was given with
+    -r); asked to install with uv, it exits with ``uv_status``."""
     prefix = tmp_path / "env"
     (prefix / "bin").mkdir(parents=True)
     calls = tmp_path / "calls.log"
     python = prefix / "bin" / "python"
-    python.write_text(f'#!/bin/sh\necho "$*" >> "{calls}"\n')
+    python.write_text(
+        f'#!/bin/bash\necho "$*" >> "{calls}"\n'
+        f'case "$*" in *" -r "*) cp "${{@: -1}}" "{tmp_path}/given-$(basename "${{@: -1}}")" ;; esac\n'
+        f'case "$2" in env.lock.uv_install) exit {uv_status} ;; esac\n'
+    )
     python.chmod(0o755)
     return prefix, calls
 
 
-def _create_env(prefix: Path, variant: str) -> subprocess.CompletedProcess:
+def _create_env(prefix: Path, variant: str, installer: str | None = None) -> subprocess.CompletedProcess:
     env = {"PATH": "/usr/bin:/bin", "FUSEDBENCH_ENV": str(prefix), "FUSEDBENCH_TORCH_VARIANT": variant}
+    if installer:
+        env["FUSEDBENCH_INSTALLER"] = installer
     return subprocess.run(["bash", str(CREATE_ENV)], capture_output=True, text=True, env=env, check=False)
+
+
+def _pip_install(requirements: Path | str) -> str:
+    return f"-m pip install --require-hashes --no-deps --no-compile -r {requirements}"
+
+
+_AFTER_INSTALL = [
+    # byte-compiled in a process per core, where the environment's Python puts packages
+    '-c import sysconfig; print(sysconfig.get_paths()["purelib"])',
+    "-m compileall -q -j 0 ",  # (this stand-in Python names no folder)
+    "-m pip check",
+    "-m env.lock.drift",  # the same comparison as `invoke env.check`
+]
+
+
+def _uv_steps(prefix: Path, variant: str, lines: list[str]) -> list[str]:
+    """The two uv steps of ``lines`` with the temporary file's folder taken out."""
+    uv_file = re.sub(r" -r \S*/uv\.txt$", " -r <tmp>/uv.txt", lines[0])
+    assert lines[1] == f"-m env.lock.uv_install {prefix}/bin/uv {prefix}/bin/python {requirements_path(variant)}"
+    return [uv_file, lines[1]]
 
 
 @pytest.mark.parametrize("variant", ["cpu", "cuda"])
@@ -41,14 +68,15 @@ def test_create_env_installs_the_variants_file_with_hashes_and_stamps_it(tmp_pat
     prefix, calls = _fake_prefix(tmp_path)
     result = _create_env(prefix, variant)
     assert result.returncode == 0, result.stderr
-    assert calls.read_text().splitlines() == [
-        f"-m pip install --require-hashes --no-deps --no-compile -r {requirements_path(variant)}",
-        # then byte-compiled in a process per core, where the environment's Python puts packages
-        '-c import sysconfig; print(sysconfig.get_paths()["purelib"])',
-        "-m compileall -q -j 0 ",  # (this stand-in Python names no folder)
-        "-m pip check",
-        "-m env.lock.drift",  # the same comparison as `invoke env.check`
-    ]
+    lines = calls.read_text().splitlines()
+    # uv first, from its own hashed entry of the requirements file, by pip; then the file, by uv
+    assert _uv_steps(prefix, variant, lines) == [_pip_install("<tmp>/uv.txt"), lines[1]]
+    assert lines[2:] == _AFTER_INSTALL
+    entry = (tmp_path / "given-uv.txt").read_text().splitlines()
+    hashes = re.findall(
+        r"^uv==\S+ \\\n((?:    --hash=sha256:[0-9a-f]{64}(?: \\)?\n)+)", requirements_path(variant).read_text(), re.M
+    )
+    assert entry[0].startswith("uv==") and entry[1:] == hashes[0].splitlines()
     # The stamp is the pins' sha256 (the image's build arg for cuda), so a
     # re-run does nothing until the lock or the requirements file changes.
     stamp = (prefix / ".fusedbench-lock.sha256").read_text().split()
@@ -60,6 +88,22 @@ def test_create_env_installs_the_variants_file_with_hashes_and_stamps_it(tmp_pat
     assert _create_env(prefix, variant).returncode == 0 and not calls.exists()
     (prefix / ".fusedbench-lock.sha256").write_text("0" * 64 + f" {variant}\n")
     assert _create_env(prefix, variant).returncode == 0 and calls.exists()
+
+
+def test_create_env_installs_with_pip_when_asked_or_when_uv_cannot_honour_pips_settings(tmp_path):
+    prefix, calls = _fake_prefix(tmp_path / "asked")
+    assert _create_env(prefix, "cpu", installer="pip").returncode == 0
+    assert calls.read_text().splitlines() == [_pip_install(requirements_path("cpu")), *_AFTER_INSTALL]
+    prefix, calls = _fake_prefix(tmp_path / "fallback", uv_status=3)  # env/lock/uv_install.py's FALLBACK_STATUS
+    assert _create_env(prefix, "cpu").returncode == 0
+    lines = calls.read_text().splitlines()
+    assert lines[2:] == [_pip_install(requirements_path("cpu")), *_AFTER_INSTALL]
+    prefix, calls = _fake_prefix(tmp_path / "failed", uv_status=1)
+    result = _create_env(prefix, "cpu")
+    assert result.returncode == 1 and "uv pip install failed" in result.stderr
+    assert not (prefix / ".fusedbench-lock.sha256").exists()
+    result = _create_env(prefix, "cpu", installer="conda")
+    assert result.returncode == 1 and "FUSEDBENCH_INSTALLER must be uv or pip" in result.stderr
 
 
 def test_create_env_refuses_an_unknown_variant(tmp_path):
