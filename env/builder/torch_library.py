@@ -34,11 +34,20 @@ from env.paths import REPO_ROOT, build_dir
 CCACHE_LINKS = Path("/usr/lib/ccache")
 
 
+# torch's cpp_extension puts ccache (or sccache) in front of the compiler by itself wherever one is on PATH,
+# unless this variable is set: FUSEDBENCH_CCACHE=0 sets it, or the torch library would still compile through
+# ccache (and a "cold" build time taken that way would read ccache's hits).
+NO_TORCH_WRAPPER = "TORCH_NO_COMPILER_WRAPPER"
+
+
 def compiler_cache_env() -> dict[str, str] | None:
     """The environment of a library build: ccache in front of the compiler when it is installed and
-    FUSEDBENCH_CCACHE is not 0; None (this process's environment, unchanged) otherwise. Variables already
-    set (CCACHE_BASEDIR, CCACHE_DIR, ...) win over these."""
-    if os.environ.get("FUSEDBENCH_CCACHE", "1") == "0" or shutil.which("ccache") is None:
+    FUSEDBENCH_CCACHE is not 0; with FUSEDBENCH_CCACHE=0, this process's environment with torch's own
+    compiler wrapper turned off; None (this process's environment, unchanged) where ccache is not installed.
+    Variables already set (CCACHE_BASEDIR, CCACHE_DIR, ...) win over these."""
+    if os.environ.get("FUSEDBENCH_CCACHE", "1") == "0":
+        return {**os.environ, NO_TORCH_WRAPPER: "1"}
+    if shutil.which("ccache") is None:
         return None
     if not (CCACHE_LINKS / "c++").exists():
         return None

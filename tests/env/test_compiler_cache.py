@@ -30,7 +30,21 @@ def test_the_cache_environment_puts_ccache_first_and_names_this_checkout(tmp_pat
     monkeypatch.setenv("CCACHE_BASEDIR", "/elsewhere")  # a setting of the caller's wins
     assert torch_library.compiler_cache_env()["CCACHE_BASEDIR"] == "/elsewhere"
     monkeypatch.setenv("FUSEDBENCH_CCACHE", "0")
-    assert torch_library.compiler_cache_env() is None
+    # Off: no ccache links first, and torch's cpp_extension must not put ccache in front of the compiler either.
+    off = torch_library.compiler_cache_env()
+    assert off["PATH"] == os.environ["PATH"] and off[torch_library.NO_TORCH_WRAPPER] == "1"
+    assert "CCACHE_BASEDIR" not in off or off["CCACHE_BASEDIR"] == os.environ.get("CCACHE_BASEDIR")
+
+
+def test_with_the_cache_off_torchs_extension_builder_calls_the_compiler_itself(monkeypatch):
+    from torch.utils import cpp_extension
+
+    monkeypatch.setenv("FUSEDBENCH_CCACHE", "0")
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")  # as if ccache and sccache were installed
+    monkeypatch.setattr(os, "environ", torch_library.compiler_cache_env())
+    assert cpp_extension._wrap_compiler("c++") == ["c++"]
+    monkeypatch.delenv(torch_library.NO_TORCH_WRAPPER)
+    assert cpp_extension._wrap_compiler("c++") == ["ccache", "c++"]  # what the variable turns off
 
 
 @pytest.mark.skipif(
