@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,8 +140,9 @@ def ort_cxx_flags() -> list[str]:
     return [f"-std={CXX_STANDARD_PORTABLE}", *cxx_opt_flags(), "-fPIC", "-Wall", "-Wextra", "-DORT_API_MANUAL_INIT"]
 
 
-def _plan(headers: OrtHeaders, with_cuda: bool, out: Path, library_tmp: Path) -> tuple[list[Step], Step, list[str]]:
-    """Compile steps (independent, run in parallel), the link step, and the C++ flags used."""
+def _plan(headers: OrtHeaders, with_cuda: bool, out: Path) -> tuple[list[Step], list[Step], list[str], list[str]]:
+    """The compile steps of the adapters and the CUDA core, those of the CPU core (independent, run in parallel),
+    the link's extra arguments, and the C++ flags used."""
     objects, logs = out / "obj", out / "logs"
     cxx = cxx_compiler()
     cxx_flags = [
@@ -151,7 +153,8 @@ def _plan(headers: OrtHeaders, with_cuda: bool, out: Path, library_tmp: Path) ->
         "-I",
         str(csrc_dir()),
     ]
-    sources = common_sources() + (
+    core = core_cpu_sources() + platform_cpu_sources()
+    sources = [s for s in common_sources() if s not in core] + (
         [_ort_dir() / "ort_cuda_op.cc"] if with_cuda else [_ort_dir() / "ort_cuda_op_stub.cc"]
     )
     link_extra: list[str] = []
@@ -162,16 +165,15 @@ def _plan(headers: OrtHeaders, with_cuda: bool, out: Path, library_tmp: Path) ->
         cxx_flags += ["-isystem", str(toolkit.include_dir)]
         link_extra = [f"-L{toolkit.library_dir}", f"-Wl,-rpath,{toolkit.library_dir}", "-lcudart"]
 
-    compiles = []
-    for source in sources:
+    def compile_step(source: Path) -> Step:
         obj = _object_path(source, objects)
-        compiles.append(
-            Step(
-                f"compile {source.relative_to(csrc_dir())}",
-                [cxx, *cxx_flags, "-c", str(source), "-o", str(obj)],
-                logs / f"{obj.stem}.log",
-            )
+        return Step(
+            f"compile {source.relative_to(csrc_dir())}",
+            [cxx, *cxx_flags, "-c", str(source), "-o", str(obj)],
+            logs / f"{obj.stem}.log",
         )
+
+    compiles = [compile_step(source) for source in sources]
     if with_cuda:
         from env.builder.cuda import kernel_nvcc_flags
 
@@ -192,16 +194,22 @@ def _plan(headers: OrtHeaders, with_cuda: bool, out: Path, library_tmp: Path) ->
                 str(obj),
             ]
             compiles.append(Step(f"nvcc {source.relative_to(csrc_dir())}", nvcc, logs / f"{obj.stem}.log"))
+    return compiles, [compile_step(source) for source in core], link_extra, cxx_flags
 
-    objs = [step.command[step.command.index("-o") + 1] for step in compiles]
-    link = Step(
+
+def _object_of(step: Step) -> str:
+    return step.command[step.command.index("-o") + 1]
+
+
+def _link(objects: list[str], link_extra: list[str], library_tmp: Path, logs: Path) -> Step:
+    return Step(
         "link",
         [
-            cxx,
+            cxx_compiler(),
             "-shared",
             "-fPIC",
             *cxx_opt_flags(),
-            *objs,
+            *objects,
             f"-Wl,--version-script={_ort_dir() / 'exports.lds'}",
             "-Wl,--no-undefined",
             *link_extra,
@@ -211,7 +219,20 @@ def _plan(headers: OrtHeaders, with_cuda: bool, out: Path, library_tmp: Path) ->
         ],
         logs / "link.log",
     )
-    return compiles, link, cxx_flags
+
+
+def _compile_all(steps: list[Step]) -> None:
+    if not steps:
+        return
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        # The C++ compiles run through ccache where it is installed, as the torch library's do: another
+        # checkout of the same sources (an A/B run's base) reuses their objects. nvcc runs as it is.
+        cache = compiler_cache_env()
+        runs = [
+            pool.submit(run_logged, s.command, s.log, env=None if s.name.startswith("nvcc") else cache) for s in steps
+        ]
+        for future in runs:
+            future.result()
 
 
 def _collect_log(steps: list[Step], target: Path) -> None:
@@ -222,8 +243,16 @@ def _collect_log(steps: list[Step], target: Path) -> None:
     write_text_atomic(target, "\n".join(parts))
 
 
-def build_ort_library(record: dict[str, Any], with_cuda: bool | None = None) -> Path:
-    """Compile build/ort/libfused_norm_ort.so and record headers, artifact and timing in ``record``."""
+def build_ort_library(
+    record: dict[str, Any],
+    with_cuda: bool | None = None,
+    core_objects: Callable[[], list[Path] | None] | None = None,
+) -> Path:
+    """Compile build/ort/libfused_norm_ort.so and record headers, artifact and timing in ``record``.
+
+    ``core_objects``: waits for the kernel core's objects compiled by the torch library's build and returns
+    them, or None where there are none to share (env/builder/core_objects.py); the adapters compile meanwhile.
+    Without it, or where it gives None, the library compiles its own core."""
     start = time.perf_counter()
     out = ort_build_dir()
     (out / "obj").mkdir(parents=True, exist_ok=True)
@@ -254,22 +283,27 @@ def build_ort_library(record: dict[str, Any], with_cuda: bool | None = None) -> 
     # Link to a temporary name and rename: a process that has the old library
     # mapped keeps a valid file, and nobody ever loads a half-written one.
     with atomic_path(library) as library_tmp:
-        compiles, link, cxx_flags = _plan(headers, use_cuda, out, library_tmp)
+        compiles, core_compiles, link_extra, cxx_flags = _plan(headers, use_cuda, out)
         build["ort_cxx_flags"] = cxx_flags
+        ran = compiles + (core_compiles if core_objects is None else [])
+        link = None
         try:
-            with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-                # The C++ compiles run through ccache where it is installed, as the torch library's do: another
-                # checkout of the same sources (an A/B run's base) reuses their objects. nvcc runs as it is.
-                cache = compiler_cache_env()
-                runs = [
-                    pool.submit(run_logged, s.command, s.log, env=None if s.name.startswith("nvcc") else cache)
-                    for s in compiles
-                ]
-                for future in runs:
-                    future.result()
+            _compile_all(ran)
+            shared = core_objects() if core_objects is not None else None
+            if core_objects is not None and shared is None:
+                ran += core_compiles  # nothing to share: this library's own core, after its adapters
+                _compile_all(core_compiles)
+            build["ort_kernel_core"] = (
+                f"the torch op library's objects ({', '.join(p.name for p in shared)}), linked here"
+                if shared is not None
+                else "compiled here, with the flags above"
+            )
+            link = _link(
+                [_object_of(s) for s in ran] + [str(p) for p in shared or []], link_extra, library_tmp, out / "logs"
+            )
             run_logged(link.command, link.log)
         finally:
-            _collect_log([*compiles, link], out / "build.log")
+            _collect_log([*ran, *([link] if link else [])], out / "build.log")
         build["ort_cxx_runtime"] = check_shared_cxx_runtime(library_tmp)
 
     record.setdefault("artifacts", {})["ort_library"] = str(library)

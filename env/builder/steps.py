@@ -32,20 +32,23 @@ from env.builder.config import (
     CXX_STANDARD_TORCH,
     SLOWDOWN_VARIABLE,
     TORCH_LD_FLAGS,
+    core_cpu_sources,
     core_cuda_sources,
     cuda_build_possible,
     cxx_opt_flags,
     march_native_requested,
     pinned_cuda_arch_list,
+    platform_cpu_sources,
     slowdown_percent,
     torch_cxx_flags,
     torch_extension_spec,
     torch_nvcc_flags,
     torch_sources,
 )
+from env.builder.core_objects import CoreObjects
 from env.builder.cxx_runtime import check_shared_cxx_runtime
 from env.builder.ort_library import build_ort_library, common_sources, decide_cuda, ort_cxx_flags
-from env.builder.torch_library import build_aot, build_jit
+from env.builder.torch_library import build_aot, build_jit, jit_dir
 from env.files import write_text_atomic
 from env.paths import REPO_ROOT, build_dir, csrc_dir, toolchain_record_path
 
@@ -150,7 +153,17 @@ def torch_inputs(mode: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     return inputs
 
 
-def ort_inputs(facts: dict[str, Any]) -> dict[str, Any]:
+def ort_inputs(mode: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def inputs(facts: dict[str, Any]) -> dict[str, Any]:
+        found = _ort_inputs(facts)
+        if mode == "jit":  # the kernel core is the torch build's objects (env/builder/core_objects.py)
+            found["flags"]["kernel_core"] = torch_cxx_flags()
+        return found
+
+    return inputs
+
+
+def _ort_inputs(facts: dict[str, Any]) -> dict[str, Any]:
     from env.builder.ort_headers import NPM_PACKAGE, NPM_VERSION
 
     with_cuda = ort_with_cuda(facts)
@@ -216,14 +229,21 @@ def cuda_check_inputs(facts: dict[str, Any]) -> dict[str, Any]:
 # --- runs --------------------------------------------------------------------------
 
 
-def _run_torch(mode: str) -> Callable[[dict[str, Any]], None]:
+def _run_torch(mode: str, core: CoreObjects | None) -> Callable[[dict[str, Any]], None]:
     # The JIT spec is resolved here, in the build's own thread: with CUDA, torch_extension_spec() writes the pinned
     # TORCH_CUDA_ARCH_LIST into os.environ, which the other steps' threads read as they start their compilers.
     start = time.perf_counter()
     spec = torch_extension_spec() if mode == "jit" else None
 
     def run(fragment: dict[str, Any]) -> None:
-        library = build_jit(spec) if spec is not None else build_aot()
+        try:
+            library = build_jit(spec) if spec is not None else build_aot()
+        except BaseException as error:
+            if core is not None:
+                core.fail(error)  # the ORT run waiting for the core's objects fails too, rather than waiting forever
+            raise
+        if core is not None:
+            core.provide()
         fragment["timings_s"][f"torch_{mode}"] = round(time.perf_counter() - start, 1)
         fragment["artifacts"]["torch_library"] = str(library)
         fragment["build"]["torch_cxx_runtime"] = check_shared_cxx_runtime(library)
@@ -231,8 +251,17 @@ def _run_torch(mode: str) -> Callable[[dict[str, Any]], None]:
     return run
 
 
-def _run_ort(fragment: dict[str, Any]) -> None:
-    build_ort_library(fragment)
+def _run_ort(core: CoreObjects | None) -> Callable[[dict[str, Any]], None]:
+    def run(fragment: dict[str, Any]) -> None:
+        build_ort_library(fragment, core_objects=core.wait if core is not None else None)
+
+    return run
+
+
+def core_objects(mode: str) -> CoreObjects | None:
+    """The handoff of the kernel core's objects from the torch build to the ORT build: JIT builds only (an AOT
+    build's objects lie in setup.py's temporary folder, and the ORT library then compiles its own)."""
+    return CoreObjects(core_cpu_sources() + platform_cpu_sources(), jit_dir()) if mode == "jit" else None
 
 
 def _cuda_check_left(fragment: dict[str, Any]) -> None:
@@ -244,21 +273,22 @@ def _cuda_outputs(fragment: dict[str, Any]) -> list[str]:
     return [*fragment["artifacts"].get("cuda_objects", {}).values(), *([entry["json"]] if "json" in entry else [])]
 
 
-def steps(mode: str) -> list[Step]:
+def steps(mode: str, core: CoreObjects | None = None) -> list[Step]:
+    """The build's steps; ``core``: the handoff of the kernel core's objects from the torch step to the ORT step."""
     return [
         Step(
             f"torch_{mode}",
             f"torch op library ({mode})",
             torch_inputs(mode),
-            lambda: _run_torch(mode),
+            lambda: _run_torch(mode, core),
             lambda f: [f["artifacts"]["torch_library"]],
             lambda f: _shown(f["artifacts"]["torch_library"]),
         ),
         Step(
             "ort_library",
             "ONNX Runtime custom-op library",
-            ort_inputs,
-            lambda: _run_ort,
+            ort_inputs(mode),
+            lambda: _run_ort(core),
             lambda f: [f["artifacts"]["ort_library"]],
             lambda f: _shown(f["artifacts"]["ort_library"]),
         ),
@@ -328,6 +358,9 @@ def _settings(mode: str) -> dict[str, Any]:
             "torch_extension": CXX_STANDARD_TORCH,
             "kernel_core_in_torch_extension": CXX_STANDARD_TORCH,
             "ort_library": CXX_STANDARD_PORTABLE,
+            # A JIT build links the torch build's core objects into the ORT library (env/builder/core_objects.py);
+            # the build's "ort_kernel_core" says which it did.
+            "kernel_core_in_ort_library": CXX_STANDARD_TORCH if mode == "jit" else CXX_STANDARD_PORTABLE,
             "cuda_objects": CXX_STANDARD_PORTABLE,
         },
         "cxx_flags": cxx_opt_flags(),
@@ -442,7 +475,8 @@ def build(mode: str = "jit", verbose: bool = False, for_benchmarks: bool = False
     build_dir().mkdir(parents=True, exist_ok=True)
     facts = toolchain.quick_facts()
     record = _base_record(mode, facts)
-    plan = steps(mode)
+    core = core_objects(mode)
+    plan = steps(mode, core)
     states = {step.name: _read_state(step) for step in plan}
     for state in states.values():  # until a step reruns, the record names what its last run left
         if state:
@@ -460,14 +494,21 @@ def build(mode: str = "jit", verbose: bool = False, for_benchmarks: bool = False
             w.run = w.step.prepare()
         except Exception as error:  # raised below like a failed run: the other steps still run
             w.error = error
+    if core is not None:  # the torch step's run provides the core's objects; where it does not run, they are on disk
+        torch_work = next(w for w in work if w.step.name == f"torch_{mode}")
+        if not torch_work.to_run:
+            core.from_disk()
+        elif torch_work.run is None:
+            core.fail(torch_work.error)
 
-    # The runs go side by side: each library compiles csrc/core/fused_norm_cpu.cpp, one translation unit that
-    # alone keeps one core busy for 40 s, so on the 2-core VM one step after the other left the second core
-    # mostly idle. No step reads another's output (each writes its own folder under build/ and its own fragment;
-    # the CUDA check compiles the adapters to objects of its own), and every run mostly waits on compiler
-    # processes, hence threads. What this function changes in the process (os.environ through the torch spec,
-    # build/state, the record, the console) it changes in this thread: the inputs and preparations above, the
-    # lines, fragments and states below.
+    # The runs go side by side: the kernel core (csrc/core/fused_norm_cpu.cpp) is one translation unit that alone
+    # keeps one core busy for 40-48 s, so on the 2-core VM one step after the other left the second core mostly
+    # idle. In a JIT build the torch step compiles the core and the ORT step links its objects (``core``, which
+    # the ORT run waits on after compiling its adapters); no step reads another's output otherwise (each writes
+    # its own folder under build/ and its own fragment; the CUDA check compiles the adapters to objects of its
+    # own), and every run mostly waits on compiler processes, hence threads. What this function changes in the
+    # process (os.environ through the torch spec, build/state, the record, the console) it changes in this thread:
+    # the inputs and preparations above, the lines, fragments and states below.
     try:
         with ThreadPoolExecutor(max_workers=max(1, len(runs))) as pool:
             futures = {w.step.name: pool.submit(_run, w) for w in runs if w.run is not None}

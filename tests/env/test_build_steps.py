@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from env.builder import config, cuda, fingerprint, steps, toolchain
+from env.builder import config, cuda, fingerprint, steps, toolchain, torch_library
 from env.builder.commands import BuildError
 from env.paths import REPO_ROOT, toolchain_record_path
 
@@ -170,12 +170,13 @@ def test_editing_an_ort_source_rebuilds_only_the_ort_library(tmp_path, csrc_copy
     # and skip decisions are the real ones.
     ran: list[str] = []
 
-    def fake_torch(mode):
+    def fake_torch(mode, core):
         def run(fragment):
             ran.append(f"torch_{mode}")
             library = tmp_path / "build" / "fake_torch.so"
             library.write_bytes(b"")
             fragment["artifacts"]["torch_library"] = str(library)
+            core.from_disk()  # no kernel core objects to share: the ORT library compiles its own
 
         return run
 
@@ -243,16 +244,19 @@ def test_a_benchmarks_build_leaves_a_stale_cuda_check_to_the_next_full_build(tmp
         path.write_text("")
         return str(path)
 
-    def fake_torch(mode):
+    def fake_torch(mode, core):
         def run(fragment):
             ran.append(f"torch_{mode}")
             fragment["artifacts"]["torch_library"] = output("fake_torch.so")
 
         return run
 
-    def fake_ort(fragment):
-        ran.append("ort_library")
-        fragment["artifacts"]["ort_library"] = output("fake_ort.so")
+    def fake_ort(core):
+        def run(fragment):
+            ran.append("ort_library")
+            fragment["artifacts"]["ort_library"] = output("fake_ort.so")
+
+        return run
 
     def fake_cuda(fragment):
         ran.append("cuda_compile_check")
@@ -295,7 +299,7 @@ def test_the_steps_that_run_run_side_by_side_and_print_in_plan_order(tmp_path, m
         time.sleep(1.0)
         spans[name] = (start, time.perf_counter())
 
-    def fake_torch(mode):
+    def fake_torch(mode, core):
         threads["torch prepared"] = threading.get_ident()  # the JIT spec's os.environ write happens here
 
         def run(fragment):
@@ -304,9 +308,12 @@ def test_the_steps_that_run_run_side_by_side_and_print_in_plan_order(tmp_path, m
 
         return run
 
-    def fake_ort(fragment):
-        slow("ort_library")
-        fragment["artifacts"]["ort_library"] = output("fake_ort.so")
+    def fake_ort(core):
+        def run(fragment):
+            slow("ort_library")
+            fragment["artifacts"]["ort_library"] = output("fake_ort.so")
+
+        return run
 
     def fake_cuda(fragment):
         slow("cuda_compile_check")
@@ -338,7 +345,7 @@ def test_a_failed_step_is_raised_once_the_others_ended_with_every_fragment_merge
     # The ORT stand-in fails after 0.3 s and the CUDA one at once, while the torch one takes 1 s and succeeds.
     ended: list[str] = []
 
-    def fake_torch(mode):
+    def fake_torch(mode, core):
         def run(fragment):
             time.sleep(1.0)
             library = tmp_path / "build" / "fake_torch.so"
@@ -348,10 +355,13 @@ def test_a_failed_step_is_raised_once_the_others_ended_with_every_fragment_merge
 
         return run
 
-    def fake_ort(fragment):
-        time.sleep(0.3)
-        fragment["build"]["ort_headers"] = {"summary": "learnt before the compile failed"}
-        raise BuildError("c++ failed (exit 1); the ORT library's compile")
+    def fake_ort(core):
+        def run(fragment):
+            time.sleep(0.3)
+            fragment["build"]["ort_headers"] = {"summary": "learnt before the compile failed"}
+            raise BuildError("c++ failed (exit 1); the ORT library's compile")
+
+        return run
 
     def fake_cuda(fragment):  # fails first, but comes after the ORT library in the plan
         fragment["build"]["cuda_resource_report"] = {"status": "failed", "reason": "stood in for by the test"}
@@ -374,3 +384,68 @@ def test_a_failed_step_is_raised_once_the_others_ended_with_every_fragment_merge
     assert record["build"]["cuda_resource_report"]["status"] == "failed"
     assert steps.up_to_date_fragment("torch_jit") is not None  # the step that succeeded keeps its result
     assert steps.up_to_date_fragment("ort_library") is None and steps.up_to_date_fragment("cuda_compile_check") is None
+
+
+def _core_handoff_stand_ins(tmp_path: Path, torch_fails: bool):
+    """A torch run that makes the kernel core's objects in 0.5 s (or fails), an ORT run that waits for them."""
+    waited: dict[str, object] = {}
+
+    def fake_torch(mode, core):
+        def run(fragment):
+            time.sleep(0.5)
+            if torch_fails:
+                core.fail(BuildError("c++ failed (exit 1); the torch library's compile"))
+                raise BuildError("c++ failed (exit 1); the torch library's compile")
+            for path in core.paths:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(b"")
+            fragment["artifacts"]["torch_library"] = str(tmp_path / "build" / "fake_torch.so")
+            (tmp_path / "build" / "fake_torch.so").write_text("")
+            core.provide()
+
+        return run
+
+    def fake_ort(core):
+        def run(fragment):
+            began = time.perf_counter()
+            try:
+                waited["objects"] = core.wait()
+            finally:
+                waited["s"] = time.perf_counter() - began
+            fragment["artifacts"]["ort_library"] = str(tmp_path / "build" / "fake_ort.so")
+            (tmp_path / "build" / "fake_ort.so").write_text("")
+
+        return run
+
+    return fake_torch, fake_ort, waited
+
+
+@pytest.mark.parametrize("torch_fails", [False, True])
+def test_the_ort_library_links_the_kernel_core_the_torch_build_compiled(tmp_path, monkeypatch, torch_fails):
+    fake_torch, fake_ort, waited = _core_handoff_stand_ins(tmp_path, torch_fails)
+    monkeypatch.setattr(steps, "_run_torch", fake_torch)
+    monkeypatch.setattr(steps, "_run_ort", fake_ort)
+    monkeypatch.setattr(cuda, "run_in_build", lambda fragment: None)
+    if torch_fails:  # the ORT run is told, rather than left waiting for objects that will never come
+        with pytest.raises(BuildError, match="torch library's compile") as raised:
+            steps.build("jit", for_benchmarks=True)
+        assert "ONNX Runtime custom-op library failed too" in raised.value.__notes__[0]
+        assert "objects" not in waited and waited["s"] >= 0.4
+        return
+    steps.build("jit", for_benchmarks=True)
+    jit = torch_library.jit_dir()
+    assert waited["objects"] == [jit / "fused_norm_cpu.o", jit / "cpu_caches.o"] and waited["s"] >= 0.4
+    # With the torch library up to date, its objects on disk serve a rebuilt ORT library at once.
+    (tmp_path / "build" / "fake_ort.so").unlink()
+    steps.build("jit", for_benchmarks=True)
+    assert waited["objects"] == [jit / "fused_norm_cpu.o", jit / "cpu_caches.o"] and waited["s"] < 0.1
+    # Gone from disk: none to share (the ORT library then compiles its own).
+    (jit / "cpu_caches.o").unlink()
+    (tmp_path / "build" / "fake_ort.so").unlink()
+    steps.build("jit", for_benchmarks=True)
+    assert waited["objects"] is None
+
+
+def test_an_aot_build_shares_no_kernel_core_objects():
+    assert steps.core_objects("aot") is None
+    assert steps.core_objects("jit").paths[0].name == "fused_norm_cpu.o"
