@@ -1,8 +1,10 @@
 """Build the ONNX Runtime custom-op library build/ort/libfused_norm_ort.so.
 
 The library is csrc/ort/*.cc (entry point, shared op, per-provider adapters)
-plus the same kernel core as the torch op (csrc/core), compiled as plain C++17
-against the official ORT headers (env/builder/ort_headers.py). Each compiler call runs
+plus the same kernel core as the torch op (csrc/core): in a JIT build the very
+objects the torch library's build compiled (env/builder/core_objects.py), else
+compiled here. The adapters are plain C++17 against the official ORT headers
+(env/builder/ort_headers.py). Each compiler call runs
 through :func:`env.builder.commands.run_logged`; build/ort/build.log collects every
 command line and its output in order.
 
