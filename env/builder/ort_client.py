@@ -15,10 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from env.builder.commands import BuildError, run_logged
+from env.builder.compiler_cache import compiler_cache_env
 from env.builder.ort_headers import ensure_ort_headers
 from env.builder.ort_runtime import runtime_library
 from env.builder.toolchain import cxx_compiler
-from env.builder.torch_library import compiler_cache_env
 from env.files import atomic_path
 from env.paths import build_dir, csrc_dir
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from env.builder.commands import BuildError, run_logged
+from env.builder.compiler_cache import compiler_cache_env
 from env.builder.config import (
     CXX_STANDARD_PORTABLE,
     core_cpu_sources,
@@ -39,7 +40,6 @@ from env.builder.ort_headers import OrtHeaders, check_runtime_compatible, ensure
 from env.builder.ort_runtime import cuda_provider_status, runtime_api
 from env.builder.toolchain import cxx_compiler
 from env.builder.toolkit import NOT_FOUND, CudaToolkit, find_cuda_toolkit
-from env.builder.torch_library import compiler_cache_env
 from env.files import atomic_path, write_text_atomic
 from env.paths import build_dir, csrc_dir
 
@@ -131,6 +131,8 @@ class Step:
     name: str  # shown in build.log
     command: list[str]
     log: Path
+    # Runs through ccache where it is installed (env/builder/compiler_cache.py): the C++ compiles; nvcc runs as it is.
+    cached: bool = True
 
 
 def _object_path(source: Path, objects: Path) -> Path:
@@ -195,7 +197,9 @@ def _plan(headers: OrtHeaders, with_cuda: bool, out: Path) -> tuple[list[Step], 
                 "-o",
                 str(obj),
             ]
-            compiles.append(Step(f"nvcc {source.relative_to(csrc_dir())}", nvcc, logs / f"{obj.stem}.log"))
+            compiles.append(
+                Step(f"nvcc {source.relative_to(csrc_dir())}", nvcc, logs / f"{obj.stem}.log", cached=False)
+            )
     return compiles, [compile_step(source) for source in core], link_extra, cxx_flags
 
 
@@ -228,11 +232,9 @@ def _compile_all(steps: list[Step]) -> None:
         return
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
         # The C++ compiles run through ccache where it is installed, as the torch library's do: another
-        # checkout of the same sources (an A/B run's base) reuses their objects. nvcc runs as it is.
+        # checkout of the same sources (an A/B run's base) reuses their objects.
         cache = compiler_cache_env()
-        runs = [
-            pool.submit(run_logged, s.command, s.log, env=None if s.name.startswith("nvcc") else cache) for s in steps
-        ]
+        runs = [pool.submit(run_logged, s.command, s.log, env=cache if s.cached else None) for s in steps]
         for future in runs:
             future.result()
 

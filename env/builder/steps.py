@@ -56,6 +56,7 @@ from env.paths import REPO_ROOT, build_dir, csrc_dir, toolchain_record_path
 _TORCH_CODE = ("env/builder/config.py", "env/builder/torch_library.py", "env/builder/cxx_runtime.py", "setup.py")
 _ORT_CODE = (
     "env/builder/config.py",
+    "env/builder/core_objects.py",
     "env/builder/torch_library.py",
     "env/builder/cxx_runtime.py",
     "env/builder/ort_library.py",
