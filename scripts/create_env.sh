@@ -79,8 +79,9 @@ fi
 pins=$(grep -c '^[A-Za-z0-9]' "$requirements")
 # uv installs the pins in parallel from its cache of unpacked wheels (1-4 s here, against pip's 21 s); it is itself a
 # pin, installed first by pip from its hashed entry. env/lock/uv_install.py hands pip's index settings to it, and
-# asks for pip (status 3) where a pip setting has no uv equivalent. FUSEDBENCH_INSTALLER=pip installs with pip.
-# Either way nothing is resolved and every file's sha256 is checked; neither byte-compiles (below).
+# asks for pip (status 3) where a pip setting has no uv equivalent. Where uv cannot be installed or fails, pip
+# installs the pins after all (a file whose hash differs fails there too). FUSEDBENCH_INSTALLER=pip installs with
+# pip. Either way nothing is resolved and every file's sha256 is checked; neither byte-compiles (below).
 installer=${FUSEDBENCH_INSTALLER:-uv}
 case "$installer" in
   uv | pip) ;;
@@ -88,7 +89,7 @@ case "$installer" in
 esac
 install_with_pip() {
   if ! "$prefix/bin/python" -m pip install --require-hashes --no-deps --no-compile -r "$1" >"$tmp/pip.log" 2>&1; then
-    grep -v "^WARNING: Location .* is ignored" "$tmp/pip.log" >&2
+    grep -v "^WARNING: Location .* is ignored" "$tmp/pip.log" >&2 || true
     echo "create_env: pip install failed (output above)" >&2
     exit 1
   fi
@@ -98,17 +99,21 @@ if [ "$installer" = uv ]; then
   # uv's entry: its pin line and the hash lines that continue it.
   awk '/^uv==/ {keep = 1} keep {print} keep && !/\\$/ {exit}' "$requirements" >"$tmp/uv.txt"
   [ -s "$tmp/uv.txt" ] || { echo "create_env: $requirements pins no uv" >&2; exit 1; }
-  install_with_pip "$tmp/uv.txt"
   status=0
-  (cd "$repo" && "$prefix/bin/python" -m env.lock.uv_install "$prefix/bin/uv" "$prefix/bin/python" "$requirements") \
-    >"$tmp/uv.log" 2>&1 || status=$?
+  if "$prefix/bin/python" -m pip install --require-hashes --no-deps --no-compile -r "$tmp/uv.txt" >"$tmp/uv.log" 2>&1
+  then
+    (cd "$repo" && "$prefix/bin/python" -m env.lock.uv_install "$prefix/bin/uv" "$prefix/bin/python" "$requirements") \
+      >>"$tmp/uv.log" 2>&1 || status=$?
+  else
+    status=1
+  fi
   if [ "$status" = 3 ]; then
     cat "$tmp/uv.log"
     installer=pip
   elif [ "$status" != 0 ]; then
-    cat "$tmp/uv.log" >&2
-    echo "create_env: uv pip install failed (output above)" >&2
-    exit 1
+    grep -v "^WARNING: Location .* is ignored" "$tmp/uv.log" >&2 || true  # (grep fails where nothing is left)
+    echo "create_env: uv could not install the pins (output above): installing them with pip" >&2
+    installer=pip
   fi
 fi
 if [ "$installer" = pip ]; then
