@@ -16,7 +16,10 @@ unit per process (bench/stats/compare.py).
 
 Warm-up ends at a steady state: the median of the last WARMUP_WINDOW calls
 within STEADY_TOLERANCE of the window before (the caches, the allocator's
-threshold and lazy state have settled), after at least two windows.
+threshold and lazy state have settled), after at least two windows. A variant
+timed as one series of single calls (bench/measure/timing.py) finds its steady
+state after the fact instead (:func:`settled_start`): the first window of
+calls whose median is within STEADY_TOLERANCE of the series' second half.
 """
 
 from __future__ import annotations
@@ -77,3 +80,31 @@ def steady(previous: np.ndarray, last: np.ndarray, tolerance: float = STEADY_TOL
     """Two consecutive windows of warm-up call times whose medians agree within ``tolerance``."""
     a, b = float(np.median(previous)), float(np.median(last))
     return abs(b - a) <= tolerance * max(a, b)
+
+
+def settled_start(times: np.ndarray, limit: int | None = None, tolerance: float = STEADY_TOLERANCE) -> int:
+    """Calls at the head of ``times`` (in order) before its steady state: the first start of a window whose median
+    is within ``tolerance`` of the median of the series' second half, which is the settled level if anything is.
+
+    The window is WARMUP_WINDOW calls, fewer in a short series (a quarter of it, at least one). At most the first
+    half is warm-up (and at most ``limit`` calls): a series that never reaches its level within it keeps its
+    second half. A head faster than the level is not steady either (a clock boost that fades), so both ways count.
+    """
+    values = np.asarray(times, dtype=np.float64)
+    n = len(values)
+    if n < 2:
+        return 0
+    last = n // 2 if limit is None else min(n // 2, limit)
+    level = float(np.median(values[n // 2 :]))
+    window = max(1, min(WARMUP_WINDOW, n // 4))
+    medians = np.median(np.lib.stride_tricks.sliding_window_view(values, window)[: last + 1], axis=1)
+    settled = np.abs(medians - level) <= tolerance * np.maximum(medians, level)
+    if not settled.any():
+        return last
+    start = int(np.argmax(settled))
+    # The window's median is settled, but up to half of its first calls need not be: skip those off the level.
+    for _ in range(window - 1):
+        if start >= last or abs(values[start] - level) <= tolerance * max(values[start], level):
+            break
+        start += 1
+    return start

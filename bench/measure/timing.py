@@ -15,6 +15,15 @@ Method on the CPU (the README states it too):
     the target, the block is one call with no probe;
   * the garbage collector is off while sampling (a collection inside one
     sample would be charged to whatever op happened to run);
+  * a variant whose calls each outlast the block target (with
+    ``steady_warmup``; judged on the two calls after the verified one) is
+    timed as one series of single calls instead: nothing is thrown away
+    before it, its warm-up is the series' head up to its steady state, found
+    after the fact (bench/measure/precision.py ``settled_start``), and every
+    call from there on is a sample. Its budget holds warm-up and samples
+    together, and its floor counts settled samples. A separate warm-up spent
+    up to half the budget again on calls that had mostly settled: at
+    16x256x2048 and above every variant did, in every process;
   * sampling continues until the time budget is spent AND at least
     ``min_samples`` samples exist, or ``max_samples`` is reached. With
     ``precision`` it also stops, from PRECISION_FLOOR samples on, once the 95 %
@@ -29,17 +38,25 @@ from __future__ import annotations
 
 import gc
 import math
+import resource
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
 
 from bench.measure import machine
 from bench.measure import turns as bench_turns
-from bench.measure.precision import PRECISION_FLOOR, WARMUP_WINDOW, half_width, median_interval, steady
+from bench.measure.precision import (
+    PRECISION_FLOOR,
+    WARMUP_WINDOW,
+    half_width,
+    median_interval,
+    settled_start,
+    steady,
+)
 
 # A block must last at least this many timer resolutions: <= 1 % timer error.
 BLOCK_FACTOR = 100
@@ -239,12 +256,24 @@ def _warm_up_to_steady_state(call: Callable[[], object], config: TimingConfig) -
     return made, float(times[:made].min()) if made else 0.0
 
 
+# Calls timed to choose between a series and a warm-up followed by blocks: a first call can still run cold.
+SERIES_PROBE_CALLS = 2
+
+
 def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: float, block: int | None = None) -> Timing:
     """Warm up, then sample ``call`` per the method above. ``call`` is already verified.
 
     ``block`` fixes the calls per sample (later rounds reuse the first round's).
     """
+    probed = 0
+    if config.steady_warmup and block in (None, 1):
+        series = measure_series(call, config, BLOCK_FACTOR * resolution_ns, known_long=block == 1)
+        if isinstance(series, Timing):
+            return series
+        probed = series  # calls too short for a series: they count as warm-up calls made
+        config = replace(config, calls_before=config.calls_before + probed)
     warmed, fastest_ns = warm_up_timed(call, config)
+    warmed += probed
     if block is None:
         # Every timed warm-up call alone outlasted the block's target: one call a sample, and no probe (whose
         # one call costs 0.1-0.6 s a variant at 32x512x4096).
@@ -282,6 +311,70 @@ def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: flo
                 next_check = 2 * n  # the interval's cost grows with n: judge it as the samples double
         cpu_after = machine.without_pauses(machine.snapshot(), paused_ns / 1e9, busy_while_paused_s)
     return Timing.sampled(samples[:n] / 1e3, block, warmed, cpu_before, cpu_after)
+
+
+def measure_series(
+    call: Callable[[], object], config: TimingConfig, min_call_ns: float, known_long: bool = False
+) -> Timing | int:
+    """Time ``call`` as one series of single calls whose head up to its steady state is the warm-up (see above).
+
+    Unless ``known_long`` (an earlier round's block was one call), the first SERIES_PROBE_CALLS calls decide: if
+    the faster of them, or the settled median at the end, is under ``min_call_ns`` (the block target), the timer's
+    share of a single call is too large, and the calls made are returned (as warm-up made) for a warm-up and
+    blocks. The budget holds the whole series; the sample floor counts calls past the warm-up.
+    """
+    clock = time.perf_counter_ns
+    capacity = config.max_samples + config.warmup
+    times = np.empty(capacity, dtype=np.float64)
+    faults = np.empty(capacity + 1, dtype=np.int64)  # this process's minor faults before each call, and at the end
+    budget_ns = config.budget_s * 1e9
+    next_check = max(config.min_samples, PRECISION_FLOOR)  # settled samples when the interval is judged next
+    turns = bench_turns.current()
+    paused_ns, busy_while_paused_s = 0, 0.0
+    n, start = 0, 0
+    with gc_disabled():
+        cpu_before = machine.snapshot()
+        began = clock()
+        while n < capacity:
+            if not known_long and n == SERIES_PROBE_CALLS and times[:n].min() < min_call_ns:
+                return n
+            spent = clock() - began >= budget_ns
+            # Judged as the series doubles: past its first half a series is settled, whatever its warm-up.
+            due = config.precision is not None and n - n // 2 >= next_check
+            if n >= SERIES_PROBE_CALLS and (spent or due):
+                start = settled_start(times[:n], config.warmup)
+                if spent and n - start >= config.min_samples:
+                    break
+                if due:
+                    if half_width(times[start:n]) <= config.precision:
+                        break
+                    next_check = 2 * (n - start)
+            if pause := turns.pass_if_due():
+                # The other process's turn is neither this loop's budget nor load on it.
+                began += pause.waited_ns
+                paused_ns += pause.waited_ns
+                busy_while_paused_s += pause.busy_s
+                call()  # untimed: the other process's turn left its own data in the caches
+            faults[n] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            t0 = clock()
+            call()
+            times[n] = clock() - t0
+            n += 1
+        faults[n] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        cpu_after = machine.without_pauses(machine.snapshot(), paused_ns / 1e9, busy_while_paused_s)
+    start = settled_start(times[:n], config.warmup)
+    samples = times[start:n][: config.max_samples]
+    if not known_long and float(np.median(samples)) < min_call_ns:
+        return n  # its first calls ran cold and long; settled, it needs blocks
+    return Timing(
+        samples / 1e3,
+        block=1,
+        warmup=start,
+        other_cpu_s=machine.other_cpu_seconds(cpu_before, cpu_after),
+        wall_s=cpu_after.wall_s - cpu_before.wall_s,
+        minor_faults=int(faults[start + len(samples)] - faults[start]),  # the warm-up's faults are not the op's
+        calls=len(samples),
+    )
 
 
 def summarize(samples_us: np.ndarray) -> Summary:

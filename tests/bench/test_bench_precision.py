@@ -99,3 +99,27 @@ def test_a_warm_up_that_never_settles_stops_at_its_share_of_the_budget():
 def test_a_precision_outside_0_1_is_refused_naming_it():
     with pytest.raises(ValueError, match="precision must be in"):
         TimingConfig(precision=0.0)
+
+
+def test_the_settled_start_is_where_the_head_reaches_the_second_half_level():
+    from bench.measure.precision import settled_start
+
+    rng = np.random.default_rng()
+    settled = rng.normal(100.0, 1.0, 200)  # +-1 %: far inside the 5 % tolerance
+    assert settled_start(settled) == 0
+    # A head of 30 calls that decays from 3x to the level: those more than 5 % off it are the warm-up.
+    head = 100.0 * (1 + 2.0 * np.exp(-np.arange(30) / 4.0))
+    series = np.concatenate([head, settled])
+    start = settled_start(series)
+    first_close = int(np.argmax(head < 105.0))
+    assert first_close <= start <= first_close + 1, (start, first_close)
+    # A head faster than the level (a clock boost that fades) is not steady either.
+    assert settled_start(np.concatenate([np.full(20, 80.0), settled])) == 20
+    # The limit caps the warm-up; a series that never settles keeps its second half.
+    assert settled_start(series, limit=3) == 3
+    drifting = 100.0 * 1.1 ** np.arange(40)
+    assert settled_start(drifting) == 20
+    # Short series: single calls are windows of one.
+    assert settled_start(np.array([150.0, 101.0, 99.0, 100.0, 100.5])) == 1
+    assert settled_start(np.array([100.0, 101.0, 99.0, 100.0])) == 0
+    assert settled_start(np.array([100.0])) == 0

@@ -206,3 +206,59 @@ def test_every_turn_starts_on_the_timing_cpu(monkeypatch):
 
 def test_no_turns_are_taken_outside_an_ab_worker():
     assert bench_turns.current() is bench_turns.NO_TURNS and bench_turns.NO_TURNS.pass_if_due() is None
+
+
+def test_long_calls_are_one_series_whose_slow_head_is_the_warm_up():
+    calls = []
+
+    def settling():  # 1 ms calls, the first four 3 ms: the allocator and caches settling
+        calls.append(1)
+        _spin(3_000 if len(calls) <= 4 else 1_000)
+
+    config = TimingConfig(warmup=50, budget_s=0.05, min_samples=5, steady_warmup=True)
+    timing = measure(settling, config, resolution_ns=50.0)
+    # Every call after the head is a sample: no warm-up thrown away beyond it, no block probe.
+    assert timing.block == 1 and timing.warmup == 4
+    assert len(calls) == timing.warmup + len(timing.samples_us) == timing.calls + 4
+    assert np.median(timing.samples_us) < 1_500 and len(timing.samples_us) >= 30
+    # The budget holds warm-up and samples together (plus the calls that were under way and the check's cost).
+    assert 0.05 <= timing.wall_s < 0.05 + 0.05
+
+
+def test_a_series_takes_its_floor_of_settled_samples_past_the_budget():
+    calls = []
+
+    def call():  # 4 ms calls against a 1 ms budget, the first one slow
+        calls.append(1)
+        _spin(12_000 if len(calls) == 1 else 4_000)
+
+    config = TimingConfig(warmup=50, budget_s=0.001, min_samples=3, steady_warmup=True)
+    timing = measure(call, config, resolution_ns=50.0)
+    assert timing.warmup == 1 and len(timing.samples_us) == 3 == len(calls) - 1
+    assert np.all(timing.samples_us < 8_000)
+
+
+def test_a_series_counts_the_faults_of_its_samples_not_of_its_warm_up():
+    calls = []
+
+    def call():  # the first three calls touch 8 MiB of fresh pages (2048 faults each), later ones none
+        calls.append(np.ones(1 << 21, dtype=np.float32) if len(calls) < 3 else None)
+        _spin(2_000)
+
+    config = TimingConfig(warmup=50, budget_s=0.03, min_samples=5, steady_warmup=True)
+    timing = measure(call, config, resolution_ns=50.0)
+    assert timing.warmup >= 3  # slowed by their faults
+    assert timing.minor_faults_per_call < 50, timing.minor_faults_per_call
+
+
+def test_calls_that_settle_below_the_block_target_leave_the_series_for_blocks():
+    calls = []
+
+    def call():  # two cold calls of 2 ms, then 1 us: under a 100 x 50 ns = 5 us block target
+        calls.append(1)
+        _spin(2_000 if len(calls) <= 2 else 1)
+
+    config = TimingConfig(warmup=50, budget_s=0.01, min_samples=5, steady_warmup=True)
+    timing = measure(call, config, resolution_ns=50.0)
+    assert timing.block > 1 and timing.warmup >= 2  # the probe's calls count as warm-up made
+    assert np.median(timing.samples_us) < 50
