@@ -12,6 +12,7 @@ from __future__ import annotations
 from invoke import Collection, Exit, task
 
 from bench.experiments.defaults import AB_MEASURE, AB_SPREAD, OFFSET_SWEEP, THREAD_SWEEP
+from bench.plan import warm_compiles
 from bench.plan.options import BenchOptions
 from env import cli
 
@@ -144,9 +145,6 @@ def bench(
     warmup_calls = cli.integer("--warmup", warmup, minimum=0)
     thread_count = cli.integer("--threads", threads, minimum=1) if threads else None
     threshold_fraction = cli.fraction("--threshold", threshold)
-    _build_for_benchmarks()
-    from bench.run import main
-
     options = BenchOptions(
         baseline=baseline,
         quick=quick,
@@ -160,6 +158,18 @@ def bench(
         precision=cli.fraction("--precision", precision),
         layouts=layouts,
     )
+    # The compiled baseline's graphs compile beside the build, on the cores its compiles leave idle. An A/B run
+    # builds and caches in its own folders.
+    warming = None if against else warm_compiles.start(options)
+    try:
+        _build_for_benchmarks()
+    except BaseException:
+        warm_compiles.stop(warming)
+        raise
+    if line := warm_compiles.finish(warming):
+        print(line)
+    from bench.run import main
+
     if against:
         from bench.ab import driver as ab
 

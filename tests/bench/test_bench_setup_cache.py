@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bench.plan.baselines.compiled import INDUCTOR_CACHE
+from bench.plan.inductor_cache import INDUCTOR_CACHE
 from bench.plan.registry import Prepared, select
 from bench.plan.workloads import OpCase
-from ops.reference import REFERENCE, reference_norm
+from ops.reference import COMPOSITION_TOLERANCES, REFERENCE, reference_add_norm, reference_norm
 
 
 @pytest.mark.slow  # two compiles by Inductor
@@ -26,3 +26,70 @@ def test_a_second_compile_of_one_case_is_served_from_the_cache_under_the_build_f
         notes.append(prepared.note)
     assert notes[0].endswith("cold compile time") and "FX graph cache" in notes[1], notes
     assert any((tmp_path / "build" / INDUCTOR_CACHE).iterdir())  # under the build folder, not the run's workdir
+
+
+@pytest.mark.slow  # one compile by Inductor in a fresh process, one load
+def test_graphs_compiled_ahead_without_the_library_serve_the_benchmarks_compile(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from bench.plan.inductor_cache import cache_folder
+    from env.paths import REPO_ROOT
+
+    build = tmp_path / "build"
+    monkeypatch.setenv("FUSEDBENCH_BUILD_DIR", str(build))
+    shape = (2, 4, 72)
+    # No library in this build folder: the warm-up must compile without loading it.
+    command = [sys.executable, "-m", "bench.plan.warm_compiles", "--threads", str(torch.get_num_threads())]
+    done = subprocess.run([*command, "add_norm:2x4x72"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("add_norm 2x4x72: ") and done.stdout.strip().endswith("(compiled)"), done.stdout
+    assert any(cache_folder("add_norm", "cpu", shape, torch.float32).iterdir())
+    (compiled,) = select("compiled")
+    from bench.plan.workloads import AddNormCase
+
+    case = AddNormCase.create(shape, torch.float32, tmp_path / "run", seed=int(torch.randint(0, 1000, ())))
+    (variant,) = compiled.variants(case)
+    prepared = variant.prepare()
+    assert "FX graph cache" in prepared.note, prepared.note  # the benchmark's own compile found the graph
+    y, s = prepared.call()
+    y_ref, s_ref = reference_add_norm(case.x, case.residual, case.weight, case.bias, case.eps)
+    torch.testing.assert_close(s.double(), s_ref, rtol=0, atol=0)
+    torch.testing.assert_close(y.double(), y_ref, **COMPOSITION_TOLERANCES[torch.float32].as_kwargs())
+    bad = subprocess.run([*command, "model:2x4x72"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "WORKLOAD:SHAPE with WORKLOAD one of" in bad.stderr
+
+
+def test_a_run_warms_the_graphs_it_will_compile_and_nothing_else(monkeypatch, tmp_path):
+    from bench.plan import warm_compiles
+    from bench.plan.options import BenchOptions
+
+    monkeypatch.setenv("FUSEDBENCH_BUILD_DIR", str(tmp_path))
+    started = []
+
+    class Recorder:
+        def __init__(self, command, **kwargs):
+            started.append(command)
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(warm_compiles.subprocess, "Popen", Recorder)
+    assert warm_compiles.start(BenchOptions(quick=True, threads=1)) is not None
+    graphs = started[-1][started[-1].index("--threads") :]
+    assert graphs == ["--threads", "1", "op:1x8x512", "op:8x128x1024"]  # a quick run has no add_norm rows
+    warm_compiles.start(BenchOptions(threads=2))
+    assert started[-1][-10:] == [
+        *(f"op:{s}" for s in ("1x8x512", "4x64x768", "8x128x1024", "16x256x2048", "32x512x4096")),
+        *(f"add_norm:{s}" for s in ("1x8x512", "4x64x768", "8x128x1024", "16x256x2048", "32x512x4096")),
+    ]
+    for options in (
+        BenchOptions(baseline="fused"),
+        BenchOptions(device="cuda"),
+        BenchOptions(dtype="bfloat16"),
+    ):
+        assert warm_compiles.start(options) is None
+    assert len(started) == 2
+    (tmp_path / warm_compiles.LOG).write_text("op 1x8x512: 9.0 s (compiled)\nop 8x128x1024: 0.1 s (already cached)\n")
+    assert warm_compiles.finish(Recorder([])).startswith("Inductor's caches: 1 of 2 graphs compiled")
+    assert warm_compiles.finish(None) is None

@@ -1,0 +1,142 @@
+"""Fill the ``compiled`` baseline's Inductor caches for a run's CPU grid while the libraries build.
+
+``python -m bench.plan.warm_compiles --threads N WORKLOAD:SHAPE ...`` compiles the unfused composition (workload
+op) or the add then the composition (workload add_norm) at each shape, in float32, into the folders the
+benchmark reads (bench/plan/inductor_cache.py); :func:`start` and :func:`finish` run it beside a benchmark's
+build. A fresh checkout's first benchmark process then loads every graph instead of compiling it: its first
+cold compile took 9-15 s (Inductor's CPU checks compile and run test programs once per cache folder and
+process), each later one 0.7-0.9 s.
+
+The libraries are still being built when this runs, so it must not load them: the pure-Python modules of
+``ops`` are imported without running ``ops/__init__.py``. It runs at a lower CPU priority than the build (the
+build's compiles keep their cores; this takes what they leave idle).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+NICENESS = 10
+LOG = "warm_compiles.log"  # in the build folder
+WORKLOADS = ("op", "add_norm")
+
+
+def _ops_without_library() -> None:
+    """Make ``ops.<module>`` importable without ``ops/__init__.py``, which loads the library being built."""
+    spec = importlib.util.find_spec("ops")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("the ops package is not on the path")
+    package = types.ModuleType("ops")
+    package.__path__ = list(spec.submodule_search_locations)
+    sys.modules["ops"] = package
+
+
+def warm(graphs: list[tuple[str, tuple[int, ...]]], threads: int) -> list[tuple[str, float, bool]]:
+    """Compile each (workload, shape) graph; returns (label, seconds, whether the cache already had it) each."""
+    import torch
+
+    from bench.plan.grid import shape_label
+    from bench.plan.inductor_cache import cache_folder, compile_now
+    from ops.norms import add_then, unfused_norm
+    from ops.reference import EPS
+
+    torch.set_num_threads(threads)
+    done = []
+    for workload, shape in graphs:
+        # Only the inputs' metadata is in the cache key: shape, dtype, strides, device.
+        x, weight, bias = torch.randn(shape), torch.randn(shape[-1]), torch.randn(shape[-1])
+        if workload == "op":
+            function, args = unfused_norm, (x, weight, bias, EPS)
+        else:
+            function, args = add_then(unfused_norm), (x, torch.randn(shape), weight, bias, EPS)
+        started = time.perf_counter()
+        _, cached = compile_now(function, args, cache_folder(workload, "cpu", shape, torch.float32))
+        done.append((f"{workload} {shape_label(shape)}", time.perf_counter() - started, cached))
+    return done
+
+
+def _graph(argument: str) -> tuple[str, tuple[int, ...]]:
+    from bench.plan.grid import parse_shape
+
+    workload, _, shape = argument.partition(":")
+    if workload not in WORKLOADS:
+        raise argparse.ArgumentTypeError(
+            f"a graph is WORKLOAD:SHAPE with WORKLOAD one of {WORKLOADS}, got {argument!r}"
+        )
+    return workload, parse_shape(shape, "a graph's shape")
+
+
+def start(options) -> subprocess.Popen | None:
+    """Start the warm-up for a run of ``options`` (bench/plan/options.py) in the background, or None where the run
+    compiles nothing on the CPU at float32 (another baseline or device, another dtype)."""
+    from bench.plan.grid import GRIDS, shape_label
+    from bench.plan.options import default_threads
+
+    grid = GRIDS["cpu"]
+    devices = {d.strip() for d in options.device.split(",")}
+    if (
+        options.baseline not in ("all", "compiled")
+        or not devices & {"all", "cpu"}
+        or options.dtype not in ("", "float32")
+    ):
+        return None
+    shapes = options.op_shapes or grid.shapes(options.quick)
+    add_norm = (
+        options.add_norm_shapes
+        if options.add_norm_shapes is not None
+        else (() if options.op_shapes else grid.add_norm(options.quick))
+    )
+    graphs = [f"op:{shape_label(s)}" for s in shapes] + [f"add_norm:{shape_label(s)}" for s in add_norm]
+    from env.paths import build_dir
+
+    log = build_dir() / LOG
+    log.parent.mkdir(parents=True, exist_ok=True)
+    threads = options.threads or default_threads()
+    command = [sys.executable, "-m", "bench.plan.warm_compiles", "--threads", str(threads), *graphs]
+    with open(log, "w") as out:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=Path(__file__).parents[2])
+
+
+def stop(process: subprocess.Popen | None) -> None:
+    """End the warm-up early (the build failed: nothing will be timed)."""
+    if process is not None and process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def finish(process: subprocess.Popen | None) -> str | None:
+    """Wait for the warm-up to end (nothing may compile beside a timed call); a line saying how it went."""
+    if process is None:
+        return None
+    from env.paths import build_dir
+
+    code = process.wait()
+    log = build_dir() / LOG
+    if code:
+        return f"Inductor's caches: the warm-up failed (exit {code}, see {log}); the first process compiles cold"
+    lines = log.read_text().splitlines()
+    compiled = sum("(compiled)" in line for line in lines)
+    return f"Inductor's caches: {compiled} of {len(lines)} graphs compiled while the libraries built ({log})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, required=True)
+    parser.add_argument("graphs", nargs="+", type=_graph, metavar="WORKLOAD:SHAPE")
+    args = parser.parse_args(argv)
+    os.nice(NICENESS)
+    _ops_without_library()
+    for label, seconds, cached in warm(args.graphs, args.threads):
+        print(f"{label}: {seconds:.1f} s ({'already cached' if cached else 'compiled'})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
