@@ -54,7 +54,7 @@ def test_graphs_compiled_ahead_without_the_library_serve_the_benchmarks_compile(
     assert "FX graph cache" in prepared.note, prepared.note  # the benchmark's own compile found the graph
     y, s = prepared.call()
     y_ref, s_ref = reference_add_norm(case.x, case.residual, case.weight, case.bias, case.eps)
-    torch.testing.assert_close(s.double(), s_ref, rtol=0, atol=0)
+    assert torch.equal(s.double(), s_ref)  # the sum is rounded once, as the reference's stored sum
     torch.testing.assert_close(y.double(), y_ref, **COMPOSITION_TOLERANCES[torch.float32].as_kwargs())
     bad = subprocess.run([*command, "model:2x4x72"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "WORKLOAD:SHAPE with WORKLOAD one of" in bad.stderr
