@@ -329,6 +329,7 @@ def measure_series(
     faults = np.empty(capacity + 1, dtype=np.int64)  # this process's minor faults before each call, and at the end
     budget_ns = config.budget_s * 1e9
     next_check = max(config.min_samples, PRECISION_FLOOR)  # settled samples when the interval is judged next
+    look_at = next_check  # calls at which the settled samples are counted next
     turns = bench_turns.current()
     paused_ns, busy_while_paused_s = 0, 0.0
     n, start = 0, 0
@@ -339,16 +340,18 @@ def measure_series(
             if not known_long and n == SERIES_PROBE_CALLS and times[:n].min() < min_call_ns:
                 return n
             spent = clock() - began >= budget_ns
-            # Judged as the series doubles: past its first half a series is settled, whatever its warm-up.
-            due = config.precision is not None and n - n // 2 >= next_check
+            due = config.precision is not None and n >= look_at
             if n >= SERIES_PROBE_CALLS and (spent or due):
                 start = settled_start(times[:n], config.warmup)
                 if spent and n - start >= config.min_samples:
                     break
                 if due:
-                    if half_width(times[start:n]) <= config.precision:
-                        break
-                    next_check = 2 * (n - start)
+                    # Judged as the settled samples double, as a warmed-up variant's samples are.
+                    if n - start >= next_check:
+                        if half_width(times[start:n]) <= config.precision:
+                            break
+                        next_check = 2 * (n - start)
+                    look_at = start + next_check  # the earliest the settled samples can reach it
             if pause := turns.pass_if_due():
                 # The other process's turn is neither this loop's budget nor load on it.
                 began += pause.waited_ns

@@ -123,3 +123,12 @@ def test_the_settled_start_is_where_the_head_reaches_the_second_half_level():
     assert settled_start(np.array([150.0, 101.0, 99.0, 100.0, 100.5])) == 1
     assert settled_start(np.array([100.0, 101.0, 99.0, 100.0])) == 0
     assert settled_start(np.array([100.0])) == 0
+
+
+def test_a_steady_series_is_judged_at_the_same_sample_counts_as_a_warmed_up_variant():
+    # 200 us calls, steady from the start, against a 2 s cap: judged at 30 settled samples, then 60, 120, ...
+    config = TimingConfig(warmup=50, budget_s=2.0, min_samples=5, precision=0.02, steady_warmup=True)
+    timing = measure(lambda: _spin(200), config, resolution_ns=50.0)
+    n = len(timing.samples_us)
+    assert timing.block == 1 and n in {PRECISION_FLOOR * 2**k for k in range(10)}, (n, timing.warmup)
+    assert half_width(timing.samples_us) <= 0.02
