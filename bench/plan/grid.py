@@ -61,6 +61,16 @@ class Grid:
     def add_norm(self, quick: bool) -> tuple[Shape, ...]:
         return () if quick else self.add_norm_shapes
 
+    def run_shapes(
+        self, quick: bool, op_shapes: tuple[Shape, ...] | None, add_norm_shapes: tuple[Shape, ...] | None
+    ) -> tuple[tuple[Shape, ...], tuple[Shape, ...]]:
+        """A run's op and add_norm shapes: the options' overrides, else this grid's (no add_norm shapes where only
+        the op's are overridden)."""
+        op = op_shapes or self.shapes(quick)
+        if add_norm_shapes is not None:
+            return op, add_norm_shapes
+        return op, () if op_shapes else self.add_norm(quick)
+
     def batches(self, quick: bool) -> tuple[tuple[str, int, int], ...]:
         return self.model_batches_quick if quick else self.model_batches
 

@@ -253,12 +253,7 @@ def _plan_all_jobs(options: BenchOptions, workdir: Path, selection: _Selection) 
     for device in resolve_devices(options.device):
         grid = GRIDS[device]
         dtypes = [d.torch for d in parse_dtypes(options.dtype or grid.dtypes)]
-        op_shapes = options.op_shapes or grid.shapes(options.quick)
-        add_norm_shapes = (
-            options.add_norm_shapes
-            if options.add_norm_shapes is not None
-            else (() if options.op_shapes else grid.add_norm(options.quick))
-        )
+        op_shapes, add_norm_shapes = grid.run_shapes(options.quick, options.op_shapes, options.add_norm_shapes)
         batches = options.model_batches if options.model_batches is not None else grid.batches(options.quick)
         here = [b for b in baselines if device in b.devices]
         op_baselines = [b for b in here if "op" in b.workloads]

@@ -71,7 +71,7 @@ def test_a_run_warms_the_graphs_it_will_compile_and_nothing_else(monkeypatch, tm
         def __init__(self, command, **kwargs):
             started.append(command)
 
-        def wait(self):
+        def wait(self, timeout=None):
             return 0
 
     monkeypatch.setattr(warm_compiles.subprocess, "Popen", Recorder)
@@ -90,6 +90,10 @@ def test_a_run_warms_the_graphs_it_will_compile_and_nothing_else(monkeypatch, tm
     ):
         assert warm_compiles.start(options) is None
     assert len(started) == 2
-    (tmp_path / warm_compiles.LOG).write_text("op 1x8x512: 9.0 s (compiled)\nop 8x128x1024: 0.1 s (already cached)\n")
+    (tmp_path / warm_compiles.LOG).write_text(
+        "op 1x8x512: 9.0 s (compiled)\na warning torch printed\nop 8x128x1024: 0.1 s (already cached)\n"
+    )
     assert warm_compiles.finish(Recorder([])).startswith("Inductor's caches: 1 of 2 graphs compiled")
+    assert warm_compiles.start(BenchOptions(op_shapes=((2, 4, 64),), threads=1)) is not None
+    assert started[-1][-1] == "op:2x4x64"  # only the op's shapes overridden: no add_norm rows, as the plan has it
     assert warm_compiles.finish(None) is None

@@ -217,12 +217,14 @@ def test_long_calls_are_one_series_whose_slow_head_is_the_warm_up():
 
     config = TimingConfig(warmup=50, budget_s=0.05, min_samples=5, steady_warmup=True)
     timing = measure(settling, config, resolution_ns=50.0)
-    # Every call after the head is a sample: no warm-up thrown away beyond it, no block probe.
-    assert timing.block == 1 and timing.warmup == 4
-    assert len(calls) == timing.warmup + len(timing.samples_us) == timing.calls + 4
+    # Every call after the head is a sample: no warm-up thrown away beyond it, no block probe. (A call stretched by
+    # a neighbour's load right after the slow ones may join the head.)
+    assert timing.block == 1 and 4 <= timing.warmup <= 8
+    assert len(calls) == timing.warmup + len(timing.samples_us) == timing.calls + timing.warmup
     assert np.median(timing.samples_us) < 1_500 and len(timing.samples_us) >= 30
-    # The budget holds warm-up and samples together (plus the calls that were under way and the check's cost).
-    assert 0.05 <= timing.wall_s < 0.05 + 0.05
+    # The budget holds warm-up and samples together: about 50 calls in 0.05 s, where a separate warm-up of half
+    # the budget before 0.05 s of samples made about 75.
+    assert timing.wall_s >= 0.05 and len(calls) <= 60
 
 
 def test_a_series_takes_its_floor_of_settled_samples_past_the_budget():
@@ -234,7 +236,8 @@ def test_a_series_takes_its_floor_of_settled_samples_past_the_budget():
 
     config = TimingConfig(warmup=50, budget_s=0.001, min_samples=3, steady_warmup=True)
     timing = measure(call, config, resolution_ns=50.0)
-    assert timing.warmup == 1 and len(timing.samples_us) == 3 == len(calls) - 1
+    # The slow first call is the warm-up (with any call a neighbour's load stretched right after it).
+    assert timing.warmup >= 1 and len(timing.samples_us) == 3 and len(calls) == timing.warmup + 3
     assert np.all(timing.samples_us < 8_000)
 
 
