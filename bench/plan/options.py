@@ -16,10 +16,12 @@ from pathlib import Path
 BUDGET_S = {"full": 0.75, "quick": 0.25}
 MIN_SAMPLES = 20  # per variant, over all rounds
 # A round's share of MIN_SAMPLES is capped at this. The floor binds only where calls outlast the round's budget
-# (0.05-0.7 s a call at 32x512x4096, 7 calls a round before): there, 4 samples in each of 3 processes give a
-# median within 0.5 % of 7's and an interval half a point wider (reports/mainjob/sample_floor/), for 3 calls fewer
-# a variant. Runs of 5 rounds and more (A/B pairs) have shares below the cap, unchanged.
-ROUND_FLOOR_CAP = 4
+# (0.1-0.5 s a call at 32x512x4096, most of a full run's time): there, 3 samples in each of 3 processes instead of
+# 4 move a row's median by 0.6 % (median over those rows) and widen their intervals by about 1.5 points at the median
+# and not at the 90th percentile (reports/mainjob/sample_floor/), for one call fewer a variant and process, about
+# 4 s a process. The median row of a full run is a short call ended by its width or budget: unchanged. Runs of 7
+# rounds and more (the A/B pairs) have shares of 3 or less: unchanged.
+ROUND_FLOOR_CAP = 3
 ROUNDS = 3
 
 
