@@ -19,7 +19,6 @@ working onnxruntime CUDA execution provider are all present.
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -228,21 +227,14 @@ def _link(objects: list[str], link_extra: list[str], library_tmp: Path, logs: Pa
     )
 
 
-# The niceness of the adapters' compiles while the torch library's build compiles the kernel core beside them:
-# the core is the build's critical path, and at equal priority each adapter compile took a share of its CPU.
-# Below the benchmark's warm-up compiles (bench/plan/warm_compiles.py, 10), which the build does not wait for.
-BESIDE_CORE_NICENESS = 5
-
-
-def _compile_all(steps: list[Step], niceness: int = 0) -> None:
+def _compile_all(steps: list[Step]) -> None:
     if not steps:
         return
-    lower = ["nice", "-n", str(niceness)] if niceness and shutil.which("nice") else []
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
         # The C++ compiles run through ccache where it is installed, as the torch library's do: another
         # checkout of the same sources (an A/B run's base) reuses their objects.
         cache = compiler_cache_env()
-        runs = [pool.submit(run_logged, [*lower, *s.command], s.log, env=cache if s.cached else None) for s in steps]
+        runs = [pool.submit(run_logged, s.command, s.log, env=cache if s.cached else None) for s in steps]
         for future in runs:
             future.result()
 
@@ -300,7 +292,7 @@ def build_ort_library(
         ran = compiles + (core_compiles if core_objects is None else [])
         link = None
         try:
-            _compile_all(ran, BESIDE_CORE_NICENESS if core_objects is not None else 0)
+            _compile_all(ran)
             shared = core_objects() if core_objects is not None else None
             if core_objects is not None and shared is None:
                 ran += core_compiles  # nothing to share: this library's own core, after its adapters

@@ -10,7 +10,6 @@ something fails.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -45,7 +44,7 @@ def build_jit(spec: TorchExtensionSpec) -> Path:
     run_logged(
         [sys.executable, "-m", "env.builder.torch_library", json.dumps(request)],
         out / "build.log",
-        env=_one_compile_a_cpu(compiler_cache_env()),
+        env=compiler_cache_env(),
     )
     _write_compile_commands(out)
     library = out / f"{TORCH_EXTENSION_NAME}.so"
@@ -73,19 +72,6 @@ def build_aot() -> Path:
     if not libraries:
         raise BuildError(f"AOT build finished but no ops/_C*.so in {out}; see {out / 'build.log'}")
     return libraries[0]
-
-
-def _one_compile_a_cpu(env: dict[str, str] | None) -> dict[str, str]:
-    """``env`` (or this process's) with MAX_JOBS, which cpp_extension hands to ninja, at the usable CPUs unless set.
-
-    ninja's default is CPUs + 2 compiles at once. The kernel core's one translation unit is the build's critical
-    path (48-51 s alone on the 2-core VM); beside three other compiles it got a third of a core while they ran and
-    took 72 s. One compile a CPU keeps it on a CPU of its own; the others queue behind one another beside it.
-    """
-    env = dict(env if env is not None else os.environ)
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    env.setdefault("MAX_JOBS", str(cpus))
-    return env
 
 
 def _write_compile_commands(ninja_dir: Path) -> None:
