@@ -25,7 +25,7 @@ from rich.table import Table
 from bench.measure.machine import BUSY_SHARE
 from bench.measure.placement import NATURAL
 from bench.report.metrics import PAGE_FAULT_BOUND, fault_cost_us, page_fault_bound
-from bench.report.targets import VERDICT_MARKUP, at_layout, evaluate_targets, op_layouts
+from bench.report.targets import VERDICT_MARKUP, TargetResult, at_layout, evaluate_targets, op_layouts
 from env.files import write_text_atomic
 
 SCREEN_LINES = 30  # the terminal summary fits one screen
@@ -212,11 +212,13 @@ def summary_path(csv: Path | str) -> Path:
     return csv.with_name(csv.with_suffix("").name + ".summary.txt")
 
 
-def print_full(outcome, console: Console) -> None:
-    """The full table, every target with its detail, the page-fault rows, what was skipped or failed."""
+def print_full(outcome, console: Console, targets: list[TargetResult] | None = None) -> None:
+    """The full table, every target with its detail, the page-fault rows, what was skipped or failed.
+
+    ``targets``: the frame's targets as evaluate_targets judged them already (None: judged here)."""
     if outcome.frame is not None:
         console.print(summary_table(outcome.frame))
-        targets = evaluate_targets(outcome.frame)
+        targets = evaluate_targets(outcome.frame) if targets is None else targets
         if targets:
             console.print(
                 "[bold]targets[/] (ratios within this run and device; CPU: fp32 rows; at the natural layout unless "
@@ -235,20 +237,20 @@ def print_full(outcome, console: Console) -> None:
         console.print(f"[red bold]FAILED[/] {line}")
 
 
-def full_text(outcome) -> str:
+def full_text(outcome, targets: list[TargetResult] | None = None) -> str:
     console = Console(file=io.StringIO(), width=FULL_WIDTH, record=True, color_system=None)
-    print_full(outcome, console)
+    print_full(outcome, console, targets)
     return console.export_text()
 
 
-def screen_lines(outcome, full: Path | None) -> list[str]:
-    """The one-screen summary, as rich markup lines: never more than SCREEN_LINES."""
+def screen_lines(outcome, full: Path | None, targets: list[TargetResult] | None = None) -> list[str]:
+    """The one-screen summary, as rich markup lines: never more than SCREEN_LINES (``targets`` as print_full)."""
     lines: list[str] = []
     frame = outcome.frame
     if frame is not None:
         for headline in headlines(frame):
             lines += headline_lines(headline)
-        targets = evaluate_targets(frame)
+        targets = evaluate_targets(frame) if targets is None else targets
         if targets:
             counted = {v: sum(_verdict(t) == v for t in targets) for v in dict.fromkeys(map(_verdict, targets))}
             lines.append("[bold]targets[/]: " + ", ".join(f"{n} {v}" for v, n in counted.items()))
@@ -287,12 +289,14 @@ def screen_lines(outcome, full: Path | None) -> list[str]:
 def print_summary(outcome, console: Console, verbose: bool = False) -> None:
     """Write the full summary beside the report, print it where ``verbose``, then the one-screen summary."""
     full = None
+    # Judged once for the file, the screen and --verbose: 0.8 s a full report, paid by every process's record too.
+    targets = evaluate_targets(outcome.frame) if outcome.frame is not None else []
     if outcome.paths is not None:
-        full = write_text_atomic(summary_path(outcome.paths.csv), full_text(outcome))
+        full = write_text_atomic(summary_path(outcome.paths.csv), full_text(outcome, targets))
     if verbose:
-        print_full(outcome, console)
+        print_full(outcome, console, targets)
     paths = {f"{PATH_LINE}{path}" for path in (outcome.paths.csv if outcome.paths else None, full) if path}
-    for line in screen_lines(outcome, full):
+    for line in screen_lines(outcome, full, targets):
         if line in paths:
             console.print(line, soft_wrap=True, highlight=False, markup=False)
         else:
