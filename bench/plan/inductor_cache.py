@@ -12,12 +12,13 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from bench.plan.grid import Shape, shape_label
 from env.paths import build_dir
-from ops.dtypes import dtype_name
+
+if TYPE_CHECKING:  # torch and ops load where a graph is compiled, not where a folder is named
+    import torch
 
 _CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # Inductor reads it on every cache access
 INDUCTOR_CACHE = "bench-cache"  # under the build folder: the compiled graphs of every case, kept between runs
@@ -25,7 +26,20 @@ INDUCTOR_CACHE = "bench-cache"  # under the build folder: the compiled graphs of
 
 def cache_folder(workload: str, device: str, shape: Shape, dtype: torch.dtype) -> Path:
     """The case's own folder of Inductor's caches."""
-    return build_dir() / INDUCTOR_CACHE / f"inductor-{workload}-{device}-{shape_label(shape)}-{dtype_name(dtype)}"
+    from ops.dtypes import dtype_name
+
+    return folder_named(workload, device, shape, dtype_name(dtype))
+
+
+def folder_named(workload: str, device: str, shape: Shape, dtype: str) -> Path:
+    """:func:`cache_folder` of a dtype by its name (``float32``), without importing torch."""
+    return build_dir() / INDUCTOR_CACHE / f"inductor-{workload}-{device}-{shape_label(shape)}-{dtype}"
+
+
+def holds_graphs(folder: Path) -> bool:
+    """Whether Inductor's FX graph cache in ``folder`` holds any entry (a graph compiled there before)."""
+    graphs = folder / "fxgraph"
+    return graphs.is_dir() and any(graphs.iterdir())
 
 
 @contextmanager
@@ -49,6 +63,7 @@ def compile_now(function: Callable, args: tuple, folder: Path) -> tuple[Callable
     Inductor compiles in this process (compile_threads=1): its default pool of worker processes would import
     torch in the background on a 2-core machine and slow down whatever is timed next.
     """
+    import torch
     import torch._dynamo
     import torch._inductor.config
     from torch._dynamo.utils import counters

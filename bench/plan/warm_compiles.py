@@ -78,6 +78,7 @@ def start(options) -> subprocess.Popen | None:
     """Start the warm-up for a run of ``options`` (bench/plan/options.py) in the background, or None where the run
     compiles nothing on the CPU at float32 (another baseline or device, another dtype)."""
     from bench.plan.grid import GRIDS, shape_label
+    from bench.plan.inductor_cache import folder_named, holds_graphs
     from bench.plan.options import default_threads
 
     grid = GRIDS["cpu"]
@@ -89,7 +90,16 @@ def start(options) -> subprocess.Popen | None:
     ):
         return None
     shapes, add_norm = grid.run_shapes(options.quick, options.op_shapes, options.add_norm_shapes)
-    graphs = [f"op:{shape_label(s)}" for s in shapes] + [f"add_norm:{shape_label(s)}" for s in add_norm]
+    # Graphs an earlier run compiled are left to the first process, which loads them in about 0.1 s each after
+    # its first: warming them too made a run whose libraries were up to date wait 10 s for ten loads.
+    graphs = [
+        f"{workload}:{shape_label(s)}"
+        for workload, run in (("op", shapes), ("add_norm", add_norm))
+        for s in run
+        if not holds_graphs(folder_named(workload, "cpu", s, "float32"))
+    ]
+    if not graphs:
+        return None
     from env.paths import build_dir
 
     log = build_dir() / LOG

@@ -97,3 +97,17 @@ def test_a_run_warms_the_graphs_it_will_compile_and_nothing_else(monkeypatch, tm
     assert warm_compiles.start(BenchOptions(op_shapes=((2, 4, 64),), threads=1)) is not None
     assert started[-1][-1] == "op:2x4x64"  # only the op's shapes overridden: no add_norm rows, as the plan has it
     assert warm_compiles.finish(None) is None
+
+    # Graphs an earlier run compiled are the first process's to load: only the others are warmed, and with none
+    # left nothing starts (a run whose libraries were up to date waited for ten loads).
+    from bench.plan.inductor_cache import cache_folder, folder_named
+
+    assert folder_named("op", "cpu", (1, 8, 512), "float32") == cache_folder("op", "cpu", (1, 8, 512), torch.float32)
+    cached = folder_named("op", "cpu", (1, 8, 512), "float32") / "fxgraph" / "ab"
+    cached.mkdir(parents=True)
+    (folder_named("op", "cpu", (8, 128, 1024), "float32") / "fxgraph").mkdir(parents=True)  # empty: not cached
+    assert warm_compiles.start(BenchOptions(quick=True, threads=1)) is not None
+    assert started[-1][started[-1].index("--threads") + 2 :] == ["op:8x128x1024"]
+    (folder_named("op", "cpu", (8, 128, 1024), "float32") / "fxgraph" / "cd").mkdir()
+    count = len(started)
+    assert warm_compiles.start(BenchOptions(quick=True, threads=1)) is None and len(started) == count
