@@ -32,7 +32,7 @@ EPS = 1e-6  # the op's, the norms' and the model's default epsilon
 
 # Elements of x a chunk of rows holds while the reference is made: its float64 temporaries stay in the caches,
 # where whole-tensor ones are fresh memory (about 2 GB/s to fault in on these VMs: at 32x512x4096 the residual
-# add + norm's five whole-tensor temporaries took 1.2-5 s, its chunks 0.5 s).
+# add + norm's five whole-tensor temporaries took 1.2-5 s, its chunks 0.3-0.4 s).
 REFERENCE_CHUNK_ELEMENTS = 1 << 18
 
 
@@ -61,8 +61,8 @@ def reference_add_norm(x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor
     as the op stores it; ``y`` is :func:`reference_norm` of that stored ``s``,
     so comparing the op's ``y`` against it measures the kernel's own error.
     """
-    x, residual = x.detach(), residual.detach()
-    w64, b64 = weight.detach().to(torch.float64), bias.detach().to(torch.float64)
+    x, residual, weight, bias = (torch.as_tensor(t).detach() for t in (x, residual, weight, bias))
+    w64, b64 = weight.to(torch.float64), bias.to(torch.float64)
 
     def stored_sum(x_part: Tensor, residual_part: Tensor) -> Tensor:
         # float64 + any narrower: exact operands, one rounding to x's dtype

@@ -69,6 +69,9 @@ def test_arrays_in_array_out_and_full_shaped_weights(small_chunks) -> None:
     got = reference_norm(x.numpy(), weight.numpy(), bias.numpy(), EPS)
     assert isinstance(got, np.ndarray) and got.dtype == np.float64
     np.testing.assert_allclose(got, _formula(x, weight, bias, EPS).numpy(), rtol=1e-13, atol=1e-13)
+    y, stored = reference_add_norm(x.numpy(), x.numpy(), weight.numpy(), bias.numpy(), EPS)  # arrays, as ORT's
+    torch.testing.assert_close(y, _formula(stored, weight, bias, EPS), rtol=1e-13, atol=1e-13)
+    assert torch.equal(stored, (2 * x).double())  # x + x is exact in float32
     full_weight = torch.rand(12, 64) + 0.5  # not [hidden]: made whole, not by rows
     torch.testing.assert_close(
         reference_norm(x, full_weight, bias, EPS), _formula(x, full_weight, bias, EPS), rtol=1e-13, atol=1e-13
