@@ -98,23 +98,26 @@ def export_model(
     inputs = example_input if isinstance(example_input, tuple) else (example_input,)
     _check_exportable(module, inputs, route, dynamo)
     path = Path(path)
-    module = module.eval()
-    with torch.no_grad():
-        produced = module(*inputs)
-    names = _Names(INPUT_NAMES[: len(inputs)], OUTPUT_NAMES[: len(produced) if isinstance(produced, tuple) else 1])
-    start = time.perf_counter()
-    with _quiet_exporter(), _torchlib_registry_reused():
-        export = _export_dynamo if dynamo else _export_torchscript
-        model = export(module, inputs, route, names)
-    seconds = time.perf_counter() - start
-    exporter = "dynamo" if dynamo else "torchscript"
-    _stamp(model, route, exporter, norm_paths_of(module))
-    try:
-        report = check_export(model, route, module, list(names.inputs))
-    except ExportCheckError as error:
-        rejected = path.with_name(path.stem + ".rejected.onnx")
-        _save(model, rejected)
-        raise ExportCheckError(f"{error}\n(the rejected file is kept at {rejected})") from None
+    # torch.export swaps the module's parameters for fake tensors while it traces: an export of the same module
+    # in another thread, running it or reading its parameters in that window, would meet them. Exports take turns.
+    with _EXPORT_LOCK:
+        module = module.eval()
+        with torch.no_grad():
+            produced = module(*inputs)
+        names = _Names(INPUT_NAMES[: len(inputs)], OUTPUT_NAMES[: len(produced) if isinstance(produced, tuple) else 1])
+        start = time.perf_counter()
+        with _quiet_exporter(), _torchlib_registry_reused():
+            export = _export_dynamo if dynamo else _export_torchscript
+            model = export(module, inputs, route, names)
+        seconds = time.perf_counter() - start
+        exporter = "dynamo" if dynamo else "torchscript"
+        _stamp(model, route, exporter, norm_paths_of(module))
+        try:
+            report = check_export(model, route, module, list(names.inputs))
+        except ExportCheckError as error:
+            rejected = path.with_name(path.stem + ".rejected.onnx")
+            _save(model, rejected)
+            raise ExportCheckError(f"{error}\n(the rejected file is kept at {rejected})") from None
     _save(model, path)
     return ExportResult(path, route, exporter, report, seconds, format_summary(model, report, path, exporter))
 
@@ -225,8 +228,8 @@ def _export_torchscript(module: nn.Module, inputs: tuple, route: Route, names: _
 
 # The dynamo exporter's registry of torchlib functions, per opset, as first built in this process.
 _TORCHLIB_REGISTRIES: dict[int, object] = {}
-# Held while the registry's builder is replaced: an export in another thread waits, so the original goes back.
-_REGISTRY_LOCK = threading.RLock()
+# Held through an export (the module's use, the registry builder's replacement): an export in another thread waits.
+_EXPORT_LOCK = threading.RLock()
 
 
 @contextlib.contextmanager
@@ -241,7 +244,7 @@ def _torchlib_registry_reused() -> Iterator[None]:
     from torch.onnx._internal.exporter import _registration
 
     registry_class = _registration.ONNXRegistry
-    with _REGISTRY_LOCK:
+    with _EXPORT_LOCK:
         build = registry_class.__dict__["from_torchlib"]
 
         def reused(cls, opset_version=_registration._constants.TORCHLIB_OPSET):

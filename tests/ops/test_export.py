@@ -395,3 +395,53 @@ def test_exports_in_two_threads_leave_the_exporters_registry_builder_as_it_was(t
     assert not failures, failures
     assert _registration.ONNXRegistry.__dict__["from_torchlib"] is original
     assert all((tmp_path / f"{route}.onnx").is_file() for route in ("standard", "custom"))
+
+
+def test_an_export_of_a_module_another_thread_is_tracing_waits_for_it(tmp_path, generator):
+    """torch.export swaps the module's parameters for fake tensors while it traces; a second export of the same
+    module started in that window must not run the module or read its parameters until the first is done."""
+    import threading
+    import time
+
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    norm = build_norm(128, seed=int(torch.randint(0, 2**31, (1,), generator=generator)))
+    x = torch.randn(2, 3, 128, generator=generator)
+    tracing = threading.Event()
+    first_trace = {}
+    failures = []
+    met_the_other_trace = []
+
+    def hold_the_trace_open(module, args):
+        if not isinstance(module.weight, FakeTensor):
+            return
+        if not tracing.is_set():
+            first_trace.update(thread=threading.get_ident(), mode=module.weight.fake_mode)
+            tracing.set()
+            time.sleep(0.5)  # the window in which the other thread's export starts
+        elif threading.get_ident() != first_trace["thread"] and module.weight.fake_mode is first_trace["mode"]:
+            met_the_other_trace.append(threading.get_ident())
+
+    norm.register_forward_pre_hook(hold_the_trace_open)
+
+    def export(route):
+        try:
+            export_model(norm, x, route, tmp_path / f"{route}.onnx")
+        except Exception as error:  # reported below: a thread's exception would otherwise be lost
+            failures.append(error)
+
+    first = threading.Thread(target=export, args=("standard",))
+    first.start()
+    assert tracing.wait(timeout=120), "the first export never traced the module"
+    second = threading.Thread(target=export, args=("custom",))
+    second.start()
+    first.join()
+    second.join()
+    assert not failures, failures
+    assert not met_the_other_trace, (
+        "the second export ran the module while the first one's trace had swapped its weights"
+    )
+    for route in ("standard", "custom"):  # each file holds the real weights, not the fake ones of the trace
+        np.testing.assert_allclose(
+            _run(tmp_path / f"{route}.onnx", x.numpy(), route), _torch(norm, x.numpy()), **REFERENCE.fp32.as_kwargs()
+        )
