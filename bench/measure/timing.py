@@ -260,6 +260,32 @@ def _warm_up_to_steady_state(call: Callable[[], object], config: TimingConfig) -
 SERIES_PROBE_CALLS = 2
 
 
+class _TurnsInLoop:
+    """The other process's turns taken inside one timed loop (an A/B worker's; elsewhere none is due). A turn's
+    wait is neither the loop's budget nor load on it, and the first call after it is not timed: the other
+    process's turn left its own data in the caches."""
+
+    def __init__(self, call: Callable[[], object]) -> None:
+        self._turns = bench_turns.current()
+        self._call = call
+        self._waited_ns = 0
+        self._busy_while_waiting_s = 0.0
+
+    def pass_if_due(self) -> int:
+        """Hand the CPU over if the turn is due: the ns waited for it to come back (0 where the turn goes on)."""
+        pause = self._turns.pass_if_due()
+        if pause is None:
+            return 0
+        self._waited_ns += pause.waited_ns
+        self._busy_while_waiting_s += pause.busy_s
+        self._call()
+        return pause.waited_ns
+
+    def snapshot(self) -> machine.CpuSnapshot:
+        """The machine's CPU use now, less the waits and what the other process used during them."""
+        return machine.without_pauses(machine.snapshot(), self._waited_ns / 1e9, self._busy_while_waiting_s)
+
+
 def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: float, block: int | None = None) -> Timing:
     """Warm up, then sample ``call`` per the method above. ``call`` is already verified.
 
@@ -283,18 +309,12 @@ def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: flo
     clock = time.perf_counter_ns
     n = 0
     next_check = max(config.min_samples, PRECISION_FLOOR)  # when the interval is judged next (precision only)
-    turns = bench_turns.current()
-    paused_ns, busy_while_paused_s = 0, 0.0
+    turns = _TurnsInLoop(call)
     with gc_disabled():
         cpu_before = machine.snapshot()
         began = clock()
         while n < config.max_samples and (n < config.min_samples or clock() - began < budget_ns):
-            if pause := turns.pass_if_due():
-                # The other process's turn is neither this loop's budget nor load on it.
-                began += pause.waited_ns
-                paused_ns += pause.waited_ns
-                busy_while_paused_s += pause.busy_s
-                call()  # untimed: the other process's turn left its own data in the caches
+            began += turns.pass_if_due()
             if block == 1:
                 start = clock()
                 call()
@@ -309,7 +329,7 @@ def measure(call: Callable[[], object], config: TimingConfig, resolution_ns: flo
                 if half_width(samples[:n]) <= config.precision:
                     break
                 next_check = 2 * n  # the interval's cost grows with n: judge it as the samples double
-        cpu_after = machine.without_pauses(machine.snapshot(), paused_ns / 1e9, busy_while_paused_s)
+        cpu_after = turns.snapshot()
     return Timing.sampled(samples[:n] / 1e3, block, warmed, cpu_before, cpu_after)
 
 
@@ -330,8 +350,7 @@ def measure_series(
     budget_ns = config.budget_s * 1e9
     next_check = max(config.min_samples, PRECISION_FLOOR)  # settled samples when the interval is judged next
     look_at = next_check  # calls at which the settled samples are counted next
-    turns = bench_turns.current()
-    paused_ns, busy_while_paused_s = 0, 0.0
+    turns = _TurnsInLoop(call)
     n, start = 0, 0
     with gc_disabled():
         cpu_before = machine.snapshot()
@@ -352,19 +371,14 @@ def measure_series(
                             break
                         next_check = 2 * (n - start)
                     look_at = start + next_check  # the earliest the settled samples can reach it
-            if pause := turns.pass_if_due():
-                # The other process's turn is neither this loop's budget nor load on it.
-                began += pause.waited_ns
-                paused_ns += pause.waited_ns
-                busy_while_paused_s += pause.busy_s
-                call()  # untimed: the other process's turn left its own data in the caches
+            began += turns.pass_if_due()
             faults[n] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             t0 = clock()
             call()
             times[n] = clock() - t0
             n += 1
         faults[n] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        cpu_after = machine.without_pauses(machine.snapshot(), paused_ns / 1e9, busy_while_paused_s)
+        cpu_after = turns.snapshot()
     start = settled_start(times[:n], config.warmup)
     samples = times[start:n][: config.max_samples]
     if not known_long and float(np.median(samples)) < min_call_ns:

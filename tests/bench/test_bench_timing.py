@@ -175,7 +175,8 @@ def test_bad_timing_config_is_rejected(kwargs, message):
         TimingConfig(**kwargs)
 
 
-def test_turns_handed_over_are_neither_budget_nor_load(monkeypatch):
+@pytest.mark.parametrize("series", [False, True], ids=["warm-up and blocks", "series"])
+def test_turns_handed_over_are_neither_budget_nor_load(monkeypatch, series):
     # A stand-in for the other build's turn: 20 ms of sleep. A timed loop of 30 ms in 5 ms turns waits
     # about 5 times; its budget counts only its own turns, and the waits are not load on its samples.
     waits = []
@@ -183,13 +184,18 @@ def test_turns_handed_over_are_neither_budget_nor_load(monkeypatch):
     calls = []
     monkeypatch.setattr(bench_turns, "_current", turns)
     started = time.perf_counter()
-    timing = measure(lambda: calls.append(time.sleep(0.0005)), TimingConfig(warmup=0, budget_s=0.03), 50.0)
+    # 0.5 ms a call outlasts the block target (100 x 50 ns): with the steady warm-up, the calls are one series,
+    # and its budget, not its floor of samples, ends it.
+    config = TimingConfig(warmup=50, budget_s=0.03, min_samples=3, steady_warmup=True) if series else None
+    config = config or TimingConfig(warmup=0, budget_s=0.03)
+    timing = measure(lambda: calls.append(time.sleep(0.0005)), config, 50.0)
     wall = time.perf_counter() - started
     assert turns.handoffs == len(waits) >= 4
     assert wall >= 0.03 + 0.02 * len(waits)  # it timed its whole budget besides the waits
     assert timing.wall_s < 0.03 + 0.015  # the waits are not in the loop's own wall time
-    # One untimed call after each turn comes back (and one to size the blocks).
-    assert len(calls) == len(timing.samples_us) + len(waits) + 1
+    # One untimed call after each turn comes back; the blocks' sizing takes one more, the series' warm-up its head.
+    assert len(calls) == len(timing.samples_us) + len(waits) + (timing.warmup if series else 1)
+    assert timing.block == 1 or not series
     assert np.median(timing.samples_us) < 5000  # no sample spans a wait
 
 
