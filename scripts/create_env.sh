@@ -87,8 +87,12 @@ case "$installer" in
   uv | pip) ;;
   *) echo "create_env: FUSEDBENCH_INSTALLER must be uv or pip, got '$installer'" >&2; exit 1 ;;
 esac
+# pip's install of a hashed requirements file ($1), its output to $2.
+pip_install() {
+  "$prefix/bin/python" -m pip install --require-hashes --no-deps --no-compile -r "$1" >"$2" 2>&1
+}
 install_with_pip() {
-  if ! "$prefix/bin/python" -m pip install --require-hashes --no-deps --no-compile -r "$1" >"$tmp/pip.log" 2>&1; then
+  if ! pip_install "$1" "$tmp/pip.log"; then
     grep -v "^WARNING: Location .* is ignored" "$tmp/pip.log" >&2 || true
     echo "create_env: pip install failed (output above)" >&2
     exit 1
@@ -100,8 +104,7 @@ if [ "$installer" = uv ]; then
   awk '/^uv==/ {keep = 1} keep {print} keep && !/\\$/ {exit}' "$requirements" >"$tmp/uv.txt"
   [ -s "$tmp/uv.txt" ] || { echo "create_env: $requirements pins no uv" >&2; exit 1; }
   status=0
-  if "$prefix/bin/python" -m pip install --require-hashes --no-deps --no-compile -r "$tmp/uv.txt" >"$tmp/uv.log" 2>&1
-  then
+  if pip_install "$tmp/uv.txt" "$tmp/uv.log"; then
     (cd "$repo" && "$prefix/bin/python" -m env.lock.uv_install "$prefix/bin/uv" "$prefix/bin/python" "$requirements") \
       >>"$tmp/uv.log" 2>&1 || status=$?
   else
