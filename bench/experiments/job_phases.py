@@ -5,8 +5,9 @@
 
 Runs the jobs one worker process of a full run would (its round of
 ROUNDS, at its page offset) in this process, with clocks around the steps
-of bench/rounds.py: building a case's inputs, its float64 reference, each
-variant's set-up (export, compile, session), the verification, the
+of bench/rounds.py: building a case's inputs, its float64 reference, that
+reference made ready for comparing (``prepare``), each variant's set-up
+(export, compile, session), the verification's comparison, the
 warm-up, the block probe and the sampling loop (and whether sampling
 stopped on the width or ran to the cap). Nothing about the measurement
 changes: the clocks wrap the product's own functions from outside.
@@ -25,7 +26,7 @@ from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-PHASES = ("inputs", "reference", "setup", "verify", "warmup", "block", "sampling", "other")
+PHASES = ("inputs", "reference", "prepare", "setup", "verify", "warmup", "block", "sampling", "other")
 
 
 class _Clock:
@@ -73,8 +74,8 @@ def _instrument(clock: _Clock) -> None:
         if hasattr(cls, "reference"):
             cls.reference = clock.wrap("reference", cls.reference)
     rounds.verify_outputs = clock.wrap("verify", rounds.verify_outputs)
-    verify.prepare = clock.wrap("verify", verify.prepare)  # a case's reference made ready for comparing
-    workloads.prepare = clock.wrap("verify", workloads.prepare)  # the op's, made by the inputs its layouts share
+    verify.prepare = clock.wrap("prepare", verify.prepare)  # a case's reference made ready for comparing
+    workloads.prepare = clock.wrap("prepare", workloads.prepare)  # the op's, made by the inputs its layouts share
     timing.warm_up_timed = clock.wrap("warmup", timing.warm_up_timed)  # what measure() calls
     timing.block_size = clock.wrap("block", timing.block_size)
     measure = timing.measure
@@ -160,7 +161,12 @@ def _table(rows: list[dict], key: Callable[[dict], str], title: str) -> list[str
     for row in rows:
         if row["kind"] == "job":
             job_total[key(row)] += row["total"]
-    lines = [f"### {title}", "", "| | wall s | " + " | ".join(PHASES) + " | variants | capped |", "|---" * 11 + "|"]
+    lines = [
+        f"### {title}",
+        "",
+        "| | wall s | " + " | ".join(PHASES) + " | variants | capped |",
+        "|---" * (len(PHASES) + 3) + "|",
+    ]
     for name, phase in sorted(sums.items(), key=lambda item: -job_total.get(item[0], 0.0)):
         cells = " | ".join(f"{phase[p]:.1f}" for p in PHASES)
         lines.append(
