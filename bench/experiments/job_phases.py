@@ -165,7 +165,7 @@ def _table(rows: list[dict], key: Callable[[dict], str], title: str) -> list[str
         f"### {title}",
         "",
         "| | wall s | " + " | ".join(PHASES) + " | variants | capped |",
-        "|---" * (len(PHASES) + 3) + "|",
+        "|---" * (len(PHASES) + 4) + "|",  # the name, the wall time, the phases, variants, capped
     ]
     for name, phase in sorted(sums.items(), key=lambda item: -job_total.get(item[0], 0.0)):
         cells = " | ".join(f"{phase[p]:.1f}" for p in PHASES)
