@@ -225,17 +225,25 @@ def test_the_narrow_comparison_never_passes_an_element_the_float64_rule_fails(dt
     assert verify(ref.to(dtype), expected, tolerance, "rounded") <= float(bound.max())
 
 
-def test_the_prepared_reference_is_made_once_per_case_and_dropped_for_the_next(case, tmp_path, monkeypatch):
+@pytest.fixture
+def made(monkeypatch) -> list[torch.Tensor]:
+    """The references a comparison's operands were prepared from (each call of ``Expected.of``), in order."""
     import bench.measure.verify as verify_module
 
-    made = []
+    prepared = []
     original = verify_module.Expected.of.__func__
 
     def counting(cls, reference, tolerance):
-        made.append(reference)
+        prepared.append(reference)
         return original(cls, reference, tolerance)
 
     monkeypatch.setattr(verify_module.Expected, "of", classmethod(counting))
+    return prepared
+
+
+def test_the_prepared_reference_is_made_once_per_case_and_dropped_for_the_next(case, tmp_path, made):
+    import bench.measure.verify as verify_module
+
     references = verify_module.CaseReferences()
     y = torch.ops.myops.fused_norm.default(case.x, case.weight, case.bias, case.eps)
     for _ in range(3):
@@ -260,21 +268,13 @@ def test_the_prepared_reference_is_made_once_per_case_and_dropped_for_the_next(c
     assert references._expected is None and references._case is None and gone() is None
 
 
-def test_an_op_cases_layouts_share_one_prepared_reference_and_each_is_still_checked(tmp_path, monkeypatch):
+def test_an_op_cases_layouts_share_one_prepared_reference_and_each_is_still_checked(tmp_path, made):
     # The op's cases of one shape read the same values of x at different places in its pages: one preparation
     # (512 MiB of operands at the largest CPU shape) serves them all, and it goes with their inputs.
     import bench.measure.verify as verify_module
     from bench.measure.placement import NATURAL, PAGE_OFFSET
     from bench.plan.workloads import NormInputs
 
-    made = []
-    original = verify_module.Expected.of.__func__
-
-    def counting(cls, reference, tolerance):
-        made.append(reference)
-        return original(cls, reference, tolerance)
-
-    monkeypatch.setattr(verify_module.Expected, "of", classmethod(counting))
     inputs = NormInputs.create((4, 16, 384), torch.float32, seed=11)
     references = verify_module.CaseReferences()
     cases = [
@@ -299,20 +299,12 @@ def test_an_op_cases_layouts_share_one_prepared_reference_and_each_is_still_chec
 
 
 @pytest.mark.parametrize("layouts", ["natural", "all"])
-def test_a_cases_jobs_share_its_prepared_reference_across_one_job_calls(tmp_path, monkeypatch, layouts):
+def test_a_cases_jobs_share_its_prepared_reference_across_one_job_calls(tmp_path, made, layouts):
     # Workers run a round one job a call; a case's jobs (one per baseline) must not prepare its reference again.
     import bench.measure.verify as verify_module
     from bench.plan.jobs import plan_jobs
     from bench.rounds import Results, run_round, run_settings
 
-    made = []
-    original = verify_module.Expected.of.__func__
-
-    def counting(cls, reference, tolerance):
-        made.append(reference.shape)
-        return original(cls, reference, tolerance)
-
-    monkeypatch.setattr(verify_module.Expected, "of", classmethod(counting))
     options = BenchOptions(
         baseline="unfused,fused,native",
         op_shapes=((2, 8, 256),),
@@ -330,4 +322,4 @@ def test_a_cases_jobs_share_its_prepared_reference_across_one_job_calls(tmp_path
     assert {key.layout for key in results.measured} == ({"natural"} if layouts == "natural" else set(LAYOUTS))
     # Once per layout for the copy's own case (its reference is the input) and once for the op's cases, which
     # the three baselines' jobs at every layout share: not once per job, nor once per layout.
-    assert len(jobs) == 4 * layout_count and made == [(2, 8, 256)] * (layout_count + 1)
+    assert len(jobs) == 4 * layout_count and [tuple(r.shape) for r in made] == [(2, 8, 256)] * (layout_count + 1)
