@@ -75,7 +75,6 @@ def _instrument(clock: _Clock) -> None:
             cls.reference = clock.wrap("reference", cls.reference)
     rounds.verify_outputs = clock.wrap("verify", rounds.verify_outputs)
     verify.prepare = clock.wrap("prepare", verify.prepare)  # a case's reference made ready for comparing
-    workloads.prepare = clock.wrap("prepare", workloads.prepare)  # the op's, made by the inputs its layouts share
     timing.warm_up_timed = clock.wrap("warmup", timing.warm_up_timed)  # what measure() calls
     timing.block_size = clock.wrap("block", timing.block_size)
     measure = timing.measure

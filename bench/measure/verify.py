@@ -103,9 +103,7 @@ class CaseReferences:
     as ten comparisons (0.5 s at 32x512x4096 float32, 2 threads: 24 preparations a worker when each job made its
     own), so one instance serves a whole round and prepares each case once. One case at a time: the previous
     case's operands go before the next one's are made, and they go with their case (a weak reference), not
-    later: the job that releases a case's buffers releases these too. A case with ``prepared_reference()`` keeps
-    its own elsewhere: an op case's inputs hold it, prepared once for every layout of x and released with the
-    inputs after the shape's last job.
+    later: the job that releases a case's buffers releases these too.
     """
 
     def __init__(self) -> None:
@@ -116,9 +114,7 @@ class CaseReferences:
         """``case.reference()`` prepared at ``case.tolerance``."""
         if self._case is None or self._case() is not case:
             self._drop()
-            # A case whose inputs outlive it (an op case's, shared by its layouts) has them hold it instead.
-            shared = getattr(case, "prepared_reference", None)
-            expected = shared() if shared is not None else prepare(case.reference(), case.tolerance)
+            expected = prepare(case.reference(), case.tolerance)
             self._case, self._expected = weakref.ref(case, self._drop), expected
         return self._expected
 

@@ -153,29 +153,24 @@ class JobKey:
         return None
 
 
-def _op_case(
-    shape: tuple[int, ...], dtype: torch.dtype, device: str, workdir: Path, inputs: _LazyCase, layout: str
-) -> _LazyCase:
-    """``inputs``: the shape's NormInputs, shared by its layouts and with its add_norm case."""
-    return _LazyCase(lambda: OpCase.create(shape, dtype, workdir, device=device, inputs=inputs.get(), layout=layout))
-
-
 def _op_jobs(
     shape: tuple[int, ...],
     dtype: torch.dtype,
     device: str,
     baselines: list[Baseline],
+    workdir: Path,
     selection: _Selection,
-    case: _LazyCase,
+    inputs: _LazyCase,
     release: tuple[_LazyCase, ...],
     layout: str = NATURAL,
 ) -> list[Job]:
-    """The jobs of ``case`` (an :func:`_op_case`); ``release``: freed after the last job, ``case`` only there."""
+    """``inputs``: the shape's NormInputs, shared with its add_norm case; ``release``: freed after the last job."""
+    case = _LazyCase(lambda: OpCase.create(shape, dtype, workdir, device=device, inputs=inputs.get(), layout=layout))
     key = JobKey("op", shape_label(shape), dtype_name(dtype), device, layout=layout)
     baselines = [b for b in baselines if selection.job(key.of(b.name).label)]
     copy = selection.limits and (baselines or selection.job(key.of("copy").label))
     jobs = [Job(key.of("copy").label, lambda: iter(copy_limits(case.get())))] if copy else []
-    ends = _releasing(len(baselines), release)
+    ends = _releasing(len(baselines), (case, *release))
     return jobs + [_baseline_job(key, b, case, end, selection) for b, end in zip(baselines, ends, strict=True)]
 
 
@@ -277,13 +272,10 @@ def _plan_all_jobs(options: BenchOptions, workdir: Path, selection: _Selection) 
                     else []
                 )
                 layouts = device_layouts(device, options.layouts)
-                cases = {layout: _op_case(shape, dtype, device, workdir, inputs, layout) for layout in layouts}
-                for layout, case in cases.items():
+                for layout in layouts:
                     # The inputs go with the last job that reads them: the last layout's, unless add_norm follows.
-                    # Every layout's case goes then too: alive together, they share one prepared reference.
-                    last = layout == layouts[-1]
-                    release = (*cases.values(), *(() if after else (inputs,))) if last else ()
-                    jobs += _op_jobs(shape, dtype, device, op_baselines, selection, case, release, layout)
+                    release = (inputs,) if layout == layouts[-1] and not after else ()
+                    jobs += _op_jobs(shape, dtype, device, op_baselines, workdir, selection, inputs, release, layout)
                 jobs += after
             for shape in (s for s in add_norm if s not in {tuple(o) for o in op_shapes}):
                 inputs = _shared_inputs(shape, dtype, device)

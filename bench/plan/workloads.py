@@ -8,7 +8,6 @@ Inputs, the float64 reference and the tolerances come from ops/reference.py.
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +15,6 @@ import torch
 from torch import Tensor
 
 from bench.measure.placement import NATURAL, PAGE_OFFSET, in_layout, layout_of, placed
-from bench.measure.verify import Expected, prepare
 from bench.plan.grid import Shape
 from ops.model import SequenceModel, build_model, example_input
 from ops.reference import (
@@ -46,7 +44,6 @@ class NormInputs:
     bias: Tensor
     _placed_x: Tensor | None = field(default=None, init=False, repr=False)
     _references: dict[float, Tensor] = field(default_factory=dict, init=False, repr=False)
-    _prepared: dict[tuple[float, Tolerance], weakref.ref] = field(default_factory=dict, init=False, repr=False)
 
     def reference(self, eps: float) -> Tensor:
         """The float64 norm of x: one for x at every layout, so the op's cases of this shape share it (1.5 s at
@@ -54,19 +51,6 @@ class NormInputs:
         if eps not in self._references:
             self._references[eps] = reference_norm(self.x, self.weight, self.bias, eps)
         return self._references[eps]
-
-    def prepared_reference(self, eps: float, tolerance: Tolerance) -> Expected:
-        """:meth:`reference` made ready for comparing (bench/measure/verify.py), one for every layout of x while
-        any case holds it: the values are the same wherever x starts in its pages. At 32x512x4096 float32 a
-        preparation writes 512 MiB of fresh operands (0.7-1.0 s in a worker, most of it first touches of new
-        pages). Held weakly here: it goes with the op's cases, not with these inputs, which the add_norm case
-        goes on reading."""
-        key = (eps, tolerance)
-        expected = self._prepared[key]() if key in self._prepared else None
-        if expected is None:
-            expected = prepare(self.reference(eps), tolerance)
-            self._prepared[key] = weakref.ref(expected)
-        return expected
 
     def x_in(self, layout: str) -> Tensor:
         """x as allocated (NATURAL), or one copy of it at this process's offset into a page, made on first use."""
@@ -99,7 +83,6 @@ class OpCase:
     inputs: NormInputs | None = field(default=None, repr=False)  # where x came from: its reference is shared there
     workload: str = field(default="op", init=False)
     _reference: Tensor | None = field(default=None, init=False, repr=False)
-    _prepared: Expected | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def create(
@@ -140,18 +123,6 @@ class OpCase:
     def tolerance(self) -> Tolerance:
         # verify() takes one number t for |out - ref| <= t * (1 + |ref|); the table's rtol = atol.
         return COMPOSITION_TOLERANCES[self.dtype]
-
-    def prepared_reference(self) -> Expected:
-        """The reference ready for comparing, held while this case lives: made once for the op's cases of
-        shared inputs that live at the same time (bench/plan/jobs.py keeps a shape's layouts alive together)."""
-        if self._prepared is None:
-            shared = self.inputs is not None
-            self._prepared = (
-                self.inputs.prepared_reference(self.eps, self.tolerance)
-                if shared
-                else prepare(self.reference(), self.tolerance)
-            )
-        return self._prepared
 
     def reference(self) -> Tensor:
         if self._reference is None:

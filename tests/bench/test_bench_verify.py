@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import io
-import weakref
 
 import numpy as np
 import pytest
@@ -12,7 +11,6 @@ import torch
 from rich.console import Console
 
 import bench.plan.registry as registry
-from bench.measure.placement import LAYOUTS
 from bench.measure.verify import VerificationError, verify
 from bench.plan.options import BenchOptions
 from bench.plan.registry import Variant
@@ -225,25 +223,17 @@ def test_the_narrow_comparison_never_passes_an_element_the_float64_rule_fails(dt
     assert verify(ref.to(dtype), expected, tolerance, "rounded") <= float(bound.max())
 
 
-@pytest.fixture
-def made(monkeypatch) -> list[torch.Tensor]:
-    """The references a comparison's operands were prepared from (each call of ``Expected.of``), in order."""
+def test_the_prepared_reference_is_made_once_per_case_and_dropped_for_the_next(case, tmp_path, monkeypatch):
     import bench.measure.verify as verify_module
 
-    prepared = []
+    made = []
     original = verify_module.Expected.of.__func__
 
     def counting(cls, reference, tolerance):
-        prepared.append(reference)
+        made.append(reference)
         return original(cls, reference, tolerance)
 
     monkeypatch.setattr(verify_module.Expected, "of", classmethod(counting))
-    return prepared
-
-
-def test_the_prepared_reference_is_made_once_per_case_and_dropped_for_the_next(case, tmp_path, made):
-    import bench.measure.verify as verify_module
-
     references = verify_module.CaseReferences()
     y = torch.ops.myops.fused_norm.default(case.x, case.weight, case.bias, case.eps)
     for _ in range(3):
@@ -253,73 +243,48 @@ def test_the_prepared_reference_is_made_once_per_case_and_dropped_for_the_next(c
     with pytest.raises(VerificationError):
         verify_module.verify_outputs(y, references.of(other), other.tolerance)  # another case's input: differs
     assert len(made) == 2 and made[-1] is other.reference()
-    # Only the current case's operands are held here; the first case's inputs still hold theirs.
+    # Only the current case's operands are held.
     assert references.of(other) is references.of(other) and len(made) == 2
-    assert references.of(case) is case.inputs.prepared_reference(case.eps, case.tolerance) and len(made) == 2
+    references.of(case)
+    assert len(made) == 3
     # They go with their case: a released case's operands are not held until the next case comes.
     del other
     gc.collect()
     third = OpCase.create((2, 8, 256), torch.float32, tmp_path, seed=8)
     held = references.of(third)
-    assert len(made) == 3 and references._expected is held
-    gone = weakref.ref(held)
-    del third, held
+    assert len(made) == 4 and references._expected is held
+    del third
     gc.collect()
-    assert references._expected is None and references._case is None and gone() is None
+    assert references._expected is None and references._case is None
 
 
-def test_an_op_cases_layouts_share_one_prepared_reference_and_each_is_still_checked(tmp_path, made):
-    # The op's cases of one shape read the same values of x at different places in its pages: one preparation
-    # (512 MiB of operands at the largest CPU shape) serves them all, and it goes with their inputs.
-    import bench.measure.verify as verify_module
-    from bench.measure.placement import NATURAL, PAGE_OFFSET
-    from bench.plan.workloads import NormInputs
-
-    inputs = NormInputs.create((4, 16, 384), torch.float32, seed=11)
-    references = verify_module.CaseReferences()
-    cases = [
-        OpCase.create((4, 16, 384), torch.float32, tmp_path, inputs=inputs, layout=lay)
-        for lay in (NATURAL, PAGE_OFFSET)
-    ]
-    assert cases[0].x.data_ptr() != cases[1].x.data_ptr()  # the same values in two places: the sharing is tested
-    for case in cases:
-        y = torch.ops.myops.fused_norm.default(case.x, case.weight, case.bias, case.eps)
-        assert 0.0 < verify_module.verify_outputs(y, references.of(case), case.tolerance) < case.tolerance.rtol
-        wrong = y.clone()
-        wrong.view(-1)[1234] += 1e-2  # one element off: the shared operands still check every element
-        with pytest.raises(VerificationError, match="1 of 24576 outputs differ"):
-            verify_module.verify_outputs(wrong, references.of(case), case.tolerance)
-    assert len(made) == 1 and made[0] is inputs.reference(cases[0].eps)
-    gone = weakref.ref(references.of(cases[1]))
-    del cases, case, inputs
-    gc.collect()
-    references.of(OpCase.create((2, 8, 256), torch.float32, tmp_path, seed=3))
-    gc.collect()
-    assert gone() is None  # released with the inputs and their last case
-
-
-@pytest.mark.parametrize("layouts", ["natural", "all"])
-def test_a_cases_jobs_share_its_prepared_reference_across_one_job_calls(tmp_path, made, layouts):
+def test_a_cases_jobs_share_its_prepared_reference_across_one_job_calls(tmp_path, monkeypatch):
     # Workers run a round one job a call; a case's jobs (one per baseline) must not prepare its reference again.
     import bench.measure.verify as verify_module
     from bench.plan.jobs import plan_jobs
     from bench.rounds import Results, run_round, run_settings
 
+    made = []
+    original = verify_module.Expected.of.__func__
+
+    def counting(cls, reference, tolerance):
+        made.append(reference.shape)
+        return original(cls, reference, tolerance)
+
+    monkeypatch.setattr(verify_module.Expected, "of", classmethod(counting))
     options = BenchOptions(
         baseline="unfused,fused,native",
         op_shapes=((2, 8, 256),),
         add_norm_shapes=(),
         model_batches=(),
         budget_s=0.003,
-        layouts=layouts,
+        layouts="natural",
     )
     jobs = [job for job in plan_jobs(options, tmp_path) if job.label.startswith("op ")]
     settings, results, references = run_settings(options), Results(), verify_module.CaseReferences()
     for job in jobs:
         run_round([job], 0, settings, results, references=references)
-    layout_count = 1 if layouts == "natural" else 2
-    assert not results.failures and len(results.measured) >= 4 * layout_count
-    assert {key.layout for key in results.measured} == ({"natural"} if layouts == "natural" else set(LAYOUTS))
-    # Once per layout for the copy's own case (its reference is the input) and once for the op's cases, which
-    # the three baselines' jobs at every layout share: not once per job, nor once per layout.
-    assert len(jobs) == 4 * layout_count and [tuple(r.shape) for r in made] == [(2, 8, 256)] * (layout_count + 1)
+    assert not results.failures and len(results.measured) >= 4
+    # Once for the copy's own case (its reference is the input) and once for the op's case that the three
+    # baselines' jobs share: not once per job.
+    assert len(jobs) == 4 and made == [(2, 8, 256)] * 2
