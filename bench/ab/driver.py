@@ -10,7 +10,7 @@ measurement is the process:
 
   1. REF is resolved to a commit and checked out into ``<build>/ab/<sha>/src``
      (bench/ab/scratch.py: a shared clone, nothing written into this repository),
-     then built there by its own ``invoke build`` into ``<build>/ab/<sha>/build``,
+     then built there by its own ``invoke build`` into ``<build>/ab/<sha>/src/build``,
      so neither build can touch the other's files. This checkout was built by
      the task. A REF that cannot take part (no worker, another protocol or
      report schema, no field for an option set here) is skipped with the
@@ -158,6 +158,13 @@ def resolve(ref: str, repo: Path = REPO_ROOT) -> str:
         raise AbError(
             f"--against {ref!r} is not a commit of {repo} - check the name, or `git fetch` it first"
         ) from None
+
+
+def ref_build_dir(src: Path) -> Path:
+    """REF's build folder: inside its checkout, where a checkout's own build is. ccache's base directory is the tree
+    being built (env/builder/compiler_cache.py), so REF's compiler commands then read as this checkout's do, and a
+    source REF shares with it is a cache hit (the kernel core: a minute of one core each time REF is built)."""
+    return src / "build"
 
 
 def build_ref(src: Path, build: Path, log: Path, console: Console) -> None:
@@ -618,12 +625,12 @@ def run_ab(
         harness = HARNESS_OWN
     if harness == HARNESS_OWN and (skipped := _own_worker_refused(src, root, sha, folder)):
         return _skip(skipped, console, folder)
-    build_ref(src, root / "build", root / "build.log", console)
-    own = Tree(src, root / "build")
+    build_ref(src, ref_build_dir(src), root / "build.log", console)
+    own = Tree(src, ref_build_dir(src))
     if harness == HARNESS_HEAD:
         # NEW's bench code in both workers; REF's side imports REF's ops, which loads REF's libraries.
         console.print(f"both sides measured by NEW's harness ({new.root / 'bench'})", highlight=False)
-        sides = {"NEW": new, "BASE": Tree(new.root, root / "build", ops=src)}
+        sides = {"NEW": new, "BASE": Tree(new.root, ref_build_dir(src), ops=src)}
         try:
             return measure_and_judge(sides, options, processes, folder, console, threshold, alpha, start)
         except HarnessMismatch as mismatch:
@@ -646,7 +653,7 @@ def _own_worker_refused(src: Path, root: Path, sha: str, folder: Path) -> str:
     loads no library)."""
     if worker_module(src) is None:
         return f"REF {sha[:12]} predates A/B runs (it has no {WORKER})"
-    probe = Worker("BASE", src, root / "build", folder / "base" / "hello.log")
+    probe = Worker("BASE", src, ref_build_dir(src), folder / "base" / "hello.log")
     try:
         check_compatible(probe.hello, sha)
     except Skipped as reason:

@@ -148,10 +148,8 @@ def build_all(
 
     Concurrent builds: on a shared machine they finish sooner together than one after the other.
     """
-    ref = ab.Tree(
-        scratch.checkout(clean, workspace.ref_cache / clean / "src", workspace.repo),
-        workspace.ref_cache / clean / "build",
-    )
+    src = scratch.checkout(clean, workspace.ref_cache / clean / "src", workspace.repo)
+    ref = ab.Tree(src, ab.ref_build_dir(src))
     trees = [(workspace.tree("clean"), 0), (ref, 0), *((workspace.tree(n), p) for p, n in slowed.items())]
     with ThreadPoolExecutor(len(trees)) as pool:
         tables = tables or {}

@@ -44,5 +44,5 @@ def ab_repo(tmp_path_factory) -> dict:
     ref = root / "build" / "ab" / clean
     scratch.checkout(clean, ref / "src", root)
     scratch.build(root, root / "build", root / "build.log")
-    scratch.build(ref / "src", ref / "build", ref / "build.log")
+    scratch.build(ref / "src", ab.ref_build_dir(ref / "src"), ref / "build.log")
     return {"root": root, "clean": clean, "slow": slow, "old": old, "ref": ref}
