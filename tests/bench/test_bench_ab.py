@@ -408,7 +408,7 @@ def test_the_same_commit_against_itself_has_no_regression(ab_repo, tmp_path, mon
     # suspect is measured again in as many pairs as the first stage: the confirmation's 20 pairs buy power that
     # identical code has no use for, and its path runs the same.
     monkeypatch.setattr(ab, "CONFIRM_PROCESSES", PROCESSES)
-    ref = ab.Tree(ab_repo["ref"] / "src", ab_repo["ref"] / "build")
+    ref = ab.Tree(ab_repo["ref"] / "src", ab.ref_build_dir(ab_repo["ref"] / "src"))
     result, text = _run(ab_repo, ab_repo["clean"], tmp_path, new=ref)
     assert result.code == 0, text
     comparison = compare_reports(result.base_csv, result.new_csv, paired=True)
@@ -427,7 +427,8 @@ def test_a_ref_before_ab_support_is_skipped_with_the_reason(ab_repo, tmp_path):
     result, text = _run(ab_repo, ab_repo["old"], tmp_path)
     assert result.code == 0 and result.new_csv is None
     assert "A/B skipped" in text and f"REF {ab_repo['old'][:12]} predates A/B runs" in text
-    assert not (ab_repo["root"] / "build" / "ab" / ab_repo["old"] / "build").exists()  # skipped before building
+    old_src = ab_repo["root"] / "build" / "ab" / ab_repo["old"] / "src"
+    assert not ab.ref_build_dir(old_src).exists()  # skipped before building
 
 
 @pytest.mark.slow
