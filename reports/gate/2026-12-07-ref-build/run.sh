@@ -12,5 +12,5 @@ git clone -q "$repo" /tmp/gx && cd /tmp/gx
 bash scripts/create_env.sh > /tmp/gx-env.log 2>&1
 s=$(date +%s); .venv/bin/python -m invoke build > /tmp/gx-build.log 2>&1; echo "HEAD build $(( $(date +%s) - s )) s"
 ccache -z > /dev/null
-.venv/bin/python "$here/ref_build.py" "$ref"
+PYTHONPATH=/tmp/gx .venv/bin/python "$here/ref_build.py" "$ref"
 ccache -s
