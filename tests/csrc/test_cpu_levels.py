@@ -22,7 +22,11 @@ V4 = V3 | {"avx512f", "avx512bw", "avx512vl", "avx512cd", "avx512dq"}
     ],
 )
 def test_the_loaders_choice_is_the_widest_level_the_flags_allow(flags, level, march):
-    assert loaders_choice(flags) == (level, [*march, "-DFUSED_NORM_NO_CLONES"])
+    assert loaders_choice(flags, "x86_64") == (level, [*march, "-DFUSED_NORM_NO_CLONES"])
+
+
+def test_off_x86_64_the_core_has_no_versions_to_choose():
+    assert loaders_choice(set(), "aarch64") == ("no versions", [])
 
 
 def test_the_levels_come_narrowest_first():

@@ -7,6 +7,8 @@ flags holds that version alone.
 
 from __future__ import annotations
 
+import platform
+
 from env.builder.toolchain import cpu_flags
 
 # Single-version build -> (its compiler flags, the /proc/cpuinfo flags it needs to run), narrowest first.
@@ -25,7 +27,11 @@ def runnable_levels(flags: set[str] | None = None) -> dict[str, list[str]]:
     return {level: march for level, (march, needs) in LEVELS.items() if needs <= have}
 
 
-def loaders_choice(flags: set[str] | None = None) -> tuple[str, list[str]]:
-    """The level whose version the delivered core runs on this CPU, and the flags that build it alone."""
+def loaders_choice(flags: set[str] | None = None, machine: str | None = None) -> tuple[str, list[str]]:
+    """The level whose version the delivered core runs on this CPU, and the flags that build it alone.
+
+    Off x86-64 the core is built without versions (csrc/core/fused_norm_cpu.cpp), so no flag is needed."""
+    if (machine or platform.machine()) != "x86_64":
+        return "no versions", []
     level, march = list(runnable_levels(flags).items())[-1]
     return level, [*march, "-DFUSED_NORM_NO_CLONES"]
