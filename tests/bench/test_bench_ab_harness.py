@@ -135,7 +135,8 @@ def test_the_gate_mode_measures_ref_with_heads_harness_and_falls_back_to_refs_ow
         ref_cache=tmp_path / "c",
         harness=ab.HARNESS_HEAD,
     )
-    src, build = tmp_path / "c" / sha / "src", tmp_path / "c" / sha / "build"
+    src = tmp_path / "c" / sha / "src"
+    build = src / "build"  # REF's build inside its checkout, where ccache maps its compiles onto this checkout's
     # First HEAD's tree with REF's build and ops; on a mismatch, REF's own tree, said and recorded.
     assert calls[0] == {"NEW": new, "BASE": ab.Tree(repo, build, ops=src)}
     assert len(calls) == (2 if lacks else 1) and result.code == 0
@@ -165,6 +166,6 @@ def test_a_ref_without_an_ops_package_is_measured_by_its_own_harness(tmp_path, m
         harness=ab.HARNESS_HEAD,
     )
     assert calls == [
-        {"NEW": ab.Tree(repo), "BASE": ab.Tree(tmp_path / "c" / sha / "src", tmp_path / "c" / sha / "build")}
+        {"NEW": ab.Tree(repo), "BASE": ab.Tree(tmp_path / "c" / sha / "src", tmp_path / "c" / sha / "src" / "build")}
     ]
     assert "BASE has no ops/__init__.py" in console.file.getvalue()
