@@ -26,7 +26,7 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtensio
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
-from env.builder.config import CXX_STANDARD_PORTABLE, torch_extension_spec  # noqa: E402
+from env.builder.config import CORE_VERSIONS_VARIABLE, CXX_STANDARD_PORTABLE, core_versions, torch_extension_spec  # noqa: E402
 from env.builder.toolchain import runtime_facts  # noqa: E402
 from env.lock.lockfile import read_pins, requirements_path  # noqa: E402
 from env.paths import build_dir, toolchain_record_path  # noqa: E402
@@ -94,6 +94,9 @@ def ort_library() -> Path:
 SETUPTOOLS_DIR = build_dir() / "setuptools"
 SETUPTOOLS_DIR.mkdir(parents=True, exist_ok=True)
 
+# A delivered library runs on any x86-64 CPU: it carries every kernel version and the loader picks one.
+if core_versions() != "all":
+    sys.exit(f"setup.py: a delivered build carries every kernel version; unset {CORE_VERSIONS_VARIABLE}")
 spec = torch_extension_spec()
 extension_class = CUDAExtension if spec.with_cuda else CppExtension
 

@@ -17,7 +17,12 @@ import sys
 from pathlib import Path
 
 from bench.processes.worker import OPS_ROOT_VARIABLE
-from env.builder.config import SLOWDOWN_TABLE_VARIABLE, SLOWDOWN_VARIABLE
+from env.builder.config import (
+    CORE_VERSIONS_VARIABLE,
+    SLOWDOWN_TABLE_VARIABLE,
+    SLOWDOWN_VARIABLE,
+    benchmark_core_versions,
+)
 from env.builder.cuda import SKIP_VARIABLE
 from env.paths import REPO_ROOT
 
@@ -122,7 +127,9 @@ def side_env(build: Path | None) -> dict[str, str]:
 def build(tree: Path, build_dir: Path, log: Path, variables: dict[str, str] | None = None) -> None:
     """``tree``'s own `invoke build` into ``build_dir``, output to ``log``; ScratchError with its tail on failure.
 
-    ``variables``: set for the build alone (an experiment's slowdown switch, env/builder/config.py).
+    ``variables``: set for the build alone (an experiment's slowdown switch, env/builder/config.py). Its kernel
+    core holds the versions a benchmark's build of this checkout holds (config.benchmark_core_versions), so the two
+    sides of a comparison are built alike; a tree from before that choice existed builds all its versions.
     """
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
@@ -131,7 +138,12 @@ def build(tree: Path, build_dir: Path, log: Path, variables: dict[str, str] | No
             check=False,
             cwd=tree,
             # Its libraries, not its CUDA check: the check builds nothing a benchmark loads.
-            env={**side_env(build_dir), SKIP_VARIABLE: "1", **(variables or {})},
+            env={
+                **side_env(build_dir),
+                SKIP_VARIABLE: "1",
+                CORE_VERSIONS_VARIABLE: benchmark_core_versions(),
+                **(variables or {}),
+            },
             stdout=out,
             stderr=subprocess.STDOUT,
         )

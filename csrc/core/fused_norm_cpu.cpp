@@ -1225,18 +1225,30 @@ inline __attribute__((always_inline)) void add_normalise_rows(const AddNormProbl
 // applies to concrete functions, and each version instantiates the
 // always_inline kernel at its own vector width.
 #if FUSED_NORM_CPU_VERSIONS
-#define FUSED_NORM_CPU_V4(NAME, PROBLEM, KERNEL, T)                                                               \
-  __attribute__((target("arch=x86-64-v4"))) void NAME(TypeTag<T>, const PROBLEM& p, int64_t begin, int64_t end) { \
-    KERNEL<T, 64>(p, begin, end);                                                                                 \
+// A build of one level (FUSED_NORM_CPU_LEVEL, below) calls its entry points directly, where the loader's choice
+// is an indirect call that no optimisation crosses: noipa keeps them so (no constant propagation into them, no
+// specialised copies), so their machine code is the delivered version's.
+#if defined(FUSED_NORM_CPU_LEVEL)
+#define FUSED_NORM_CPU_ENTRY_ATTRIBUTES noipa,
+#else
+#define FUSED_NORM_CPU_ENTRY_ATTRIBUTES
+#endif
+#define FUSED_NORM_CPU_V4(NAME, PROBLEM, KERNEL, T)                                                                 \
+  __attribute__((FUSED_NORM_CPU_ENTRY_ATTRIBUTES target("arch=x86-64-v4"))) void NAME(TypeTag<T>, const PROBLEM& p, \
+                                                                                      int64_t begin, int64_t end) { \
+    KERNEL<T, 64>(p, begin, end);                                                                                   \
   }
-#define FUSED_NORM_CPU_V3_AND_DEFAULT(NAME, PROBLEM, KERNEL, T)                                                   \
-  __attribute__((target("arch=x86-64-v3"))) void NAME(TypeTag<T>, const PROBLEM& p, int64_t begin, int64_t end) { \
-    KERNEL<T, 32>(p, begin, end);                                                                                 \
-  }                                                                                                               \
-  __attribute__((target("default"))) void NAME(TypeTag<T>, const PROBLEM& p, int64_t begin, int64_t end) {        \
-    KERNEL<T, 16>(p, begin, end);                                                                                 \
+#define FUSED_NORM_CPU_V3(NAME, PROBLEM, KERNEL, T)                                                                 \
+  __attribute__((FUSED_NORM_CPU_ENTRY_ATTRIBUTES target("arch=x86-64-v3"))) void NAME(TypeTag<T>, const PROBLEM& p, \
+                                                                                      int64_t begin, int64_t end) { \
+    KERNEL<T, 32>(p, begin, end);                                                                                   \
   }
-#if FUSED_NORM_BF16_HARDWARE
+#define FUSED_NORM_CPU_DEFAULT(NAME, PROBLEM, KERNEL, T)                                                     \
+  __attribute__((FUSED_NORM_CPU_ENTRY_ATTRIBUTES target("default"))) void NAME(TypeTag<T>, const PROBLEM& p, \
+                                                                               int64_t begin, int64_t end) { \
+    KERNEL<T, 16>(p, begin, end);                                                                            \
+  }
+#if FUSED_NORM_BF16_HARDWARE && (!defined(FUSED_NORM_CPU_LEVEL) || FUSED_NORM_CPU_LEVEL == 4)
 // AVX512-BF16 is a feature, not an x86-64 level, so the loader cannot pick a
 // version by it (GCC versions by `arch=` only); bfloat16's x86-64-v4 version
 // asks the CPU and calls the function compiled for it.
@@ -1253,20 +1265,38 @@ bool cpu_has_avx512bf16() {
                                                                               int64_t begin, int64_t end) {        \
     KERNEL<BFloat16ByHardware, 64>(p, begin, end);                                                                 \
   }                                                                                                                \
-  __attribute__((target("arch=x86-64-v4"))) void NAME(TypeTag<BFloat16> tag, const PROBLEM& p, int64_t begin,      \
-                                                      int64_t end) {                                               \
+  __attribute__((FUSED_NORM_CPU_ENTRY_ATTRIBUTES target("arch=x86-64-v4"))) void NAME(                             \
+      TypeTag<BFloat16> tag, const PROBLEM& p, int64_t begin, int64_t end) {                                       \
     if (cpu_has_avx512bf16()) return NAME##_avx512bf16(tag, p, begin, end);                                        \
     KERNEL<BFloat16, 64>(p, begin, end);                                                                           \
   }
 #else
 #define FUSED_NORM_CPU_V4_BFLOAT16(NAME, PROBLEM, KERNEL) FUSED_NORM_CPU_V4(NAME, PROBLEM, KERNEL, BFloat16)
 #endif
+// FUSED_NORM_CPU_LEVEL (4, 3 or 1: x86-64-v4, -v3 or the baseline) keeps one level's functions alone, each a
+// plain function with that version's own target attribute: the machine code the loader runs on a CPU of that
+// level, called directly. Benchmark builds use it: the three versions are most of a build's compile time.
+#if !defined(FUSED_NORM_CPU_LEVEL)
 #define FUSED_NORM_CPU_ENTRY(NAME, PROBLEM, KERNEL, T) \
   FUSED_NORM_CPU_V4(NAME, PROBLEM, KERNEL, T)          \
-  FUSED_NORM_CPU_V3_AND_DEFAULT(NAME, PROBLEM, KERNEL, T)
+  FUSED_NORM_CPU_V3(NAME, PROBLEM, KERNEL, T)          \
+  FUSED_NORM_CPU_DEFAULT(NAME, PROBLEM, KERNEL, T)
 #define FUSED_NORM_CPU_BFLOAT16_ENTRY(NAME, PROBLEM, KERNEL) \
   FUSED_NORM_CPU_V4_BFLOAT16(NAME, PROBLEM, KERNEL)          \
-  FUSED_NORM_CPU_V3_AND_DEFAULT(NAME, PROBLEM, KERNEL, BFloat16)
+  FUSED_NORM_CPU_V3(NAME, PROBLEM, KERNEL, BFloat16)         \
+  FUSED_NORM_CPU_DEFAULT(NAME, PROBLEM, KERNEL, BFloat16)
+#elif FUSED_NORM_CPU_LEVEL == 4
+#define FUSED_NORM_CPU_ENTRY(NAME, PROBLEM, KERNEL, T) FUSED_NORM_CPU_V4(NAME, PROBLEM, KERNEL, T)
+#define FUSED_NORM_CPU_BFLOAT16_ENTRY(NAME, PROBLEM, KERNEL) FUSED_NORM_CPU_V4_BFLOAT16(NAME, PROBLEM, KERNEL)
+#elif FUSED_NORM_CPU_LEVEL == 3
+#define FUSED_NORM_CPU_ENTRY(NAME, PROBLEM, KERNEL, T) FUSED_NORM_CPU_V3(NAME, PROBLEM, KERNEL, T)
+#define FUSED_NORM_CPU_BFLOAT16_ENTRY(NAME, PROBLEM, KERNEL) FUSED_NORM_CPU_V3(NAME, PROBLEM, KERNEL, BFloat16)
+#elif FUSED_NORM_CPU_LEVEL == 1
+#define FUSED_NORM_CPU_ENTRY(NAME, PROBLEM, KERNEL, T) FUSED_NORM_CPU_DEFAULT(NAME, PROBLEM, KERNEL, T)
+#define FUSED_NORM_CPU_BFLOAT16_ENTRY(NAME, PROBLEM, KERNEL) FUSED_NORM_CPU_DEFAULT(NAME, PROBLEM, KERNEL, BFloat16)
+#else
+#error "FUSED_NORM_CPU_LEVEL must be 4 (x86-64-v4), 3 (x86-64-v3) or 1 (the x86-64 baseline)"
+#endif
 #else
 // The type a build without versions computes T as: bfloat16 stores in
 // hardware where the build's flags enable AVX512-BF16 at 64 bytes.

@@ -5,10 +5,14 @@ the ONNX Runtime library and the CUDA compile check read their settings from.
 from __future__ import annotations
 
 import os
+import platform
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from env.builder.cpu_level import LEVEL_NAMES, loader_level
 from env.builder.cxx_runtime import SHARED_CXX_RUNTIME_FLAGS
 from env.builder.toolkit import NOT_FOUND, find_cuda_toolkit
 from env.paths import REPO_ROOT, csrc_dir
@@ -38,8 +42,66 @@ def march_native_requested() -> bool:
     return os.environ.get("FUSEDBENCH_MARCH_NATIVE", "0") == "1"
 
 
+# Which of the kernel core's versions a build compiles: "all" (delivered builds, `invoke build`) or "loader", the one
+# version the loader would run on this CPU (env/builder/cpu_level.py), compiled with that version's own target
+# attribute and called directly. The three versions are two thirds of a cold build's compile time, and a benchmark
+# times only the one its CPU runs, so a benchmark's build compiles that one alone. The variable, where set, decides
+# for every build; an A/B run passes it to the build of its base, so both sides are built alike.
+CORE_VERSIONS_VARIABLE = "FUSEDBENCH_CORE_VERSIONS"
+CORE_VERSIONS = ("all", "loader")
+_core_versions_override: str | None = None  # a benchmark's build, while it runs (core_versions_for)
+
+
+def _checked_core_versions(value: str) -> str:
+    if value not in CORE_VERSIONS:
+        raise ValueError(f"{CORE_VERSIONS_VARIABLE} must be one of {', '.join(CORE_VERSIONS)}, got {value!r}")
+    return value
+
+
+def core_versions() -> str:
+    """The versions the build running now compiles: $FUSEDBENCH_CORE_VERSIONS, else the build's own choice."""
+    explicit = os.environ.get(CORE_VERSIONS_VARIABLE, "").strip()
+    if explicit:
+        return _checked_core_versions(explicit)
+    return _core_versions_override or "all"
+
+
+def benchmark_core_versions() -> str:
+    """What a benchmark's build compiles: $FUSEDBENCH_CORE_VERSIONS where set, else the loader's version alone."""
+    explicit = os.environ.get(CORE_VERSIONS_VARIABLE, "").strip()
+    return _checked_core_versions(explicit) if explicit else "loader"
+
+
+@contextmanager
+def core_versions_for(value: str) -> Iterator[None]:
+    """Builds inside compile ``value`` unless $FUSEDBENCH_CORE_VERSIONS says otherwise (a benchmark's build)."""
+    global _core_versions_override
+    before, _core_versions_override = _core_versions_override, _checked_core_versions(value)
+    try:
+        yield
+    finally:
+        _core_versions_override = before
+
+
+def core_level_defines() -> list[str]:
+    """The kernel core's define for the versions asked: none for all of them (or off x86-64, where it has none)."""
+    if core_versions() == "all":
+        return []
+    level = loader_level()
+    return [] if level is None else [f"-DFUSED_NORM_CPU_LEVEL={level}"]
+
+
+def core_versions_label() -> str:
+    """The kernel core's versions in the build running now, as the toolchain record and the build's lines say it."""
+    if platform.machine() != "x86_64":
+        return "one (the core has no versions off x86-64)"
+    if core_versions() == "all":
+        return "all three (the loader picks one per CPU)"
+    return f"{LEVEL_NAMES[loader_level()]} alone (the version the loader runs on this CPU)"
+
+
 def cxx_opt_flags() -> list[str]:
-    return OPT_FLAGS + (["-march=native"] if march_native_requested() else [])
+    return OPT_FLAGS + (["-march=native"] if march_native_requested() else []) + core_level_defines()
 
 
 # A deliberate slowdown of the torch op's CPU entry points (csrc/torch/slowdown.h), in whole percent of

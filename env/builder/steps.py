@@ -28,12 +28,16 @@ from typing import Any
 
 from env.builder import cuda, fingerprint, ptxas, toolchain
 from env.builder.config import (
+    CORE_VERSIONS_VARIABLE,
     CXX_STANDARD_PORTABLE,
     CXX_STANDARD_TORCH,
     SLOWDOWN_VARIABLE,
     TORCH_LD_FLAGS,
+    benchmark_core_versions,
     core_cpu_sources,
     core_cuda_sources,
+    core_versions_for,
+    core_versions_label,
     cuda_build_possible,
     cxx_opt_flags,
     march_native_requested,
@@ -77,6 +81,7 @@ _BUILD_VARIABLES = (
     "CXX",
     "CUDA_HOME",
     "FUSEDBENCH_MARCH_NATIVE",
+    CORE_VERSIONS_VARIABLE,
     "FUSEDBENCH_ORT_CUDA",
     "FUSEDBENCH_ORT_HEADERS",
     SLOWDOWN_VARIABLE,
@@ -235,6 +240,7 @@ def _run_torch(mode: str, core: CoreObjects | None) -> Callable[[dict[str, Any]]
     # TORCH_CUDA_ARCH_LIST into os.environ, which the other steps' threads read as they start their compilers.
     start = time.perf_counter()
     spec = torch_extension_spec() if mode == "jit" else None
+    versions = core_versions_label()
 
     def run(fragment: dict[str, Any]) -> None:
         try:
@@ -248,6 +254,7 @@ def _run_torch(mode: str, core: CoreObjects | None) -> Callable[[dict[str, Any]]
         fragment["timings_s"][f"torch_{mode}"] = round(time.perf_counter() - start, 1)
         fragment["artifacts"]["torch_library"] = str(library)
         fragment["build"]["torch_cxx_runtime"] = check_shared_cxx_runtime(library)
+        fragment["build"]["kernel_core_versions"] = versions
 
     return run
 
@@ -283,7 +290,7 @@ def steps(mode: str, core: CoreObjects | None = None) -> list[Step]:
             torch_inputs(mode),
             lambda: _run_torch(mode, core),
             lambda f: [f["artifacts"]["torch_library"]],
-            lambda f: _shown(f["artifacts"]["torch_library"]),
+            lambda f: _with_core_versions(f, _shown(f["artifacts"]["torch_library"])),
         ),
         Step(
             "ort_library",
@@ -303,6 +310,12 @@ def steps(mode: str, core: CoreObjects | None = None) -> list[Step]:
             left_by_benchmarks=_cuda_check_left,  # it builds nothing a benchmark loads (28-40 s of a 2-core build)
         ),
     ]
+
+
+def _with_core_versions(fragment: dict[str, Any], line: str) -> str:
+    """The line, naming the kernel core's version where the library holds one alone (a benchmark's build)."""
+    versions = fragment["build"].get("kernel_core_versions", "")
+    return f"{line} (kernel core: {versions})" if " alone " in versions else line
 
 
 def _shown(path: str) -> str:
@@ -365,6 +378,7 @@ def _settings(mode: str) -> dict[str, Any]:
             "cuda_objects": CXX_STANDARD_PORTABLE,
         },
         "cxx_flags": cxx_opt_flags(),
+        "kernel_core_versions": core_versions_label(),
         "march_native": march_native_requested(),
         "slowdown_percent": slowdown_percent(),  # nonzero only in an experiment's build (csrc/torch/slowdown.h)
         # Passed explicitly as -D_GLIBCXX_USE_CXX11_ABI (env/builder/config.py).
@@ -469,10 +483,16 @@ def build(mode: str = "jit", verbose: bool = False, for_benchmarks: bool = False
     """Run every step of the build (``mode`` jit or aot for the torch library) whose inputs changed.
 
     ``for_benchmarks``: a benchmark's build, which runs only the steps a benchmark needs; another step that is not
-    up to date is left for the next full build and recorded as not run (its result, when up to date, is kept).
+    up to date is left for the next full build and recorded as not run (its result, when up to date, is kept). Its
+    kernel core holds the version this CPU's loader runs alone (env/builder/config.py, core_versions).
     """
     if mode not in ("jit", "aot"):
         raise ValueError(f"mode must be 'jit' or 'aot', got {mode!r}")
+    with core_versions_for(benchmark_core_versions() if for_benchmarks and mode == "jit" else "all"):
+        return _build(mode, verbose, for_benchmarks)
+
+
+def _build(mode: str, verbose: bool, for_benchmarks: bool) -> BuildResult:
     build_dir().mkdir(parents=True, exist_ok=True)
     facts = toolchain.quick_facts()
     record = _base_record(mode, facts)
