@@ -148,7 +148,11 @@ RUN useradd --create-home --uid "${FUSEDBENCH_UID}" --shell /bin/bash fusedbench
     && mkdir -p /opt/fusedbench /reports \
     && chown fusedbench:fusedbench /opt/fusedbench /reports
 
+# FUSEDBENCH_CORE_VERSIONS=all: the image's libraries carry every kernel version. An image is built on one CPU
+# and run on others, so a benchmark in it runs the libraries baked below (the loader picks the version per CPU)
+# instead of rebuilding them for the running CPU's version alone in every container.
 ENV FUSEDBENCH_ENV=/opt/fusedbench-env \
+    FUSEDBENCH_CORE_VERSIONS=all \
     FUSEDBENCH_TORCH_VARIANT=${VARIANT} \
     FUSEDBENCH_CACHE=${FUSEDBENCH_CACHE} \
     FUSEDBENCH_REPORTS_DIR=/reports \

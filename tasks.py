@@ -40,12 +40,13 @@ def build(c, aot=False, verbose=False):
     run_build("aot" if aot else "jit", verbose=verbose)
 
 
-@cli.fails_with("bench", *_BUILD_ERRORS)
-def _build_for_benchmarks() -> None:
-    """The libraries a benchmark loads, rebuilt where stale; the CUDA compile check is left to `invoke build`."""
+def _build_for_benchmarks(command: str = "bench") -> None:
+    """The libraries a benchmark loads, rebuilt where stale: their kernel core the one version this CPU runs
+    (env/builder/config.py says why); the CUDA compile check is left to `invoke build`. ``command``: the task, as
+    its failure names it."""
     from env.builder.steps import build as run_build
 
-    run_build("jit", for_benchmarks=True)
+    cli.fails_with(command, *_BUILD_ERRORS)(run_build)("jit", for_benchmarks=True)
 
 
 @task
@@ -357,7 +358,6 @@ def bench_targets(c, reports):
 
 @task(
     name="ab-measure",
-    pre=[build],
     help={
         "aa": f"A/A runs (the same commit built twice), an integer >= 0 (default {AB_MEASURE['aa']})",
         "slowdowns": "injected slowdowns of the fused op in whole percent, a comma list "
@@ -379,16 +379,16 @@ def bench_ab_measure(
     rejudge=False,
 ):
     """How often `bench --quick --against` cries wolf on identical code, and how often it catches a slowdown."""
-    from bench.experiments.ab_measure import main
-
     argv = ["--aa", str(cli.integer("--aa", aa, minimum=0)), "--runs", str(cli.integer("--runs", runs, minimum=0))]
     argv += ["--slowdowns", slowdowns, *(["--out", out] if out else []), *(["--reuse"] if reuse else [])]
+    _build_for_benchmarks("bench.ab-measure")
+    from bench.experiments.ab_measure import main
+
     main(argv + (["--rejudge"] if rejudge else []))
 
 
 @task(
     name="ab-spread",
-    pre=[build],
     help={
         "rounds": f"rounds of the quick grid in each pair of workers, an integer >= 2 (default {AB_SPREAD['rounds']})",
         "modes": "how the two workers share the CPU, a comma list of sequential, turns-running, turns-stopped "
@@ -401,6 +401,7 @@ def bench_ab_spread(c, rounds=str(AB_SPREAD["rounds"]), modes="", out=""):
     """How far apart two processes of this build read each row: jobs one after the other, or in turns."""
     argv = ["--rounds", str(cli.integer("--rounds", rounds, minimum=2))]
     argv += [*(["--modes", modes] if modes else []), *(["--out", out] if out else [])]
+    _build_for_benchmarks("bench.ab-spread")
     from bench.experiments.ab_spread import main
 
     main(argv)
@@ -408,7 +409,6 @@ def bench_ab_spread(c, rounds=str(AB_SPREAD["rounds"]), modes="", out=""):
 
 @task(
     name="offset-sweep",
-    pre=[build],
     help={
         "shape": "the op shape, like 8x128x1024 (default: the cache-resident one)",
         "dtype": f"float32, float64, float16, bfloat16, or a comma list (default {OFFSET_SWEEP['dtype']})",
@@ -429,17 +429,17 @@ def bench_offset_sweep(
     out="",
 ):
     """The op's share of a copy as its output's start moves against its input's within a page."""
-    from bench.experiments.offset_sweep import main
-
     argv = ["--dtype", dtype, "--threads", str(cli.integer("--threads", threads, minimum=1))]
     argv += ["--reps", str(cli.integer("--reps", reps, minimum=1))]
     argv += [*(["--shape", shape] if shape else []), *(["--distances", distances] if distances else [])]
+    _build_for_benchmarks("bench.offset-sweep")
+    from bench.experiments.offset_sweep import main
+
     main(argv + (["--out", out] if out else []))
 
 
 @task(
     name="thread-sweep",
-    pre=[build],
     help={
         "shapes": "op shapes, a comma list like 1x8x512,8x128x1024 (default: the report's and the task threshold's)",
         "threads": "intra-op thread counts, a comma list whose first is the reference "
@@ -451,15 +451,15 @@ def bench_offset_sweep(
 @cli.fails_with("bench.thread-sweep", ValueError)
 def bench_thread_sweep(c, shapes="", threads=THREAD_SWEEP["threads"], reps=str(THREAD_SWEEP["reps"]), out=""):
     """The op at several thread counts on the same buffers in one process: time against the first count's."""
+    argv = ["--threads", threads, "--reps", str(cli.integer("--reps", reps, minimum=1))]
+    _build_for_benchmarks("bench.thread-sweep")
     from bench.experiments.thread_sweep import main
 
-    argv = ["--threads", threads, "--reps", str(cli.integer("--reps", reps, minimum=1))]
     main(argv + (["--shapes", shapes] if shapes else []) + (["--out", out] if out else []))
 
 
 @task(
     name="serve",
-    pre=[build],
     help={
         "quick": "CI form: 0.25 s per configuration in one round (default 1.5 s over 3 rounds)",
         "duration": "seconds of load per configuration, a number > 0 (overrides --quick's)",
@@ -476,6 +476,7 @@ def bench_serve(c, quick=False, duration="", out="", models="", impl="fused"):
     from pathlib import Path
 
     seconds = cli.positive("--duration", duration, " (seconds)") if duration else None  # before the library loads
+    _build_for_benchmarks("bench.serve")
     from bench.serve.models import ServedModel
     from bench.serve.run import ServeOptions, main
 
@@ -600,7 +601,6 @@ def gpu_check(
 
 @task(
     name="gate",
-    pre=[build],
     help={
         "threshold": THRESHOLD_HELP,
         "out": "report folder (default <repo>/reports; FUSEDBENCH_REPORTS_DIR overrides the default)",
@@ -610,6 +610,7 @@ def gpu_check(
 def bench_gate(c, threshold=DEFAULT_THRESHOLD, out=""):
     """CI's gate: the quick A/B run against the last landed commit; exit 1 on a regression no commit accepts."""
     threshold_fraction = cli.fraction("--threshold", threshold)
+    _build_for_benchmarks("bench.gate")  # this checkout's side, built as the base's side is (bench/ab/scratch.py)
     from bench.ab.gate import main
 
     if code := main(threshold_fraction, out or None):
