@@ -69,7 +69,8 @@ def delivered() -> Path:
     return obj
 
 
-def test_the_one_level_core_is_the_delivered_version_of_its_level(delivered, tmp_path):
+def test_the_one_level_core_is_the_delivered_version_of_its_level(delivered, tmp_path, monkeypatch):
+    monkeypatch.delenv(config.CORE_VERSIONS_VARIABLE)  # the suite's "all" (tests/conftest.py) would win
     level = cpu_level.loader_level()
     with config.core_versions_for("loader"):
         flags = config.torch_extension_spec(with_cuda=False).cxx_flags
