@@ -15,7 +15,8 @@ from env.paths import REPO_ROOT
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEDBENCH_")}
+    # The suite's kernel-version choice stays (tests/conftest.py): a bench task here builds first, in this checkout.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEDBENCH_") or k == "FUSEDBENCH_CORE_VERSIONS"}
     return subprocess.run(
         [sys.executable, "-m", "invoke", *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300
     )
