@@ -20,6 +20,7 @@ per baseline and per shape).
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -27,6 +28,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 PHASES = ("inputs", "reference", "prepare", "setup", "verify", "warmup", "block", "sampling", "other")
+
+
+def _usage() -> tuple[int, float]:
+    """This process's minor page faults and system CPU seconds so far (both threads' pools included)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_minflt, usage.ru_stime
 
 
 class _Clock:
@@ -43,12 +50,16 @@ class _Clock:
             yield
             return
         self._open.add(name)
+        faults_before, system_before = _usage()
         began = time.perf_counter()
         try:
             yield
         finally:
             self._open.discard(name)
             self.current[name] += time.perf_counter() - began
+            faults, system = _usage()
+            self.current[f"faults {name}"] += faults - faults_before
+            self.current[f"sys {name}"] += system - system_before
 
     def wrap(self, name: str, function: Callable) -> Callable:
         def wrapped(*args, **kwargs):
@@ -80,7 +91,11 @@ def _instrument(clock: _Clock) -> None:
     measure = timing.measure
 
     def measured(call, config, resolution_ns, block=None):
+        faults, system = _usage()
         result = measure(call, config, resolution_ns, block)
+        faults_after, system_after = _usage()
+        clock.current["faults sampling"] += faults_after - faults
+        clock.current["sys sampling"] += system_after - system
         clock.current["sampling"] += result.wall_s
         clock.current["samples"] += len(result.samples_us)
         clock.current["capped"] += float(result.wall_s >= config.budget_s * 0.999)
@@ -97,12 +112,16 @@ def _timed(job, clock: _Clock):
 
     def measurements():
         for case, baseline, variant in job.measurements():
+            faults, system = _usage()
             began = time.perf_counter()
             yield case, baseline, replace(variant, prepare=clock.wrap("setup", variant.prepare))
             phases = clock.take()
             phases["total"] = time.perf_counter() - began
             # The case's inputs are built before the first variant: charged to it, outside its total.
             phases["other"] = phases["total"] - sum(phases.get(p, 0.0) for p in PHASES[1:-1])
+            faults_after, system_after = _usage()
+            for measure, spent in (("faults", faults_after - faults), ("sys", system_after - system)):
+                phases[f"{measure} other"] = spent - sum(phases.get(f"{measure} {p}", 0.0) for p in PHASES[1:-1])
             clock.rows.append({"kind": "variant", "variant": variant.name, **phases})
 
     return Job(job.label, measurements)
@@ -148,13 +167,15 @@ def run(options, page_offset: int, imported_torch: float) -> list[dict]:
     return rows
 
 
-def _table(rows: list[dict], key: Callable[[dict], str], title: str) -> list[str]:
+def _table(rows: list[dict], key: Callable[[dict], str], title: str, measure: str = "") -> list[str]:
+    """Per ``key``: the phases' wall seconds, or (``measure`` "faults" / "sys") their page faults / system seconds."""
     sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for row in rows:
         if row["kind"] == "process":
             continue
         for phase in (*PHASES, "samples", "capped"):
-            sums[key(row)][phase] += row.get(phase, 0.0)
+            value = row.get(f"{measure} {phase}" if measure and phase in PHASES else phase, 0.0)
+            sums[key(row)][phase] += 0.0 if value != value else value  # NaN: a column another row has
         sums[key(row)]["variants"] += row["kind"] == "variant"
     job_total = defaultdict(float)
     for row in rows:
@@ -167,7 +188,8 @@ def _table(rows: list[dict], key: Callable[[dict], str], title: str) -> list[str
         "|---" * (len(PHASES) + 4) + "|",  # the name, the wall time, the phases, variants, capped
     ]
     for name, phase in sorted(sums.items(), key=lambda item: -job_total.get(item[0], 0.0)):
-        cells = " | ".join(f"{phase[p]:.1f}" for p in PHASES)
+        scale = 1e-3 if measure == "faults" else 1.0  # faults in thousands
+        cells = " | ".join(f"{phase[p] * scale:.1f}" for p in PHASES)
         lines.append(
             f"| {name} | {job_total.get(name, 0.0):.1f} | {cells} | {phase['variants']:.0f} | {phase['capped']:.0f} |"
         )
@@ -194,6 +216,8 @@ def report(rows: list[dict], out: Path) -> str:
     # Job rows carry the time outside variants (inputs of a copy job, gc); variant rows the rest.
     lines += _table(rows, _shape, "per workload and shape")
     lines += _table(rows, _baseline, "per baseline")
+    lines += _table(rows, _shape, "minor page faults (thousands) per workload and shape", "faults")
+    lines += _table(rows, _shape, "system CPU seconds per workload and shape", "sys")
     text = "\n".join(lines)
     (out / "job_phases.md").write_text(text + "\n")
     return text
