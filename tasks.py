@@ -167,8 +167,6 @@ def bench(
     except BaseException:
         warm_compiles.stop(warming)
         raise
-    if line := warm_compiles.finish(warming):
-        print(line)
     from bench.run import main
 
     if against:
@@ -176,8 +174,25 @@ def bench(
 
         if code := ab.main(against, options, threshold=threshold_fraction):
             raise Exit(code=code)
-    elif code := main(options, verbose=verbose):
-        raise Exit("bench: some baselines failed (listed above) - their rows are not in the report", code=code)
+        return
+    import tempfile
+    from pathlib import Path
+
+    from bench.ab.driver import run_workdir
+    from bench.plan import warm_exports
+
+    with tempfile.TemporaryDirectory(prefix="fusedbench-setup-") as setup:
+        # The ORT baseline's exports, made here on the core Inductor's warm-up leaves idle, rather than in the first
+        # process; then the warm-up's end (nothing may compile beside a timed call).
+        try:
+            exported = warm_exports.export_ahead(options, run_workdir(Path(setup)))
+        finally:
+            finished = warm_compiles.finish(warming)
+        for line in (exported, finished):
+            if line:
+                print(line)
+        if code := main(options, verbose=verbose, setup_cache=Path(setup)):
+            raise Exit("bench: some baselines failed (listed above) - their rows are not in the report", code=code)
 
 
 @task(

@@ -58,17 +58,20 @@ def validate(options: BenchOptions) -> tuple[list[Baseline], list[str]]:
     return baselines, devices
 
 
-def run_bench(options: BenchOptions, console: Console | None = None) -> Outcome:
-    """Measure, write the report (CSV, samples, plot) and return it; the caller prints the summary."""
+def run_bench(options: BenchOptions, console: Console | None = None, workdir: Path | None = None) -> Outcome:
+    """Measure, write the report (CSV, samples, plot) and return it; the caller prints the summary.
+
+    ``workdir``: where the run's setup is cached on disk (ONNX exports; the caller may have filled it ahead);
+    default a temporary folder of its own."""
     threads_before = torch.get_num_threads()
     try:
-        return _run_bench(options, console or Console())
+        return _run_bench(options, console or Console(), workdir)
     finally:
         gc.unfreeze()  # what the run froze (below) is the collector's again
         torch.set_num_threads(threads_before)  # a run inside a larger process leaves its thread count as it was
 
 
-def _run_bench(options: BenchOptions, console: Console) -> Outcome:
+def _run_bench(options: BenchOptions, console: Console, workdir: Path | None) -> Outcome:
     started = time.perf_counter()
     # Before any case allocates: the policy holds for every block the run allocates (bench/measure/allocator.py).
     set_malloc_policy(options.allocator)
@@ -109,7 +112,7 @@ def _run_bench(options: BenchOptions, console: Console) -> Outcome:
             f"{b.name}: runs on {', '.join(sorted(b.devices))} only" for b in baselines if not b.devices & set(devices)
         ]
     with tempfile.TemporaryDirectory(prefix="fusedbench-") as tmp:
-        jobs = plan_jobs(options, Path(tmp))
+        jobs = plan_jobs(options, workdir or Path(tmp))
         references = CaseReferences()  # a case's prepared reference, shared by its jobs
         with RunProgress(console, len(jobs) * settings.rounds) as progress:
             for round_index in range(settings.rounds):
@@ -122,8 +125,11 @@ def _run_bench(options: BenchOptions, console: Console) -> Outcome:
     return record_results(results, settings, env, options.out_dir, started)
 
 
-def main(options: BenchOptions, verbose: bool = False) -> int:
+def main(options: BenchOptions, verbose: bool = False, setup_cache: Path | None = None) -> int:
     """Run, print the summary (``verbose``: the full table too) and where the files are; return the exit code.
+
+    ``setup_cache``: a folder for the setup the run caches on disk, which the caller may have filled ahead
+    (bench/plan/warm_exports.py, into bench/ab/driver.py's run_workdir of it); default a temporary one.
 
     A full run measures in FULL_RUN_PROCESSES fresh processes, one round each
     (bench/ab/driver.py, as an A/B run does): its rows then carry the spread between
@@ -135,9 +141,11 @@ def main(options: BenchOptions, verbose: bool = False) -> int:
         from bench.ab.driver import run_in_processes
 
         validate(options)
-        return run_in_processes(options, FULL_RUN_PROCESSES, verbose)
+        return run_in_processes(options, FULL_RUN_PROCESSES, verbose, setup_cache)
 
     console = Console(width=None if Console().is_terminal else 200)  # logs and CI: wide enough for the table
-    outcome = run_bench(options, console)
+    from bench.ab.driver import run_workdir
+
+    outcome = run_bench(options, console, None if setup_cache is None else run_workdir(setup_cache))
     print_summary(outcome, console, verbose)
     return 1 if outcome.failures else 0

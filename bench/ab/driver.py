@@ -427,6 +427,11 @@ class Measured:
     skipped: dict[str, list[str]]
 
 
+def side_workdir(cache_root: Path, label: str) -> Path:
+    """Where the processes of one side (``label``) share the setup cached on disk: ONNX exports, Inductor's cache."""
+    return cache_root / label.lower() / "cache"
+
+
 def measure_processes(
     sides: dict[str, Tree],
     options: BenchOptions,
@@ -472,7 +477,7 @@ def measure_processes(
             side_options = common_layouts(options, fields.values())
             for worker in workers:
                 plan = plan_for(side_options, fields[worker.label], worker.label)
-                workdir = cache_root / worker.label.lower() / "cache"
+                workdir = side_workdir(cache_root, worker.label)
                 worker.send({"do": "plan", "options": plan, "page_offset": offsets[index], "workdir": str(workdir)})
             for worker in workers:
                 reply = worker.receive("plan")
@@ -794,10 +799,22 @@ def _timestamp() -> str:
     return utc_timestamp()
 
 
-def run_in_processes(options: BenchOptions, processes: int, verbose: bool = False) -> int:
+RUN_SIDE = "RUN"  # the one side of a plain run
+
+
+def run_workdir(setup_cache: Path) -> Path:
+    """The workdir a plain run's processes share under ``setup_cache``."""
+    return side_workdir(setup_cache, RUN_SIDE)
+
+
+def run_in_processes(
+    options: BenchOptions, processes: int, verbose: bool = False, setup_cache: Path | None = None
+) -> int:
     """A plain run of this checkout in ``processes`` fresh processes, pooled into one report; prints the summary.
 
-    Returns 1 when a baseline failed (as a plain run does), else 0.
+    ``setup_cache``: the folder whose :func:`run_workdir` the processes share (the caller may have filled it ahead
+    of them: bench/plan/warm_exports.py); default one of their own. Returns 1 when a baseline failed (as a plain
+    run does), else 0.
     """
     from bench.report.plot import write_plot
     from bench.report.schema import ReportPaths
@@ -812,15 +829,21 @@ def run_in_processes(options: BenchOptions, processes: int, verbose: bool = Fals
         try:
             with RunProgress(console) as progress:
                 measured = measure_processes(
-                    {"RUN": Tree(REPO_ROOT)}, options, processes, Path(tmp), console, progress=progress
+                    {RUN_SIDE: Tree(REPO_ROOT)},
+                    options,
+                    processes,
+                    Path(tmp),
+                    console,
+                    cache=setup_cache,
+                    progress=progress,
                 )
         except (AbError, Skipped) as error:
             console.print(f"[red bold]bench: {error}[/]", highlight=False)
             return 1
         paths = None
         frame = None
-        if measured.csv["RUN"] is not None:
-            pooled = ReportPaths.for_csv(measured.csv["RUN"])
+        if measured.csv[RUN_SIDE] is not None:
+            pooled = ReportPaths.for_csv(measured.csv[RUN_SIDE])
             frame = read_report(pooled.csv)
             target = unique_csv(reports_dir(options.out_dir), str(frame.timestamp_utc.iloc[0]), str(frame.host.iloc[0]))
             paths = ReportPaths.for_csv(target)
@@ -828,8 +851,8 @@ def run_in_processes(options: BenchOptions, processes: int, verbose: bool = Fals
             shutil.copyfile(pooled.samples, paths.samples)  # the sidecar first: a reader that finds the CSV finds it
             shutil.copyfile(pooled.csv, paths.csv)
             write_plot(frame, paths.plot)
-    failures = measured.failures["RUN"] or ([] if paths else ["nothing was measured"])
-    outcome = Outcome(paths, frame, failures, measured.skipped["RUN"], time.perf_counter() - started)
+    failures = measured.failures[RUN_SIDE] or ([] if paths else ["nothing was measured"])
+    outcome = Outcome(paths, frame, failures, measured.skipped[RUN_SIDE], time.perf_counter() - started)
     print_summary(outcome, console, verbose)
     return 1 if outcome.failures else 0
 

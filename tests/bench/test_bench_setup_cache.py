@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from bench.plan.inductor_cache import INDUCTOR_CACHE
 from bench.plan.registry import Prepared, select
 from bench.plan.workloads import OpCase
+from ops.model import build_model
 from ops.reference import COMPOSITION_TOLERANCES, REFERENCE, reference_add_norm, reference_norm
 
 
@@ -111,3 +114,88 @@ def test_a_run_warms_the_graphs_it_will_compile_and_nothing_else(monkeypatch, tm
     (folder_named("op", "cpu", (8, 128, 1024), "float32") / "fxgraph" / "cd").mkdir()
     count = len(started)
     assert warm_compiles.start(BenchOptions(quick=True, threads=1)) is None and len(started) == count
+
+
+def test_the_exports_made_ahead_of_a_run_are_the_modules_its_ort_variants_would_export():
+    from bench.plan.options import BenchOptions
+    from bench.plan.warm_exports import export_cases
+
+    full = [(c.workload, c.shape[-1], c.dtype) for c in export_cases(BenchOptions(), Path("w"))]
+    hidden = [512, 768, 1024, 2048, 4096]  # the CPU grid's op shapes, and the add + norm's (the same)
+    d_model = build_model("unfused").config.d_model
+    assert full == [
+        *(("op", h, torch.float32) for h in hidden),
+        *(("add_norm", h, torch.float32) for h in hidden),
+        ("model", d_model, torch.float32),  # one export serves every batch of the model
+    ]
+    assert all(c.x.shape[:-1].numel() <= 32 for c in export_cases(BenchOptions(), Path("w")))  # no full-size input
+    quick = export_cases(BenchOptions(quick=True, dtype="float32,float16,bfloat16"), Path("w"))
+    # No add + norm rows in a quick run; bfloat16 has no numpy type, ORT's Python feed type: the baseline skips it.
+    assert sorted({(c.workload, c.dtype) for c in quick}, key=str) == sorted(
+        {(w, d) for w in ("op", "model") for d in (torch.float32, torch.float16)}, key=str
+    )
+    for options in (
+        BenchOptions(baseline="fused,compiled"),  # no ORT variant
+        BenchOptions(device="cuda"),  # the CPU's grid only
+        BenchOptions(jobs=("op 1x8x512 float32 ort",)),  # a selection exports in its processes
+        BenchOptions(rows=("op 1x8x512 float32 ort/custom-run",)),
+        BenchOptions(dtype="bfloat16"),
+    ):
+        assert export_cases(options, Path("w")) == [], options
+
+
+@pytest.mark.slow  # six ONNX exports and six ORT sessions
+def test_a_run_whose_exports_were_made_ahead_loads_them_and_reports_their_time(tmp_path):
+    from bench.measure.verify import verify_outputs
+    from bench.plan.options import BenchOptions
+    from bench.plan.warm_exports import export_ahead
+    from bench.plan.workloads import AddNormCase
+
+    workdir = tmp_path / "run"
+    options = BenchOptions(baseline="ort", op_shapes=((2, 4, 64),), add_norm_shapes=((2, 4, 96),), model_batches=())
+    line = export_ahead(options, workdir)
+    assert line is not None and line.startswith("ONNX exports: 2 of 2 modules exported by every route"), line
+
+    def exports() -> dict:
+        return {p: p.stat().st_mtime_ns for p in workdir.glob("*.onnx") if ".optimized-" not in p.name}
+
+    files = exports()
+    assert len(files) == 6
+    seconds = {p.name: float(p.with_name(p.name + ".seconds").read_text()) for p in files}
+    assert all(0 < s < 60 for s in seconds.values()), seconds
+    # Cases of the run's own shapes (other rows, other seeds of x): the weights come from the hidden size alone.
+    seed = int(torch.randint(1, 1000, ()))
+    cases = [
+        OpCase.create((3, 5, 64), torch.float32, workdir),
+        AddNormCase.create((2, 7, 96), torch.float32, workdir),
+    ]
+    torch.manual_seed(seed)
+    (ort,) = select("ort")
+    for case in cases:
+        for variant in ort.variants(case):
+            prepared = variant.prepare()
+            # The case's float64 reference holds its own weights: an export with others would fail here.
+            verify_outputs(prepared.call(), case.reference(), case.tolerance)
+            route = variant.name.rsplit("-", 1)[0]
+            name = f"ort-{case.workload}-{case.shape[-1]}-float32-{route}.onnx"
+            assert prepared.reused_setup_s == pytest.approx(seconds[name], abs=1e-6), variant.name
+    assert exports() == files  # loaded, none exported again
+
+
+def test_a_module_that_fails_to_export_ahead_is_left_to_the_run(monkeypatch, tmp_path):
+    from bench.plan import warm_exports
+    from bench.plan.baselines import ort
+    from bench.plan.options import BenchOptions
+
+    def export(case):
+        if case.workload == "add_norm":
+            raise RuntimeError("no exporter today")
+        return 0.5
+
+    monkeypatch.setattr(ort, "export_ahead", export)
+    options = BenchOptions(baseline="ort", op_shapes=((2, 4, 64),), add_norm_shapes=((2, 4, 96),), model_batches=())
+    line = warm_exports.export_ahead(options, tmp_path)
+    assert line.startswith("ONNX exports: 1 of 2 modules") and line.endswith(
+        "left to the run: add_norm 96: RuntimeError"
+    )
+    assert warm_exports.export_ahead(BenchOptions(baseline="fused"), tmp_path) is None

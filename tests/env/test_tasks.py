@@ -139,3 +139,34 @@ def test_fails_with_turns_listed_errors_into_exit_and_keeps_bugs_loud():
         env_check(None, BuildError("link failed"))
     with pytest.raises(KeyError):  # not listed: a bug, its traceback stays
         env_check(None, KeyError("x"))
+
+
+def test_the_bench_task_exports_beside_the_graphs_warm_up_and_hands_the_exports_to_the_run(monkeypatch, capsys):
+    import bench.run
+    from bench.ab.driver import run_workdir
+    from bench.plan import warm_compiles, warm_exports
+
+    calls = []
+    monkeypatch.setattr(tasks, "_build_for_benchmarks", lambda *args: calls.append("build"))
+    monkeypatch.setattr(warm_compiles, "start", lambda options: calls.append("warm-up starts") or "warming")
+    monkeypatch.setattr(warm_compiles, "finish", lambda warming: calls.append(f"{warming} ends") or "graphs line")
+
+    def export_ahead(options, workdir):
+        assert workdir.parent.parent.is_dir()  # the run's setup folder exists while it is filled
+        calls.append(("export", workdir))
+        return "exports line"
+
+    def main(options, verbose, setup_cache):
+        assert setup_cache.is_dir()
+        calls.append(("run", setup_cache))
+        return 0
+
+    monkeypatch.setattr(warm_exports, "export_ahead", export_ahead)
+    monkeypatch.setattr(bench.run, "main", main)
+    tasks.bench(Context())
+    (_, workdir), (_, setup) = calls[2], calls[4]
+    # The exports run after the build, while the graphs still compile, and before the run, into its workdir.
+    assert calls == ["warm-up starts", "build", ("export", workdir), "warming ends", ("run", setup)]
+    assert workdir == run_workdir(setup)
+    assert not setup.exists()  # removed with the run
+    assert capsys.readouterr().out.splitlines() == ["exports line", "graphs line"]

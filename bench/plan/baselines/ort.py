@@ -11,8 +11,9 @@ crosses the bus. The routes are those of ops/onnx/routes.py:
 On the add_norm workload each route's residual form: one norm exported with
 its residual (inputs x and residual, outputs the norm and the sum).
 Each file is exported once per run (every dim but the last is dynamic, so one
-export serves every batch and sequence length) and the session threads match
-torch's. setup_s = export time + session creation; the note lists the norm
+export serves every batch and sequence length), by the run's first process or
+ahead of its processes (:func:`export_ahead`), and the session threads match
+torch's. setup_s = export time (wherever it ran) + session creation; the note lists the norm
 nodes ORT actually runs after its graph optimisation. Where the installed
 onnxruntime has no working CUDA provider, the CUDA rows are skipped with ORT's
 own reason.
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import collections
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import onnx
@@ -31,6 +32,7 @@ from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as OrtNot
 
 from bench.plan.registry import Prepared, Unsupported, Variant, register
 from bench.plan.workloads import AddNormCase, Case, OpCase
+from env.files import atomic_path
 from ops.dtypes import BY_TORCH, dtype_name
 from ops.norms import Norm
 from ops.onnx.export import export_model
@@ -56,7 +58,8 @@ _EXPORT_BATCH, _EXPORT_SEQ = 2, 4  # the exporter needs dynamic dims of size >= 
 @dataclass(frozen=True)
 class _Exported:
     path: Path
-    seconds: float
+    seconds: float  # the export's own time, wherever it ran (this process, an earlier one, or ahead of the run)
+    made_now: bool = False  # exported by the call that returned this: its time is inside that prepare's setup
 
 
 def _export_key(case: Case, route: str) -> tuple:
@@ -65,28 +68,43 @@ def _export_key(case: Case, route: str) -> tuple:
     return (str(case.workdir), case.workload, case.shape[-1], dtype_name(case.dtype), route)
 
 
+def _seconds_file(path: Path) -> Path:
+    """Beside an export: how long it took, so a process that finds the file reports the export in its setup."""
+    return path.with_name(path.name + ".seconds")
+
+
 def _exported(case: Case, route: str, cache: dict) -> _Exported:
     """Export the case's module by ``route`` once per run (op: a lone Norm with the case's weights)."""
     key = _export_key(case, route)
-    if key not in cache:
-        if isinstance(case, (OpCase, AddNormCase)):
-            impl = "fused_add" if isinstance(case, AddNormCase) else "fused"
-            module = Norm(case.hidden, impl=impl, eps=case.eps).to(case.dtype)
-            with torch.no_grad():
-                module.weight.copy_(case.weight.cpu())
-                module.bias.copy_(case.bias.cpu())
-        else:
-            module = case.model("fused").cpu()
-        example = torch.randn(_EXPORT_BATCH, _EXPORT_SEQ, case.shape[-1]).to(case.dtype)
-        if isinstance(case, AddNormCase):
-            example = (example, torch.randn(example.shape).to(case.dtype))  # x and residual
-        path = case.workdir / f"ort-{'-'.join(str(k) for k in key[1:])}.onnx"
-        if path.is_file():  # written (atomically) by an earlier process of this build sharing the workdir
-            cache[key] = _Exported(path, 0.0)
-        else:
-            result = export_model(module, example, route, path)
-            cache[key] = _Exported(result.path, result.seconds)
-    return cache[key]
+    if key in cache:
+        return replace(cache[key], made_now=False)
+    path = case.workdir / f"ort-{'-'.join(str(k) for k in key[1:])}.onnx"
+    if path.is_file():  # written (atomically) earlier in this run: by another process or ahead of the processes
+        seconds = _seconds_file(path)
+        cache[key] = _Exported(path, float(seconds.read_text()) if seconds.is_file() else 0.0)
+        return cache[key]
+    if isinstance(case, (OpCase, AddNormCase)):
+        impl = "fused_add" if isinstance(case, AddNormCase) else "fused"
+        module = Norm(case.hidden, impl=impl, eps=case.eps).to(case.dtype)
+        with torch.no_grad():
+            module.weight.copy_(case.weight.cpu())
+            module.bias.copy_(case.bias.cpu())
+    else:
+        module = case.model("fused").cpu()
+    example = torch.randn(_EXPORT_BATCH, _EXPORT_SEQ, case.shape[-1]).to(case.dtype)
+    if isinstance(case, AddNormCase):
+        example = (example, torch.randn(example.shape).to(case.dtype))  # x and residual
+    result = export_model(module, example, route, path)
+    with atomic_path(_seconds_file(path)) as tmp:
+        tmp.write_text(f"{result.seconds:.6f}\n")
+    cache[key] = _Exported(result.path, result.seconds)
+    return replace(cache[key], made_now=True)
+
+
+def export_ahead(case: Case) -> float:
+    """Export ``case``'s module by every route into its workdir, where the run's ORT variants find it; returns the
+    seconds. A case of one row stands for every shape of its workload, hidden size and dtype (the key)."""
+    return sum(_exported(case, route, {}).seconds for route in ROUTES)
 
 
 def _norm_nodes(optimized: Path) -> str:
@@ -146,7 +164,6 @@ class Ort:
 
     def _prepare(self, case: Case, route: str, mode: str):
         def prepare() -> Prepared:
-            cached = _export_key(case, route) in self._exports
             exported = _exported(case, route, self._exports)
             note_key = (_export_key(case, route), mode, case.device)
             # The optimised graph is written once (first round) to read what ORT fused; later rounds reuse the note.
@@ -167,10 +184,12 @@ class Ort:
             except OrtNotImplemented as error:  # e.g. no float64 Erf kernel on the CPU provider
                 raise Unsupported(f"ONNX Runtime has no kernel for this: {str(error).split(' : ')[-1]}") from error
             if optimized is not None:
-                self._notes[note_key] = f"{_norm_nodes(optimized)} after ORT optimisation; "
-                f"setup = export {exported.seconds:.1f} s + session"
+                nodes = _norm_nodes(optimized)
+                self._notes[note_key] = (
+                    f"{nodes} after ORT optimisation; setup = export {exported.seconds:.1f} s + session"
+                )
             note = self._notes[note_key]
-            reused = exported.seconds if cached else 0.0
+            reused = 0.0 if exported.made_now else exported.seconds  # an export made here is in the setup already
             if case.device == "cuda":
                 # ORT runs on its own stream and synchronises before returning: a host timer times it whole.
                 return Prepared(
