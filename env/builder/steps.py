@@ -28,7 +28,6 @@ from typing import Any
 
 from env.builder import cuda, fingerprint, ptxas, toolchain
 from env.builder.config import (
-    CORE_VERSIONS_VARIABLE,
     CXX_STANDARD_PORTABLE,
     CXX_STANDARD_TORCH,
     SLOWDOWN_VARIABLE,
@@ -36,6 +35,7 @@ from env.builder.config import (
     benchmark_core_versions,
     core_cpu_sources,
     core_cuda_sources,
+    core_versions,
     core_versions_for,
     core_versions_label,
     cuda_build_possible,
@@ -76,12 +76,12 @@ _CUDA_CODE = (
     "env/builder/ort_headers.py",
 )
 
-# Environment variables the steps read.
+# Environment variables the steps read. FUSEDBENCH_CORE_VERSIONS is not among them: its choice is in the compile
+# flags (env/builder/config.py, core_level_defines), so "all" and an unset variable, which build alike, rebuild nothing.
 _BUILD_VARIABLES = (
     "CXX",
     "CUDA_HOME",
     "FUSEDBENCH_MARCH_NATIVE",
-    CORE_VERSIONS_VARIABLE,
     "FUSEDBENCH_ORT_CUDA",
     "FUSEDBENCH_ORT_HEADERS",
     SLOWDOWN_VARIABLE,
@@ -240,7 +240,7 @@ def _run_torch(mode: str, core: CoreObjects | None) -> Callable[[dict[str, Any]]
     # TORCH_CUDA_ARCH_LIST into os.environ, which the other steps' threads read as they start their compilers.
     start = time.perf_counter()
     spec = torch_extension_spec() if mode == "jit" else None
-    versions = core_versions_label()
+    versions, one_version = core_versions_label(), core_versions() != "all"
 
     def run(fragment: dict[str, Any]) -> None:
         try:
@@ -255,6 +255,7 @@ def _run_torch(mode: str, core: CoreObjects | None) -> Callable[[dict[str, Any]]
         fragment["artifacts"]["torch_library"] = str(library)
         fragment["build"]["torch_cxx_runtime"] = check_shared_cxx_runtime(library)
         fragment["build"]["kernel_core_versions"] = versions
+        fragment["build"]["kernel_core_one_version"] = one_version
 
     return run
 
@@ -314,8 +315,8 @@ def steps(mode: str, core: CoreObjects | None = None) -> list[Step]:
 
 def _with_core_versions(fragment: dict[str, Any], line: str) -> str:
     """The line, naming the kernel core's version where the library holds one alone (a benchmark's build)."""
-    versions = fragment["build"].get("kernel_core_versions", "")
-    return f"{line} (kernel core: {versions})" if " alone " in versions else line
+    one_version = fragment["build"].get("kernel_core_one_version", False)
+    return f"{line} (kernel core: {fragment['build']['kernel_core_versions']})" if one_version else line
 
 
 def _shown(path: str) -> str:

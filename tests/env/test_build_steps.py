@@ -103,6 +103,16 @@ def test_a_changed_flag_reruns_the_steps_that_use_it(facts, monkeypatch):
     assert changed_steps(before, keys(facts)) >= {"torch_jit", "ort_library"}
 
 
+def test_the_kernel_versions_variable_reruns_steps_only_where_it_changes_the_flags(facts, monkeypatch):
+    monkeypatch.delenv(config.CORE_VERSIONS_VARIABLE, raising=False)
+    unset = keys(facts)
+    monkeypatch.setenv(config.CORE_VERSIONS_VARIABLE, "all")
+    assert keys(facts) == unset  # "all" builds what an unset variable builds (outside a benchmark): nothing reruns
+    monkeypatch.setenv(config.CORE_VERSIONS_VARIABLE, "loader")
+    one_version = changed_steps(unset, keys(facts))
+    assert one_version == ({"torch_jit", "ort_library"} if config.core_level_defines() else set())
+
+
 def test_a_build_asked_to_skip_the_cuda_check_records_why_and_the_next_one_reruns_it(facts, monkeypatch):
     def no_check():
         raise AssertionError("the check ran although a skip was asked for")
