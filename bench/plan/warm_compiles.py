@@ -26,6 +26,9 @@ from pathlib import Path
 NICENESS = 10
 LOG = "warm_compiles.log"  # in the build folder
 WORKLOADS = ("op", "add_norm")
+# The one dtype the warm-up compiles: the CPU grid's default (bench/plan/grid.py), what a plain run measures. A run
+# of other dtypes compiles its graphs in its first process.
+DTYPE = "float32"
 WAIT_S = 600  # a full grid's graphs take about 60 s beside a build: far past it, something hangs
 
 
@@ -52,13 +55,14 @@ def warm(graphs: list[tuple[str, tuple[int, ...]]], threads: int) -> list[tuple[
     done = []
     for workload, shape in graphs:
         # Only the inputs' metadata is in the cache key: shape, dtype, strides, device.
-        x, weight, bias = torch.randn(shape), torch.randn(shape[-1]), torch.randn(shape[-1])
+        dtype = getattr(torch, DTYPE)
+        x, weight, bias = (torch.randn(size, dtype=dtype) for size in (shape, shape[-1], shape[-1]))
         if workload == "op":
             function, args = unfused_norm, (x, weight, bias, EPS)
         else:
-            function, args = add_then(unfused_norm), (x, torch.randn(shape), weight, bias, EPS)
+            function, args = add_then(unfused_norm), (x, torch.randn(shape, dtype=dtype), weight, bias, EPS)
         started = time.perf_counter()
-        _, cached = compile_now(function, args, cache_folder(workload, "cpu", shape, torch.float32))
+        _, cached = compile_now(function, args, cache_folder(workload, "cpu", shape, dtype))
         done.append((f"{workload} {shape_label(shape)}", time.perf_counter() - started, cached))
     return done
 
@@ -76,7 +80,7 @@ def _graph(argument: str) -> tuple[str, tuple[int, ...]]:
 
 def start(options) -> subprocess.Popen | None:
     """Start the warm-up for a run of ``options`` (bench/plan/options.py) in the background, or None where the run
-    compiles nothing on the CPU at float32 (another baseline or device, another dtype)."""
+    compiles nothing on the CPU in DTYPE (another baseline or device, another dtype)."""
     from bench.plan.grid import GRIDS, shape_label
     from bench.plan.inductor_cache import folder_named, holds_graphs
     from bench.plan.options import default_threads
@@ -86,7 +90,7 @@ def start(options) -> subprocess.Popen | None:
     if (
         options.baseline not in ("all", "compiled")
         or not devices & {"all", "cpu"}
-        or options.dtype not in ("", "float32")
+        or (options.dtype or grid.dtypes) != DTYPE
     ):
         return None
     shapes, add_norm = grid.run_shapes(options.quick, options.op_shapes, options.add_norm_shapes)
@@ -96,7 +100,7 @@ def start(options) -> subprocess.Popen | None:
         f"{workload}:{shape_label(s)}"
         for workload, run in (("op", shapes), ("add_norm", add_norm))
         for s in run
-        if not holds_graphs(folder_named(workload, "cpu", s, "float32"))
+        if not holds_graphs(folder_named(workload, "cpu", s, DTYPE))
     ]
     if not graphs:
         return None
