@@ -178,8 +178,8 @@ def bench(
     import tempfile
     from pathlib import Path
 
-    from bench.ab.driver import run_workdir
     from bench.plan import warm_exports
+    from bench.processes.workdirs import run_workdir
 
     with tempfile.TemporaryDirectory(prefix="fusedbench-setup-") as setup:
         # The ORT baseline's exports, made here on the core Inductor's warm-up leaves idle, rather than in the first

@@ -129,7 +129,7 @@ def main(options: BenchOptions, verbose: bool = False, setup_cache: Path | None 
     """Run, print the summary (``verbose``: the full table too) and where the files are; return the exit code.
 
     ``setup_cache``: a folder for the setup the run caches on disk, which the caller may have filled ahead
-    (bench/plan/warm_exports.py, into bench/ab/driver.py's run_workdir of it); default a temporary one.
+    (bench/plan/warm_exports.py, into bench/processes/workdirs.py's run_workdir of it); default a temporary one.
 
     A full run measures in FULL_RUN_PROCESSES fresh processes, one round each
     (bench/ab/driver.py, as an A/B run does): its rows then carry the spread between
@@ -144,7 +144,7 @@ def main(options: BenchOptions, verbose: bool = False, setup_cache: Path | None 
         return run_in_processes(options, FULL_RUN_PROCESSES, verbose, setup_cache)
 
     console = Console(width=None if Console().is_terminal else 200)  # logs and CI: wide enough for the table
-    from bench.ab.driver import run_workdir
+    from bench.processes.workdirs import run_workdir
 
     outcome = run_bench(options, console, None if setup_cache is None else run_workdir(setup_cache))
     print_summary(outcome, console, verbose)

@@ -65,6 +65,7 @@ from bench.ab import confirm, scratch
 from bench.measure.allocator import FIXED_MMAP
 from bench.measure.placement import PAGE_OFFSET, spread_offsets
 from bench.plan.options import BenchOptions, unique_csv
+from bench.processes.workdirs import RUN_SIDE, side_workdir
 from bench.processes.worker import OPS_ROOT_VARIABLE, PROTOCOL
 from bench.report.progress import RunProgress
 from bench.report.schema import READABLE_SCHEMAS, read_report
@@ -425,11 +426,6 @@ class Measured:
     csv: dict[str, Path | None]
     failures: dict[str, list[str]]
     skipped: dict[str, list[str]]
-
-
-def side_workdir(cache_root: Path, label: str) -> Path:
-    """Where the processes of one side (``label``) share the setup cached on disk: ONNX exports, Inductor's cache."""
-    return cache_root / label.lower() / "cache"
 
 
 def measure_processes(
@@ -799,22 +795,14 @@ def _timestamp() -> str:
     return utc_timestamp()
 
 
-RUN_SIDE = "RUN"  # the one side of a plain run
-
-
-def run_workdir(setup_cache: Path) -> Path:
-    """The workdir a plain run's processes share under ``setup_cache``."""
-    return side_workdir(setup_cache, RUN_SIDE)
-
-
 def run_in_processes(
     options: BenchOptions, processes: int, verbose: bool = False, setup_cache: Path | None = None
 ) -> int:
     """A plain run of this checkout in ``processes`` fresh processes, pooled into one report; prints the summary.
 
-    ``setup_cache``: the folder whose :func:`run_workdir` the processes share (the caller may have filled it ahead
-    of them: bench/plan/warm_exports.py); default one of their own. Returns 1 when a baseline failed (as a plain
-    run does), else 0.
+    ``setup_cache``: the folder whose ``run_workdir`` (bench/processes/workdirs.py) the processes share (the
+    caller may have filled it ahead of them: bench/plan/warm_exports.py); default one of their own. Returns 1 when a
+    baseline failed (as a plain run does), else 0.
     """
     from bench.report.plot import write_plot
     from bench.report.schema import ReportPaths

@@ -143,8 +143,8 @@ def test_fails_with_turns_listed_errors_into_exit_and_keeps_bugs_loud():
 
 def test_the_bench_task_exports_beside_the_graphs_warm_up_and_hands_the_exports_to_the_run(monkeypatch, capsys):
     import bench.run
-    from bench.ab.driver import run_workdir
     from bench.plan import warm_compiles, warm_exports
+    from bench.processes.workdirs import run_workdir
 
     calls = []
     monkeypatch.setattr(tasks, "_build_for_benchmarks", lambda *args: calls.append("build"))

@@ -101,10 +101,11 @@ def _exported(case: Case, route: str, cache: dict) -> _Exported:
     return replace(cache[key], made_now=True)
 
 
-def export_ahead(case: Case) -> float:
-    """Export ``case``'s module by every route into its workdir, where the run's ORT variants find it; returns the
-    seconds. A case of one row stands for every shape of its workload, hidden size and dtype (the key)."""
-    return sum(_exported(case, route, {}).seconds for route in ROUTES)
+def export_ahead(case: Case) -> None:
+    """Export ``case``'s module by every route into its workdir, where the run's ORT variants find it (each with its
+    seconds beside it). A case of one row stands for every shape of its workload, hidden size and dtype (the key)."""
+    for route in ROUTES:
+        _exported(case, route, {})
 
 
 def _norm_nodes(optimized: Path) -> str:
