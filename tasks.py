@@ -15,6 +15,7 @@ from bench.experiments.defaults import AB_MEASURE, AB_SPREAD, OFFSET_SWEEP, THRE
 from bench.plan import warm_compiles
 from bench.plan.options import BenchOptions
 from env import cli
+from env.cpu_use import CpuClock
 
 DEFAULT = BenchOptions()  # the CLI's defaults are BenchOptions' own
 # The verdict's defaults, as the options' strings (numeric options are checked by env/cli.py).
@@ -161,6 +162,7 @@ def bench(
     )
     # The compiled baseline's graphs compile beside the build, on the cores its compiles leave idle. An A/B run
     # builds and caches in its own folders.
+    build_clock = CpuClock()
     warming = None if against else warm_compiles.start(options)
     try:
         _build_for_benchmarks()
@@ -188,7 +190,7 @@ def bench(
             exported = warm_exports.export_ahead(options, run_workdir(Path(setup)))
         finally:
             finished = warm_compiles.finish(warming)
-        for line in (exported, finished):
+        for line in (exported, finished, build_clock.read().line("build step (libraries, exports, Inductor's graphs)")):
             if line:
                 print(line)
         if code := main(options, verbose=verbose, setup_cache=Path(setup)):

@@ -1,7 +1,7 @@
 """Where one process of ``invoke bench`` spends its wall time: per process, per job and per variant phase.
 
     python -m bench.experiments.job_phases [--quick] [--baseline all] [--shapes 32x512x4096,...]
-                                           [--round 0] [--threads 1] [--out DIR]
+                                           [--process 0] [--threads 1] [--exports-ahead] [--out DIR]
 
 Runs the jobs one worker process of a full run would (its round of
 ROUNDS, at its page offset) in this process, with clocks around the steps
@@ -127,7 +127,7 @@ def _timed(job, clock: _Clock):
     return Job(job.label, measurements)
 
 
-def run(options, page_offset: int, imported_torch: float) -> list[dict]:
+def run(options, page_offset: int, imported_torch: float, exports_ahead: bool = False) -> list[dict]:
     import tempfile
 
     import torch
@@ -149,6 +149,10 @@ def run(options, page_offset: int, imported_torch: float) -> list[dict]:
     rows = [{"kind": "process", "job": "import torch", "total": imported_torch}]
     results, references = Results(), CaseReferences()
     with tempfile.TemporaryDirectory(prefix="job-phases-") as tmp:
+        if exports_ahead:  # as `invoke bench` does before its processes start: their ORT set-up then loads files
+            from bench.plan.warm_exports import export_ahead
+
+            print(export_ahead(options, Path(tmp)), flush=True)
         planned = time.perf_counter()
         jobs = plan_jobs(options, Path(tmp))
         rows.append({"kind": "process", "job": "import bench + plan", "total": time.perf_counter() - planned})
@@ -231,6 +235,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--process", type=int, default=0, help="which process of the full run (its page offset)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path("reports/job_phases"))
+    parser.add_argument(
+        "--exports-ahead",
+        action="store_true",
+        help="export the ORT variants' modules first, untimed, as the bench task does",
+    )
     args = parser.parse_args(argv)
     from bench.measure.allocator import DEFAULT, set_malloc_policy
 
@@ -254,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     from bench.run import FULL_RUN_PROCESSES
 
-    rows = run(options, spread_offsets(FULL_RUN_PROCESSES)[args.process], imported_torch)
+    rows = run(options, spread_offsets(FULL_RUN_PROCESSES)[args.process], imported_torch, args.exports_ahead)
     print(report(rows, args.out))
     return 0
 

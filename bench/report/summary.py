@@ -243,6 +243,12 @@ def full_text(outcome, targets: list[TargetResult] | None = None) -> str:
     return console.export_text()
 
 
+def sampled_seconds(frame) -> float:
+    """Seconds the report's samples took: each row's samples of ``block`` calls at their mean time. The rest of a
+    run is set-up, warm-up, the verified calls, inputs and references, and starting the processes."""
+    return float((frame["n"] * frame["block"] * frame["mean_us"]).sum() / 1e6)
+
+
 def screen_lines(outcome, full: Path | None, targets: list[TargetResult] | None = None) -> list[str]:
     """The one-screen summary, as rich markup lines: never more than SCREEN_LINES (``targets`` as print_full)."""
     lines: list[str] = []
@@ -275,8 +281,9 @@ def screen_lines(outcome, full: Path | None, targets: list[TargetResult] | None 
         lines.append(f"{PATH_LINE}{outcome.paths.csv}")
     if full is not None:
         lines.append(f"{PATH_LINE}{full}")
+    sampled = "" if frame is None else f" (the timed samples {sampled_seconds(frame):.0f} s of it)"
     lines.append(
-        f"{outcome.seconds:.0f} s; "
+        f"{outcome.seconds:.0f} s{sampled}; "
         + (f"[red]{len(outcome.failures)} failure(s)[/]" if outcome.failures else "no failures")
     )
     return (

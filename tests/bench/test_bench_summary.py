@@ -17,6 +17,7 @@ from bench.report.schema import (
     SCHEMA_VERSION,
     RowSamples,
     read_report,
+    read_samples,
     row_key,
     to_frame,
     write_report,
@@ -80,8 +81,13 @@ def report(tmp_path):
                 busy = float(rng.uniform(0.2, 0.6)) if rng.random() < 0.33 else float(rng.uniform(0.0, 0.05))
                 width = float(rng.uniform(0.021, 0.2)) if rng.random() < 0.25 else float(rng.uniform(0.002, 0.02))
                 rows.append(_row(workload, shape, baseline, variant, median, threads, busy, nbytes, width, layout))
+        drawn = []  # each row's samples: 1 to 400 of them, spread about its median, with its block size
+        for row in rows:
+            values = row["median_us"] * rng.lognormal(0.0, 0.05, size=int(rng.integers(1, 400)))
+            row.update(n=len(values), block=int(rng.choice([1, 4, 100])), mean_us=float(values.mean()))
+            drawn.append(values)
         frame = to_frame(add_ratios(to_frame(rows)))
-        samples = {row_key(r): RowSamples.single_round([r["median_us"]]) for r in frame.to_dict("records")}
+        samples = {row_key(r): RowSamples.single_round(v) for r, v in zip(frame.to_dict("records"), drawn, strict=True)}
         paths = write_report(tmp_path / f"20260101T00000{threads}Z-host.csv", frame, samples)
         frames.append(read_report(paths.csv))
     failures = [f"op 1x8x512 float32 liger/call {i}: ImportError" for i in range(7)]
@@ -129,6 +135,18 @@ def test_the_summary_fits_one_screen_and_its_headline_numbers_are_the_reports(re
     assert f"{untrusted} row(s) not to trust" in text
     assert "targets:" in text and "7 failure(s)" in text and "3 skipped" in text
     assert str(report.paths.csv) in text and str(summary_path(report.paths.csv)) in text
+
+
+def test_the_last_line_gives_the_seconds_the_samples_took(report):
+    """Recomputed from the samples files: every sample is ``block`` calls, each of the sample's microseconds."""
+    seconds = 0.0
+    for threads in (1, 2):
+        csv = report.paths.csv.with_name(f"20260101T00000{threads}Z-host.csv")
+        blocks = {row_key(r): r["block"] for r in read_report(csv).to_dict("records")}
+        seconds += sum(s.values.sum() * blocks[key] for key, s in read_samples(csv).items()) / 1e6
+    assert seconds > 1.0  # the fixture's rows are long enough to say something
+    last = _printed(report).rstrip("\n").split("\n")[-1]
+    assert last == f"123 s (the timed samples {seconds:.0f} s of it); 7 failure(s)", last
 
 
 def test_the_full_table_goes_to_the_summary_file_and_verbose_prints_it(report):
