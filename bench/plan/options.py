@@ -5,9 +5,10 @@ The defaults here are the CLI's too: tasks.py reads them, so each is written onc
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from env.cpu_use import usable_cpus
 
 # Seconds per variant over all rounds, a cap that only rows still wider than the precision asked spend (warm-up
 # included where a long call is timed as one series); --quick keeps CI under ~3 minutes. A full run's 0.25 s a
@@ -62,7 +63,8 @@ class BenchOptions:
 
 
 def default_threads() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """One thread a usable CPU (the process's affinity)."""
+    return usable_cpus()
 
 
 def unique_csv(directory: Path, timestamp: str, host: str) -> Path:
